@@ -1,0 +1,22 @@
+"""Median stopping: stop a trial whose best value is worse than the median of all trials' running averages."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from mlrunway.early_termination._common import Goal, Termination, best_so_far, worse
+from mlrunway.specs.policies import MedianStoppingPolicy
+
+
+def decide_at(
+    policy: MedianStoppingPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int
+) -> dict[str, Termination]:
+    median = statistics.median(statistics.fmean(v) for v in values.values())
+    decisions = {}
+    for trial, v in values.items():
+        y = best_so_far(v, goal)
+        if worse(y, median, goal):
+            reason = f"median_stopping: best {y:.4g} worse than median running average {median:.4g}"
+            decisions[trial] = Termination(trial, interval, y, median, reason)
+    return decisions

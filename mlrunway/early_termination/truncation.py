@@ -1,0 +1,32 @@
+"""Truncation selection: at each evaluation, stop the lowest ``truncation_percentage`` percent of trials.
+
+Trials are ranked by their best value up to the same interval; ties keep the trial listed earlier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mlrunway.early_termination._common import Goal, Termination, best_so_far
+from mlrunway.specs.policies import TruncationSelectionPolicy
+
+
+def decide_at(
+    policy: TruncationSelectionPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int
+) -> dict[str, Termination]:
+    ys = {trial: best_so_far(v, goal) for trial, v in values.items()}
+    cut = len(ys) * policy.truncation_percentage // 100
+    if cut == 0:
+        return {}
+    sign = 1 if goal == "maximize" else -1
+    order = {trial: i for i, trial in enumerate(ys)}
+    ranked = sorted(ys, key=lambda t: (sign * ys[t], -order[t]))  # worst first; among equals, later first
+    survivors_floor = ys[ranked[cut]]
+    return {
+        trial: Termination(
+            trial, interval, ys[trial], survivors_floor,
+            f"truncation_selection: in the lowest {policy.truncation_percentage}% of {len(ys)} trials",
+        )
+        for trial in ranked[:cut]
+    }
+

@@ -1,0 +1,243 @@
+"""Named local jobs: submit, get, list, cancel, logs, wait. State lives on disk under the workspace.
+
+A job folder is built aside and renamed into place, so a name is taken exactly once: submitting again under
+an existing name returns that job. The job runs under a detached supervisor (its own session), so it outlives
+the process that submitted it and is found again by name.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mlrunway.backend.types import JobInfo, JobStatus
+from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
+from mlrunway.local._files import read_json, write_json
+from mlrunway.local.launch import check_runnable, resolve_command
+from mlrunway.local.supervisor import JobState, group_alive, terminate_group
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs import _check
+from mlrunway.specs.job import CommandJobSpec, Input
+from mlrunway.specs.sweep import SweepSpec
+
+_SNAPSHOT_IGNORE = shutil.ignore_patterns("outputs", "__pycache__", "*.pyc", ".git", ".venv")
+
+
+class LocalJobs:
+    """The local job service; ``kill_grace_s`` is how long SIGTERM gets before SIGKILL."""
+
+    def __init__(self, workspace: Workspace, *, kill_grace_s: float = 10.0) -> None:
+        self.workspace = workspace
+        self.kill_grace_s = kill_grace_s
+
+    # -- submit -----------------------------------------------------------------------------------
+    def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None) -> JobInfo:
+        """Start ``spec`` as job ``name``, or return the job already under that name."""
+        _check.job_name("job.name", name)
+        if (existing := self._find(name)) is not None:
+            return existing
+        check_runnable(spec)
+        code = _existing_folder("command_job.code", spec.code)
+        spec = replace(spec, code=str(code), inputs=_absolute_inputs(spec))
+        return self._create(name, "command", spec, {"parent_run_id": parent_run_id}, code)
+
+    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
+        """Start a sweep: a parent job whose controller process runs and judges the trials."""
+        _check.job_name("sweep.name", name)
+        if (existing := self._find(name)) is not None:
+            return existing
+        if sweep.sampling_algorithm == "bayesian":
+            raise NotSupportedOnBackend(
+                "sweep.sampling_algorithm: 'bayesian' runs on the Azure ML backend only; use 'random' or 'grid' locally"
+            )
+        check_runnable(sweep.trial)
+        code = _existing_folder("sweep.trial.code", sweep.trial.code)
+        sweep = replace(sweep, trial=replace(sweep.trial, code=str(code), inputs=_absolute_inputs(sweep.trial)))
+        controller = CommandJobSpec(
+            code=str(code), command="python -m mlrunway.local.sweep_controller", experiment_name=sweep.trial.experiment_name,
+            timeout=sweep.limits.timeout,
+        )
+        return self._create(name, "sweep", controller, {"sweep": sweep.to_dict()}, None)
+
+    def _create(self, name: str, kind: str, spec: CommandJobSpec, extra: dict[str, Any], code: Path | None) -> JobInfo:
+        self.workspace.jobs.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=self.workspace.jobs, prefix=f".{name}."))
+        final = self.workspace.job_dir(name)
+        for sub in ("logs", "outputs"):
+            (staging / sub).mkdir()
+        if code is not None:
+            shutil.copytree(code, staging / "code", ignore=_SNAPSHOT_IGNORE, symlinks=True)
+        else:
+            (staging / "code").mkdir()
+        (staging / "code" / "outputs").symlink_to("../outputs")
+        outputs = {out: final / "outputs" / out for out in spec.outputs}
+        argv = resolve_command(spec.command, spec.inputs, outputs)
+        if kind == "sweep":
+            argv.append(str(final))
+        job = {"name": name, "kind": kind, "workspace": str(self.workspace.root), "spec": spec.to_dict(),
+               "argv": argv, "kill_grace_s": self.kill_grace_s, **extra}
+        write_json(staging / "job.json", job)
+        write_json(staging / "status.json", {"status": "Queued", "created": time.time()})
+        try:
+            staging.rename(final)
+        except OSError:  # another submitter took the name first
+            shutil.rmtree(staging, ignore_errors=True)
+            return self.get(name)
+        for out in outputs.values():
+            out.mkdir(parents=True, exist_ok=True)
+        self._spawn_supervisor(final)
+        return self.get(name)
+
+    def _spawn_supervisor(self, job_dir: Path) -> None:
+        with open(job_dir / "logs" / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mlrunway.local.supervisor", str(job_dir)],
+                cwd=job_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )
+        JobState(job_dir).update(supervisor_pid=proc.pid, supervisor_started=psutil.Process(proc.pid).create_time())
+
+    # -- read -------------------------------------------------------------------------------------
+    def get(self, name: str) -> JobInfo:
+        info = self._find(name)
+        if info is None:
+            raise NotFound(f"job {name!r} does not exist in workspace {self.workspace.root}")
+        return info
+
+    def list(self) -> list[JobInfo]:
+        if not self.workspace.jobs.exists():
+            return []
+        names = sorted(p.name for p in self.workspace.jobs.iterdir() if not p.name.startswith("."))
+        return [self.get(n) for n in names]
+
+    def _find(self, name: str) -> JobInfo | None:
+        state = JobState(self.workspace.job_dir(name))
+        if not state.status_file.exists():
+            return None
+        status = state.status()
+        if not JobStatus(status["status"]).is_terminal() and not _supervisor_alive(status):
+            status = self._reconcile_dead(state)
+        job = state.job()
+        return JobInfo(
+            name=name, kind=job["kind"], status=JobStatus(status["status"]), exit_code=status.get("exit_code"),
+            error=status.get("error"), timed_out=status.get("timed_out", False), outputs=str(state.dir / "outputs"),
+            mlflow_run_id=status.get("mlflow_run_id"), created=status.get("created"), started=status.get("started"),
+            ended=status.get("ended"), properties={k: v for k, v in job.items() if k in ("parent_run_id",)},
+        )
+
+    def _reconcile_dead(self, state: JobState) -> dict[str, Any]:
+        """The supervisor is gone without a final status: stop its processes and record the failure."""
+        status = state.status()
+        if JobStatus(status["status"]).is_terminal() or "supervisor_pid" not in status:
+            return status
+        if status.get("pgid"):
+            terminate_group(status["pgid"], None, self.kill_grace_s)
+        cancel = state.cancel_reason()
+        return state.update(
+            status="Canceled" if cancel else "Failed", ended=time.time(),
+            error=cancel or "the job's supervisor process died; its processes were stopped",
+        )
+
+    # -- act --------------------------------------------------------------------------------------
+    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
+        """Ask the job to stop (SIGTERM to its group, then SIGKILL) and wait until it has."""
+        info = self.get(name)
+        if info.status.is_terminal():
+            return info
+        state = JobState(self.workspace.job_dir(name))
+        if not state.cancel_file.exists():
+            write_json(state.cancel_file, {"reason": reason, "at": time.time()})
+        deadline = time.monotonic() + self.kill_grace_s + 30
+        while time.monotonic() < deadline:
+            info = self.get(name)
+            if info.status.is_terminal():
+                return info
+            time.sleep(0.2)
+        status = state.status()  # the supervisor did not answer: stop the group ourselves
+        if status.get("pgid") and group_alive(status["pgid"]):
+            terminate_group(status["pgid"], None, self.kill_grace_s)
+        state.update(status="Canceled", ended=time.time(), error=reason)
+        return self.get(name)
+
+    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
+             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+        """Block until the job ends; past ``timeout`` seconds cancel it and raise JobTimedOut."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.get(name)
+            if on_poll is not None:
+                on_poll(info)
+            if info.status.is_terminal():
+                return info
+            if deadline is not None and time.monotonic() > deadline:
+                self.cancel(name, reason=f"wait timed out after {timeout:g} s")
+                raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
+            time.sleep(poll_s)
+
+    def logs(self, name: str, stream: str = "stdout", *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
+        """Yield the job's log lines; with ``follow``, keep yielding until the job ends."""
+        self.get(name)
+        path = self.workspace.job_dir(name) / "logs" / f"{_check.one_of('stream', stream, ('stdout', 'stderr'))}.log"
+        position, pending = 0, ""
+        while True:
+            done = self.get(name).status.is_terminal()
+            if path.exists():
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    handle.seek(position)
+                    pending += handle.read()
+                    position = handle.tell()
+            *lines, pending = pending.split("\n")
+            yield from lines
+            if not follow or done:
+                if pending:
+                    yield pending
+                return
+            time.sleep(poll_s)
+
+    def sweep_spec(self, name: str) -> SweepSpec:
+        job = JobState(self.workspace.job_dir(name)).job()
+        if job["kind"] != "sweep":
+            raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
+        return SweepSpec.from_dict(job["sweep"])
+
+
+def _supervisor_alive(status: dict[str, Any]) -> bool:
+    pid = status.get("supervisor_pid")
+    if pid is None:
+        return True  # still being spawned
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - status["supervisor_started"]) < 1
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _existing_folder(field: str, path: str) -> Path:
+    folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        raise _check.fail(field, f"folder {path!r} does not exist", "pass the folder that holds the training script")
+    return folder
+
+
+def _absolute_inputs(spec: CommandJobSpec) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for name, value in spec.inputs.items():
+        if isinstance(value, Input):
+            path = Path(value.path).expanduser().resolve()
+            kind_ok = path.is_dir() if value.type == "uri_folder" else path.is_file()
+            if not kind_ok:
+                raise _check.fail(
+                    f"command_job.inputs.{name}", f"{value.type} {value.path!r} does not exist",
+                    "pass an existing path or fix the input's type",
+                )
+            value = Input(path=str(path), type=value.type)
+        inputs[name] = value
+    return inputs

@@ -1,0 +1,174 @@
+"""The detached process that runs one local job: ``python -m mlrunway.local.supervisor <job_dir>``.
+
+It owns the job's state file from launch to end: creates the MLflow run, starts the job's processes in a
+process group of their own, enforces the timeout, honours cancel requests (SIGTERM to the group, SIGKILL
+after a grace period) and records the outcome with the exit code and the tail of stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mlrunway.local import tracking
+from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.launch import ProcessLaunch, plan
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs.job import CommandJobSpec
+
+POLL_S = 0.2
+STDERR_TAIL_LINES = 20
+
+
+class JobState:
+    """The job folder's files: job.json (what to run), status.json (what happened), logs and outputs."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.dir = job_dir
+
+    @property
+    def status_file(self) -> Path:
+        return self.dir / "status.json"
+
+    @property
+    def cancel_file(self) -> Path:
+        return self.dir / "cancel_requested.json"
+
+    def job(self) -> dict[str, Any]:
+        return read_json(self.dir / "job.json")
+
+    def status(self) -> dict[str, Any]:
+        return read_json(self.status_file)
+
+    def update(self, **fields: Any) -> dict[str, Any]:
+        with locked(self.dir / ".status.lock"):
+            merged = {**self.status(), **fields}
+            write_json(self.status_file, merged)
+        return merged
+
+    def cancel_reason(self) -> str | None:
+        if not self.cancel_file.exists():
+            return None
+        return str(read_json(self.cancel_file).get("reason", "canceled"))
+
+    def stderr_tail(self) -> str:
+        path = self.dir / "logs" / "stderr.log"
+        if not path.exists():
+            return ""
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 16384))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-STDERR_TAIL_LINES:])
+
+
+def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subprocess.Popen[bytes]]:
+    """Start every process in one new process group, the first one leading it."""
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+        for launch in launches:
+            group = {"start_new_session": True} if not procs else {"process_group": procs[0].pid}
+            procs.append(
+                subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=err, **group)  # type: ignore[call-overload]
+            )
+    return procs
+
+
+def terminate_group(pgid: int, procs: list[subprocess.Popen[bytes]] | None, grace_s: float) -> None:
+    """SIGTERM the group, then SIGKILL whatever is left of it after ``grace_s``."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if procs is not None and all(p.poll() is not None for p in procs) and not group_alive(pgid):
+            return
+        if procs is None and not group_alive(pgid):
+            return
+        time.sleep(POLL_S)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,
+          grace_s: float, interrupted: list[str]) -> tuple[str, str | None, bool]:
+    """Wait for the processes; return (status, reason, timed_out)."""
+    started = time.monotonic()
+    pgid = procs[0].pid
+    while any(p.poll() is None for p in procs):
+        reason = interrupted[0] if interrupted else state.cancel_reason()
+        if reason is not None:
+            terminate_group(pgid, procs, grace_s)
+            return "Canceled", reason, False
+        if timeout is not None and time.monotonic() - started > timeout:
+            terminate_group(pgid, procs, grace_s)
+            return "Canceled", f"timed out after {timeout:g} s (timeout)", True
+        time.sleep(POLL_S)
+    terminate_group(pgid, procs, 0)  # reap strays the job left behind in its group
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        return "Failed", f"exit code {next(c for c in codes if c)}", False
+    return "Completed", None, False
+
+
+def run(job_dir: Path) -> str:
+    state = JobState(job_dir)
+    job = state.job()
+    workspace = Workspace(Path(job["workspace"]))
+    interrupted: list[str] = []
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.append("supervisor received SIGTERM"))
+    spec = CommandJobSpec.from_dict(job["spec"])
+    experiment_id, run_id = tracking.start_run(workspace, job["name"], spec.experiment_name, job.get("parent_run_id"))
+    env = {
+        **os.environ,
+        **spec.environment_variables,
+        "MLFLOW_TRACKING_URI": workspace.tracking_uri,
+        "MLFLOW_RUN_ID": run_id,
+        "MLFLOW_EXPERIMENT_ID": experiment_id,
+        "AZUREML_RUN_ID": job["name"],
+        "MLRUNWAY_WORKSPACE": str(workspace.root),
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs = _start(plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
+    state.update(status="Running", started=time.time(), mlflow_run_id=run_id, pgid=procs[0].pid)
+    status, reason, timed_out = _wait(state, procs, spec.timeout, job.get("kill_grace_s", 10.0), interrupted)
+    exit_code = next((p.returncode for p in procs if p.returncode), 0)
+    error = None
+    if status == "Failed":
+        error = f"{reason}; stderr tail:\n{state.stderr_tail()}"
+    elif status == "Canceled":
+        error = reason
+    tracking.end_run(workspace, run_id, status)
+    state.update(status=status, ended=time.time(), exit_code=exit_code, error=error, timed_out=timed_out)
+    return status
+
+
+def main() -> None:
+    job_dir = Path(sys.argv[1])
+    try:
+        run(job_dir)
+    except Exception as exc:  # noqa: BLE001 - anything that breaks here must reach the job's status
+        JobState(job_dir).update(status="Failed", ended=time.time(), error=f"supervisor: {type(exc).__name__}: {exc}")
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The local workspace: one folder that holds jobs, models, endpoints and the MLflow store."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_ROOT_ENV = "MLRUNWAY_WORKSPACE"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Paths under a workspace root; nothing here starts a process or imports MLflow."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str] | None = None) -> Workspace:
+        """Open the workspace at ``root``, ``$MLRUNWAY_WORKSPACE``, or ``./.workspace``."""
+        chosen = Path(root or os.environ.get(DEFAULT_ROOT_ENV) or ".workspace").expanduser().resolve()
+        chosen.mkdir(parents=True, exist_ok=True)
+        return cls(chosen)
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def endpoints(self) -> Path:
+        return self.root / "endpoints"
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    def job_dir(self, name: str) -> Path:
+        return self.jobs / name

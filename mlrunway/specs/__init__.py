@@ -1,0 +1,45 @@
+"""Frozen, validated specs named like azure-ai-ml's entities."""
+
+from mlrunway.specs.job import (
+    CommandJobSpec,
+    Input,
+    MpiDistribution,
+    Output,
+    PyTorchDistribution,
+    TensorFlowDistribution,
+)
+from mlrunway.specs.policies import BanditPolicy, MedianStoppingPolicy, TruncationSelectionPolicy
+from mlrunway.specs.search_space import (
+    Choice,
+    LogNormal,
+    LogUniform,
+    Normal,
+    QLogUniform,
+    QUniform,
+    Randint,
+    Uniform,
+)
+from mlrunway.specs.sweep import Objective, SweepLimits, SweepSpec
+
+__all__ = [
+    "BanditPolicy",
+    "Choice",
+    "CommandJobSpec",
+    "Input",
+    "LogNormal",
+    "LogUniform",
+    "MedianStoppingPolicy",
+    "MpiDistribution",
+    "Normal",
+    "Objective",
+    "Output",
+    "PyTorchDistribution",
+    "QLogUniform",
+    "QUniform",
+    "Randint",
+    "SweepLimits",
+    "SweepSpec",
+    "TensorFlowDistribution",
+    "TruncationSelectionPolicy",
+    "Uniform",
+]

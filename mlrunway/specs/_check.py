@@ -1,0 +1,56 @@
+"""Small named validators shared by the specs; each raises SpecError naming the field."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from mlrunway.errors import SpecError
+
+# Azure ML job and experiment names: letters, digits, '-' and '_', starting with a letter or digit.
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+
+
+def fail(field: str, problem: str, fix: str) -> SpecError:
+    """Build the one-sentence error every spec raises: field, problem, fix."""
+    return SpecError(f"{field}: {problem}; {fix}")
+
+
+def job_name(field: str, value: str) -> str:
+    if not isinstance(value, str) or not _JOB_NAME.match(value):
+        raise fail(
+            field,
+            f"{value!r} is not a valid name",
+            "use 1 to 255 letters, digits, '-' or '_', starting with a letter or digit",
+        )
+    return value
+
+
+def number(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise fail(field, f"{value!r} is not a finite number", "pass an int or float")
+    return float(value)
+
+
+def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise fail(field, f"{value!r} is not an integer >= {minimum}", f"pass an integer >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise fail(field, f"{value} is over the limit of {maximum}", f"pass at most {maximum}")
+    return value
+
+
+def optional_seconds(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    seconds = number(field, value)
+    if seconds <= 0:
+        raise fail(field, f"{value!r} is not a positive number of seconds", "pass seconds > 0 or None")
+    return seconds
+
+
+def one_of(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise fail(field, f"{value!r} is not supported", f"use one of {', '.join(allowed)}")
+    return value

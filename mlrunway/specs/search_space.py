@@ -1,0 +1,174 @@
+"""Search-space expressions with the names and semantics of ``azure.ai.ml.sweep``.
+
+``LogUniform`` and ``QLogUniform`` take their bounds in log space (values range over e^min..e^max), as on
+Azure. ``LogUniform.from_range(low, high)`` takes the values themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from mlrunway.errors import SpecError
+from mlrunway.specs import _check
+
+__all__ = [
+    "Choice",
+    "LogNormal",
+    "LogUniform",
+    "Normal",
+    "QLogUniform",
+    "QUniform",
+    "Randint",
+    "SearchExpression",
+    "Uniform",
+    "expression_from_dict",
+]
+
+
+class _Expression:
+    """Validate on construction; SweepSpec prefixes the error with the parameter's name."""
+
+    def __post_init__(self) -> None:
+        self.validate(self.kind)  # type: ignore[attr-defined]
+
+
+def _bounds(field: str, low: Any, high: Any) -> None:
+    low, high = _check.number(f"{field}.min_value", low), _check.number(f"{field}.max_value", high)
+    if low >= high:
+        raise _check.fail(field, f"min_value {low} is not less than max_value {high}", "swap or widen the bounds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice(_Expression):
+    kind: Literal["choice"] = "choice"
+    values: tuple[Any, ...]
+
+    def validate(self, field: str) -> None:
+        if not isinstance(self.values, (tuple, list)) or not self.values:
+            raise _check.fail(field, "Choice has no values", "pass at least one value, e.g. Choice(values=[16, 32])")
+        object.__setattr__(self, "values", tuple(self.values))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uniform(_Expression):
+    kind: Literal["uniform"] = "uniform"
+    min_value: float
+    max_value: float
+
+    def validate(self, field: str) -> None:
+        _bounds(field, self.min_value, self.max_value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogUniform(_Expression):
+    """exp(Uniform(min_value, max_value)): bounds are natural logs of the values."""
+
+    kind: Literal["loguniform"] = "loguniform"
+    min_value: float
+    max_value: float
+
+    def validate(self, field: str) -> None:
+        _bounds(field, self.min_value, self.max_value)
+
+    @classmethod
+    def from_range(cls, low: float, high: float) -> LogUniform:
+        """Build from the values' own range, e.g. ``from_range(1e-4, 1e-1)`` for a learning rate."""
+        for name, value in (("low", low), ("high", high)):
+            if _check.number(f"LogUniform.from_range.{name}", value) <= 0:
+                raise _check.fail(f"LogUniform.from_range.{name}", f"log of non-positive {value}", "pass values > 0")
+        return cls(min_value=math.log(low), max_value=math.log(high))
+
+
+@dataclass(frozen=True, kw_only=True)
+class QUniform(_Expression):
+    kind: Literal["quniform"] = "quniform"
+    min_value: float
+    max_value: float
+    q: float
+
+    def validate(self, field: str) -> None:
+        _bounds(field, self.min_value, self.max_value)
+        if _check.number(f"{field}.q", self.q) <= 0:
+            raise _check.fail(f"{field}.q", f"{self.q} is not positive", "pass a step q > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QLogUniform(_Expression):
+    kind: Literal["qloguniform"] = "qloguniform"
+    min_value: float
+    max_value: float
+    q: float
+
+    def validate(self, field: str) -> None:
+        QUniform.validate(self, field)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Normal(_Expression):
+    kind: Literal["normal"] = "normal"
+    mu: float
+    sigma: float
+
+    def validate(self, field: str) -> None:
+        _check.number(f"{field}.mu", self.mu)
+        if _check.number(f"{field}.sigma", self.sigma) <= 0:
+            raise _check.fail(f"{field}.sigma", f"{self.sigma} is not positive", "pass sigma > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogNormal(_Expression):
+    kind: Literal["lognormal"] = "lognormal"
+    mu: float
+    sigma: float
+
+    def validate(self, field: str) -> None:
+        Normal.validate(self, field)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Randint(_Expression):
+    """Integers in [0, upper)."""
+
+    kind: Literal["randint"] = "randint"
+    upper: int
+
+    def validate(self, field: str) -> None:
+        _check.positive_int(f"{field}.upper", self.upper)
+
+
+SearchExpression = Union[Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint]
+_KINDS: dict[str, type] = {
+    cls.kind: cls  # type: ignore[attr-defined]
+    for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint)
+}
+
+
+def expression_from_dict(field: str, data: Mapping[str, Any] | SearchExpression) -> SearchExpression:
+    """Build an expression from ``{"kind": "uniform", "min_value": ..., ...}`` (or pass one through)."""
+    if isinstance(data, tuple(_KINDS.values())):
+        return data  # type: ignore[return-value]
+    if not isinstance(data, Mapping):
+        raise _check.fail(field, f"{data!r} is not a search expression", "pass e.g. Uniform(min_value=0.001, max_value=0.1)")
+    kind = _check.one_of(f"{field}.kind", data.get("kind"), tuple(_KINDS))
+    try:
+        return _KINDS[kind](**data)
+    except TypeError as exc:
+        raise _check.fail(field, f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep for its arguments") from exc
+    except SpecError as exc:
+        raise SpecError(f"{field}.{exc}") from exc
+
+
+def to_dict(expr: SearchExpression) -> dict[str, Any]:
+    data = dict(vars(expr))
+    if isinstance(expr, Choice):
+        data["values"] = list(expr.values)
+    return data
+
+
+def grid_values(field: str, expr: SearchExpression) -> Sequence[Any]:
+    if not isinstance(expr, Choice):
+        raise _check.fail(field, f"grid sampling needs Choice, got {expr.kind}", "use Choice or sampling_algorithm='random'")
+    return expr.values
