@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from mlrunway.backend.types import JobInfo, JobStatus
+from mlrunway.backend.types import JobInfo, JobStatus, TrialInfo
 from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local._files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
@@ -50,8 +50,8 @@ class LocalJobs:
         spec = replace(spec, code=str(code), inputs=_absolute_inputs(spec))
         return self._create(name, "command", spec, {"parent_run_id": parent_run_id}, code)
 
-    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
-        """Start a sweep: a parent job whose controller process runs and judges the trials."""
+    def submit_sweep(self, name: str, sweep: SweepSpec, *, poll_s: float = 1.0) -> JobInfo:
+        """Start a sweep: a parent job whose controller process runs and judges the trials every ``poll_s``."""
         _check.job_name("sweep.name", name)
         if (existing := self._find(name)) is not None:
             return existing
@@ -66,7 +66,7 @@ class LocalJobs:
             code=str(code), command="python -m mlrunway.local.sweep_controller", experiment_name=sweep.trial.experiment_name,
             timeout=sweep.limits.timeout,
         )
-        return self._create(name, "sweep", controller, {"sweep": sweep.to_dict()}, None)
+        return self._create(name, "sweep", controller, {"sweep": sweep.to_dict(), "poll_s": poll_s}, None)
 
     def _create(self, name: str, kind: str, spec: CommandJobSpec, extra: dict[str, Any], code: Path | None) -> JobInfo:
         self.workspace.jobs.mkdir(parents=True, exist_ok=True)
@@ -152,9 +152,7 @@ class LocalJobs:
         info = self.get(name)
         if info.status.is_terminal():
             return info
-        state = JobState(self.workspace.job_dir(name))
-        if not state.cancel_file.exists():
-            write_json(state.cancel_file, {"reason": reason, "at": time.time()})
+        state = self.request_cancel(name, reason)
         deadline = time.monotonic() + self.kill_grace_s + 30
         while time.monotonic() < deadline:
             info = self.get(name)
@@ -166,6 +164,13 @@ class LocalJobs:
             terminate_group(status["pgid"], None, self.kill_grace_s)
         state.update(status="Canceled", ended=time.time(), error=reason)
         return self.get(name)
+
+    def request_cancel(self, name: str, reason: str) -> JobState:
+        """Ask the job's supervisor to stop it, without waiting; the first reason given stands."""
+        state = JobState(self.workspace.job_dir(name))
+        if not state.cancel_file.exists():
+            write_json(state.cancel_file, {"reason": reason, "at": time.time()})
+        return state
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
              on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
@@ -202,11 +207,14 @@ class LocalJobs:
                 return
             time.sleep(poll_s)
 
-    def sweep_spec(self, name: str) -> SweepSpec:
+    def sweep_result(self, name: str) -> dict[str, Any]:
+        """The sweep's record so far: ``trials`` (TrialInfo), ``best_trial``, ``stopped_because``, ``error``."""
         job = JobState(self.workspace.job_dir(name)).job()
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
-        return SweepSpec.from_dict(job["sweep"])
+        path = self.workspace.job_dir(name) / "outputs" / "sweep.json"
+        data = read_json(path) if path.exists() else {"trials": [], "best_trial": None}
+        return {**data, "trials": [TrialInfo.from_dict(t) for t in data["trials"]]}
 
 
 def _supervisor_alive(status: dict[str, Any]) -> bool:
