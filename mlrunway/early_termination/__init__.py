@@ -39,5 +39,5 @@ def evaluate(
     for k in evaluation_points(policy, longest):
         active = {t: h[:k] for t, h in histories.items() if len(h) >= k and t not in stopped}
         if active:
-            stopped.update(decide(policy, active, goal, k))  # type: ignore[arg-type]
+            stopped.update(decide(policy, active, goal, k, histories))  # type: ignore[arg-type]
     return stopped

@@ -22,7 +22,8 @@ def threshold(policy: BanditPolicy, best: float, goal: Goal) -> float:
 
 
 def decide_at(
-    policy: BanditPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int
+    policy: BanditPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int,
+    everyone: Mapping[str, Sequence[float]] | None = None,
 ) -> dict[str, Termination]:
     """Decide at one interval; ``values`` holds each active trial's first ``interval`` values."""
     ys = {trial: best_so_far(v, goal) for trial, v in values.items()}

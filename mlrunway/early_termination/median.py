@@ -1,4 +1,8 @@
-"""Median stopping: stop a trial whose best value is worse than the median of all trials' running averages."""
+"""Median stopping: stop a trial whose best value is worse than the median of all trials' running averages.
+
+The median at interval k is over every trial that has logged a value, each averaged over its first k values
+(or all it has, for a trial that ended or was stopped sooner), as in Vizier's rule that Azure ML follows.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ from mlrunway.specs.policies import MedianStoppingPolicy
 
 
 def decide_at(
-    policy: MedianStoppingPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int
+    policy: MedianStoppingPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int,
+    everyone: Mapping[str, Sequence[float]],
 ) -> dict[str, Termination]:
-    median = statistics.median(statistics.fmean(v) for v in values.values())
+    median = statistics.median(statistics.fmean(h[:interval]) for h in everyone.values() if h)
     decisions = {}
     for trial, v in values.items():
         y = best_so_far(v, goal)

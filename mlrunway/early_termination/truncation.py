@@ -12,7 +12,8 @@ from mlrunway.specs.policies import TruncationSelectionPolicy
 
 
 def decide_at(
-    policy: TruncationSelectionPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int
+    policy: TruncationSelectionPolicy, values: Mapping[str, Sequence[float]], goal: Goal, interval: int,
+    everyone: Mapping[str, Sequence[float]] | None = None,
 ) -> dict[str, Termination]:
     ys = {trial: best_so_far(v, goal) for trial, v in values.items()}
     cut = len(ys) * policy.truncation_percentage // 100

@@ -1,0 +1,141 @@
+"""The local model registry: named models with versions 1, 2, 3..., each an immutable copy of its files.
+
+``models/<name>/<version>/`` holds ``files/`` (read-only copies) and ``model.json`` (format, tags,
+properties such as the source job and its metric). A version is built aside and renamed into place under a
+lock, so concurrent registrations get distinct versions and a reader never sees half a copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrunway.errors import NotFound
+from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs import _check
+
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelVersion:
+    name: str
+    version: int
+    path: str
+    format: str = "custom"
+    tags: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    created: float = 0.0
+    archived: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.path") -> Path:
+    """Resolve ``path`` under ``base``; reject one that escapes it through '..', an absolute path or a symlink."""
+    root = Path(base).resolve()
+    target = (root / path).resolve()
+    if target != root and root not in target.parents:
+        raise _check.fail(field_name, f"{str(path)!r} escapes {root}", "pass a path inside the folder, without '..'")
+    if not target.exists():
+        raise _check.fail(field_name, f"{target} does not exist", "pass the model's file or folder")
+    if target.is_dir():
+        for dirpath, dirnames, filenames in os.walk(target):
+            for entry in (*dirnames, *filenames):
+                link = Path(dirpath) / entry
+                if link.is_symlink() and root not in link.resolve().parents:
+                    raise _check.fail(field_name, f"symlink {link} points outside {root}", "copy the file in instead")
+    return target
+
+
+class LocalModels:
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    def register(
+        self, name: str, path: str | Path, *, base: str | Path | None = None, format: str = "custom",
+        tags: dict[str, str] | None = None, properties: dict[str, Any] | None = None, description: str = "",
+    ) -> ModelVersion:
+        """Copy ``path`` (a file or folder; inside ``base`` when given) as the next version of ``name``."""
+        if not isinstance(name, str) or not _MODEL_NAME.match(name):
+            raise _check.fail("model.name", f"{name!r} is not a valid model name", "use letters, digits, '-', '_' or '.'")
+        source = resolve_inside(base, path) if base is not None else resolve_inside(Path(path).resolve().parent, Path(path).name)
+        folder = self.workspace.models / name
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder, prefix=".new."))
+        files = staging / "files"
+        if source.is_dir():
+            shutil.copytree(source, files, symlinks=False)
+        else:
+            files.mkdir()
+            shutil.copy2(source, files / source.name)
+        _make_read_only(files)
+        with locked(folder / ".lock"):
+            version = max(self._versions(name), default=0) + 1
+            model = ModelVersion(
+                name=name, version=version, path=str(folder / str(version) / "files"), format=format,
+                tags={k: str(v) for k, v in (tags or {}).items()}, properties=dict(properties or {}),
+                description=description, created=time.time(),
+            )
+            write_json(staging / "model.json", model.to_dict())
+            staging.rename(folder / str(version))
+        return model
+
+    def get(self, name: str, version: int | str | None = None) -> ModelVersion:
+        """One version, or the latest one not archived when ``version`` is None or 'latest'."""
+        versions = self._versions(name)
+        if version in (None, "latest"):
+            live = [v for v in versions if not self._read(name, v).archived]
+            if not live:
+                raise NotFound(f"model {name!r} has no version in workspace {self.workspace.root}")
+            version = live[-1]
+        if int(version) not in versions:  # type: ignore[arg-type]
+            raise NotFound(f"model {name!r} has no version {version}; it has {versions or 'none'}")
+        return self._read(name, int(version))  # type: ignore[arg-type]
+
+    def list(self, name: str | None = None) -> list[ModelVersion]:
+        if not self.workspace.models.exists():
+            return []
+        names = [name] if name else sorted(p.name for p in self.workspace.models.iterdir() if p.is_dir())
+        return [self._read(n, v) for n in names for v in self._versions(n)]
+
+    def download(self, name: str, version: int | str | None, dest: str | Path) -> Path:
+        """Copy a version's files into ``dest`` (writable copies); return ``dest``."""
+        model = self.get(name, version)
+        dest = Path(dest)
+        shutil.copytree(model.path, dest, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        return dest
+
+    def archive(self, name: str, version: int) -> ModelVersion:
+        """Hide a version from 'latest' (Azure's archive); its files stay."""
+        model = self.get(name, version)
+        folder = self.workspace.models / name / str(model.version)
+        with locked(self.workspace.models / name / ".lock"):
+            write_json(folder / "model.json", {**model.to_dict(), "archived": True})
+        return self._read(name, model.version)
+
+    def _versions(self, name: str) -> list[int]:
+        folder = self.workspace.models / name
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+    def _read(self, name: str, version: int) -> ModelVersion:
+        return ModelVersion(**read_json(self.workspace.models / name / str(version) / "model.json"))
+
+
+def _make_read_only(root: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for filename in filenames:
+            path = Path(dirpath) / filename
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import pytest
+
+from mlrunway.errors import SpecError
+from mlrunway.specs import (
+    BanditPolicy,
+    Choice,
+    CommandJobSpec,
+    Input,
+    LogUniform,
+    MedianStoppingPolicy,
+    Objective,
+    PyTorchDistribution,
+    QUniform,
+    Randint,
+    SweepLimits,
+    SweepSpec,
+    TensorFlowDistribution,
+    TruncationSelectionPolicy,
+    Uniform,
+)
+
+COMMAND = "python train.py --learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}"
+
+
+def trial(**overrides) -> CommandJobSpec:
+    return CommandJobSpec(**{"code": "training", "command": COMMAND,
+                             "inputs": {"learning_rate": 0.01, "momentum": 0.9}, **overrides})
+
+
+def sweep(**overrides) -> SweepSpec:
+    fields = {
+        "trial": trial(),
+        "search_space": {"learning_rate": Uniform(min_value=0.001, max_value=0.1),
+                         "momentum": Uniform(min_value=0.5, max_value=0.9)},
+        "objective": Objective(primary_metric="best_val_acc"),
+        "early_termination": BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10),
+        **overrides,
+    }
+    return SweepSpec(**fields)
+
+
+def test_specs_round_trip_through_dict():
+    spec = sweep(trial=trial(distribution=PyTorchDistribution(process_count_per_instance=2),
+                             inputs={"learning_rate": 0.01, "momentum": 0.9, "data": Input(path="/data")}),
+                 limits=SweepLimits(max_total_trials=8, max_concurrent_trials=2, timeout=600, trial_timeout=60))
+    assert SweepSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_specs_are_immutable_and_changes_return_copies():
+    job = trial()
+    with pytest.raises(AttributeError):
+        job.command = "x"  # type: ignore[misc]
+    changed = job.with_inputs(learning_rate=0.5)
+    assert changed.inputs["learning_rate"] == 0.5 and job.inputs["learning_rate"] == 0.01
+
+
+def test_process_count_multiplies_processes_and_instances():
+    assert trial(distribution=TensorFlowDistribution(worker_count=2, parameter_server_count=1)).process_count == 3
+    assert trial(distribution=PyTorchDistribution(process_count_per_instance=4), instance_count=2).process_count == 8
+
+
+BAD_JOBS = [
+    pytest.param({"command": ""}, "command_job.command: is empty", id="empty-command"),
+    pytest.param({"code": ""}, "command_job.code: is empty", id="empty-code"),
+    pytest.param({"command": "python t.py --x ${{inputs.x}}"}, r"inputs.x\}\} has no matching input", id="undeclared-input"),
+    pytest.param({"command": "python t.py ${{outputs.model}}", "inputs": {}}, "has no matching output", id="undeclared-output"),
+    pytest.param({"instance_count": 0}, "command_job.instance_count: 0 is not an integer >= 1", id="zero-instances"),
+    pytest.param({"experiment_name": "bad name!"}, "command_job.experiment_name", id="bad-experiment"),
+    pytest.param({"timeout": -5}, "command_job.timeout", id="negative-timeout"),
+    pytest.param({"environment_variables": {"A": 1}}, "environment_variables.A: is not a string", id="non-string-env"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_JOBS)
+def test_bad_command_job_names_field_and_fix(overrides, message):
+    with pytest.raises(SpecError, match=message):
+        trial(**overrides)
+
+
+@pytest.mark.parametrize("kwargs", [{"process_count_per_instance": 0}, {"process_count_per_instance": 1.5}])
+def test_distribution_rejects_bad_process_counts(kwargs):
+    with pytest.raises(SpecError, match="distribution.process_count_per_instance"):
+        PyTorchDistribution(**kwargs)
+
+
+BAD_SWEEPS = [
+    pytest.param({"search_space": {}}, "sweep.search_space: is empty", id="empty-space"),
+    pytest.param({"search_space": {"learning_rate": {"kind": "choice", "values": []}}}, "Choice has no values", id="empty-choice"),
+    pytest.param({"search_space": {"learning_rate": {"kind": "uniform", "min_value": 0.1, "max_value": 0.001}}},
+                 "learning_rate.uniform: min_value 0.1 is not less than max_value 0.001", id="min-over-max"),
+    pytest.param({"search_space": {"learning_rate": {"kind": "gaussian", "mu": 0}}}, "kind: 'gaussian' is not supported", id="unknown-distribution"),
+    pytest.param({"search_space": {"learning_rate": {"kind": "quniform", "min_value": 0, "max_value": 1, "q": 0}}}, r"\.q: 0", id="zero-q"),
+    pytest.param({"search_space": {"batch": Choice(values=[16, 32])}}, "sweep.search_space.batch: never reaches the trial's command line", id="unused-parameter"),
+    pytest.param({"sampling_algorithm": "hyperband"}, "sampling_algorithm: 'hyperband' is not supported", id="bad-sampling"),
+    pytest.param({"sampling_algorithm": "grid"}, "grid sampling needs Choice, got uniform", id="grid-needs-choice"),
+    pytest.param({"limits": SweepLimits(max_total_trials=4, max_concurrent_trials=8)}, "max_concurrent_trials: 8 is more than", id="concurrency-over-total"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_SWEEPS)
+def test_bad_sweep_names_field_and_fix(overrides, message):
+    with pytest.raises(SpecError, match=message):
+        sweep(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        pytest.param(lambda: Objective(primary_metric="acc", goal="maximise"), "goal: 'maximise' is not supported", id="bad-goal"),
+        pytest.param(lambda: Objective(primary_metric=" "), "primary_metric: is empty", id="empty-metric"),
+        pytest.param(lambda: SweepLimits(max_total_trials=0), "max_total_trials: 0", id="zero-trials"),
+        pytest.param(lambda: SweepLimits(max_total_trials=1001), "over the limit of 1000", id="too-many-trials"),
+        pytest.param(lambda: SweepLimits(trial_timeout=0), "trial_timeout", id="zero-trial-timeout"),
+        pytest.param(lambda: BanditPolicy(slack_factor=-0.1), "bandit.slack_factor: -0.1 is not positive", id="negative-slack"),
+        pytest.param(lambda: BanditPolicy(slack_factor=0.1, slack_amount=0.1), "exactly one of slack_factor and slack_amount", id="both-slacks"),
+        pytest.param(lambda: BanditPolicy(), "exactly one of", id="no-slack"),
+        pytest.param(lambda: BanditPolicy(slack_factor=0.1, evaluation_interval=0), "evaluation_interval: 0", id="zero-interval"),
+        pytest.param(lambda: MedianStoppingPolicy(delay_evaluation=-1), "delay_evaluation: -1", id="negative-delay"),
+        pytest.param(lambda: TruncationSelectionPolicy(truncation_percentage=100), "truncation_percentage: 100 is over", id="truncation-100"),
+        pytest.param(lambda: LogUniform.from_range(0, 0.1), "log of non-positive 0", id="log-of-zero"),
+        pytest.param(lambda: Randint(upper=0), "upper", id="randint-zero"),
+        pytest.param(lambda: QUniform(min_value=1, max_value=1, q=1), "min_value 1.0 is not less than max_value 1.0", id="empty-range"),
+    ],
+)
+def test_bad_limits_policies_and_expressions(build, message):
+    with pytest.raises(SpecError, match=message):
+        build()
+
+
+def test_limits_default_concurrency_to_total():
+    assert SweepLimits(max_total_trials=7).max_concurrent_trials == 7
+
+
+def test_loguniform_from_range_takes_values_not_logs():
+    expr = LogUniform.from_range(1e-4, 1e-1)
+    assert expr.min_value == pytest.approx(-9.2103, abs=1e-4) and expr.max_value == pytest.approx(-2.3026, abs=1e-4)

@@ -1,0 +1,144 @@
+"""The controller over a scripted runner: each controller sleep is one tick, and a trial logs one value a tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.early_termination import evaluate
+from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
+from mlrunway.sweep.controller import SweepController
+from mlrunway.sweep.leaderboard import format_leaderboard
+
+CURVES = {
+    "good": [0.5, 0.7, 0.8, 0.9, 0.92, 0.93],
+    "fine": [0.45, 0.65, 0.75, 0.85, 0.88, 0.9],
+    "slow": [0.1, 0.2, 0.3, 0.35, 0.4, 0.45],
+    "fade": [0.5, 0.65, 0.66, 0.66, 0.66, 0.66],
+    "crash": [0.3, None],
+    "silent": [],
+}
+
+
+@dataclass
+class ScriptedRunner:
+    tick: int = 0
+    started: dict[str, tuple[int, str]] = field(default_factory=dict)
+    canceled: dict[str, str] = field(default_factory=dict)
+    max_running: int = 0
+
+    def start(self, name, params):
+        self.started[name] = (self.tick, params["curve"])
+        running = sum(1 for n in self.started if not self.poll(n)[0].is_terminal())
+        self.max_running = max(self.max_running, running)
+
+    def _curve(self, name):
+        return CURVES[self.started[name][1]]
+
+    def history(self, name):
+        begun, _ = self.started[name]
+        values = self._curve(name)[: self.tick - begun]
+        return [v for v in values if v is not None]
+
+    def poll(self, name):
+        if name in self.canceled:
+            return JobStatus.CANCELED, self.canceled[name]
+        begun, _ = self.started[name]
+        curve = self._curve(name)
+        if None in curve[: self.tick - begun]:
+            return JobStatus.FAILED, "exit code 1; stderr tail:\nRuntimeError: boom"
+        return (JobStatus.COMPLETED, None) if self.tick - begun >= len(curve) else (JobStatus.RUNNING, None)
+
+    def metrics(self, name):
+        history = self.history(name)
+        return {"acc": history[-1], "loss": 1.0} if history else {"loss": 1.0}
+
+    def cancel(self, name, reason):
+        self.canceled[name] = reason
+
+    def sleep(self, _seconds):
+        self.tick += 1
+
+
+def sweep(curves, *, policy=BanditPolicy(slack_factor=0.2, delay_evaluation=2), concurrent=None, timeout=None):
+    trial = CommandJobSpec(code=".", command="python t.py --curve ${{inputs.curve}}", inputs={"curve": "good"})
+    return SweepSpec(trial=trial, search_space={"curve": Choice(values=curves)}, sampling_algorithm="grid",
+                     objective=Objective(primary_metric="acc"), early_termination=policy,
+                     limits=SweepLimits(max_total_trials=len(curves), max_concurrent_trials=concurrent, timeout=timeout))
+
+
+def run(spec, runner=None, **kwargs):
+    runner = runner or ScriptedRunner()
+    controller = SweepController(spec=spec, runner=runner, name="sw", sleep=runner.sleep,
+                                 clock=lambda: float(runner.tick), **kwargs)
+    return controller.run(), runner
+
+
+def test_controller_stops_exactly_the_trials_the_reference_computation_stops():
+    names = ["good", "fine", "slow", "fade"]
+    outcome, runner = run(sweep(names))
+    reference = evaluate(BanditPolicy(slack_factor=0.2, delay_evaluation=2), {n: CURVES[n] for n in names}, "maximize")
+    stopped = {runner.started[n][1]: t.early_termination["interval"] for n, t in outcome.trials.items() if t.early_termination}
+    assert stopped == {n: s.interval for n, s in reference.items()} == {"slow": 2, "fade": 3}
+    assert outcome.best == "sw_trial_0"
+    assert all(reason.startswith("early termination at interval") for reason in runner.canceled.values())
+
+
+def test_controller_honours_max_concurrent_trials():
+    _, runner = run(sweep(["good", "fine", "slow", "fade"], policy=None, concurrent=2))
+    assert runner.max_running == 2 and len(runner.started) == 4
+
+
+def test_crashing_trial_fails_and_the_sweep_goes_on():
+    outcome, _ = run(sweep(["crash", "good"], policy=None))
+    assert outcome.trials["sw_trial_0"].status is JobStatus.FAILED
+    assert outcome.trials["sw_trial_1"].status is JobStatus.COMPLETED
+    assert outcome.best == "sw_trial_1" and not outcome.failed
+
+
+def test_all_trials_failing_fails_the_sweep_with_their_errors():
+    outcome, _ = run(sweep(["crash", "crash"], policy=None))
+    assert outcome.failed
+    assert "sw_trial_0: RuntimeError: boom" in outcome.error and "sw_trial_1" in outcome.error
+
+
+def test_metric_never_logged_fails_at_the_first_trial_naming_what_was_logged():
+    outcome, runner = run(sweep(["silent", "good"], policy=None, concurrent=1))
+    assert outcome.error.startswith("sweep.objective.primary_metric: trial sw_trial_0 completed without logging 'acc'")
+    assert "it logged loss" in outcome.error
+    assert len(runner.started) == 1
+
+
+def test_sweep_timeout_cancels_running_trials_and_keeps_the_best_so_far():
+    outcome, runner = run(sweep(["good", "fine"], policy=None, timeout=3))
+    assert outcome.stopped_because == "sweep timeout 3 s reached"
+    assert set(runner.canceled) == {"sw_trial_0", "sw_trial_1"}
+    assert outcome.best == "sw_trial_0"
+
+
+def test_stop_request_cancels_every_running_trial():
+    flag: list[str] = []
+    runner = ScriptedRunner()
+
+    def sleep(seconds):
+        runner.sleep(seconds)
+        flag.append("the sweep was canceled")
+
+    controller = SweepController(spec=sweep(["good", "fine"], policy=None), runner=runner, name="sw", sleep=sleep,
+                                 stop_requested=lambda: flag[0] if flag else None)
+    outcome = controller.run()
+    assert outcome.stopped_because == "the sweep was canceled" and set(runner.canceled) == {"sw_trial_0", "sw_trial_1"}
+
+
+def test_leaderboard_lists_best_first_with_stop_reasons():
+    outcome, _ = run(sweep(["slow", "good"]))
+    table = format_leaderboard(outcome.trials.values(), Objective(primary_metric="acc"))
+    lines = table.splitlines()
+    assert "sw_trial_1" in lines[1] and "Completed" in lines[1]
+    assert "sw_trial_0" in lines[2] and "bandit: best 0.2" in lines[2]
+
+
+def test_every_poll_publishes_the_record():
+    seen = []
+    run(sweep(["good"], policy=None), on_update=lambda o: seen.append(len(o.trials)))
+    assert len(seen) >= len(CURVES["good"]) and seen[-1] == 1
