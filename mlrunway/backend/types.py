@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     """Azure ML's job states that both backends report (Azure's others map onto these)."""
 
     QUEUED = "Queued"

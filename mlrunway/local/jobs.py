@@ -115,7 +115,7 @@ class LocalJobs:
     def list(self) -> list[JobInfo]:
         if not self.workspace.jobs.exists():
             return []
-        names = sorted(p.name for p in self.workspace.jobs.iterdir() if not p.name.startswith("."))
+        names = sorted(p.name for p in self.workspace.jobs.iterdir() if (p / "status.json").exists())
         return [self.get(n) for n in names]
 
     def _find(self, name: str) -> JobInfo | None:

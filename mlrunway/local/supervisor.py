@@ -71,10 +71,11 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
     procs: list[subprocess.Popen[bytes]] = []
     with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
         for launch in launches:
-            group = {"start_new_session": True} if not procs else {"process_group": procs[0].pid}
+            # A group of their own (led by the first), inside the supervisor's session: killpg stops them all.
+            group = procs[0].pid if procs else 0
             procs.append(
                 subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=err, **group)  # type: ignore[call-overload]
+                                 stdout=out, stderr=err, process_group=group)
             )
     return procs
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from mlrunway.specs import _check
 
@@ -23,7 +23,7 @@ __all__ = [
 
 PLACEHOLDER = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _IO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-Literal_ = Union[str, int, float, bool]
+Literal_ = str | int | float | bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +93,7 @@ class TensorFlowDistribution:
         return self.worker_count + self.parameter_server_count
 
 
-Distribution = Union[PyTorchDistribution, MpiDistribution, TensorFlowDistribution]
+Distribution = PyTorchDistribution | MpiDistribution | TensorFlowDistribution
 _DISTRIBUTIONS: dict[str, type] = {
     "pytorch": PyTorchDistribution,
     "mpi": MpiDistribution,
@@ -162,7 +162,7 @@ class CommandJobSpec:
             declared = inputs if section == "inputs" else outputs
             if name not in declared:
                 raise _check.fail(
-                    f"command_job.command",
+                    "command_job.command",
                     f"${{{{{section}.{name}}}}} has no matching {section[:-1]}",
                     f"declare {section}={{'{name}': ...}} or remove the placeholder",
                 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from mlrunway.specs import _check
 
@@ -73,7 +73,7 @@ class TruncationSelectionPolicy:
         _check.positive_int("truncation_selection.truncation_percentage", self.truncation_percentage, maximum=99)
 
 
-EarlyTerminationPolicy = Union[BanditPolicy, MedianStoppingPolicy, TruncationSelectionPolicy]
+EarlyTerminationPolicy = BanditPolicy | MedianStoppingPolicy | TruncationSelectionPolicy
 _KINDS: dict[str, type] = {"bandit": BanditPolicy, "median_stopping": MedianStoppingPolicy,
                            "truncation_selection": TruncationSelectionPolicy}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from mlrunway.errors import SpecError
 from mlrunway.specs import _check
@@ -139,7 +139,7 @@ class Randint(_Expression):
         _check.positive_int(f"{field}.upper", self.upper)
 
 
-SearchExpression = Union[Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint]
+SearchExpression = Choice | Uniform | LogUniform | QUniform | QLogUniform | Normal | LogNormal | Randint
 _KINDS: dict[str, type] = {
     cls.kind: cls  # type: ignore[attr-defined]
     for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint)

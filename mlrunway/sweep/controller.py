@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.early_termination import evaluate
+from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep.leaderboard import best_trial
 from mlrunway.sweep.sampling import trial_params
-from mlrunway.specs.sweep import SweepSpec
 
 log = logging.getLogger(__name__)
 

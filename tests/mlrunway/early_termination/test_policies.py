@@ -134,7 +134,7 @@ def test_bandit_slack_amount_minimize_is_the_mirror_of_maximize(histories, amoun
 def test_bandit_stops_only_trials_strictly_worse_than_an_active_rival(histories, policy, goal):
     decisions = evaluate(policy, histories, goal)
     pick = max if goal == "maximize" else min
-    for name, stop in decisions.items():
+    for stop in decisions.values():
         k = stop.interval
         rivals = [pick(h[:k]) for t, h in histories.items()
                   if len(h) >= k and (t not in decisions or decisions[t].interval >= k)]

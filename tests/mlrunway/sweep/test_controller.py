@@ -60,7 +60,10 @@ class ScriptedRunner:
         self.tick += 1
 
 
-def sweep(curves, *, policy=BanditPolicy(slack_factor=0.2, delay_evaluation=2), concurrent=None, timeout=None):
+POLICY = BanditPolicy(slack_factor=0.2, delay_evaluation=2)
+
+
+def sweep(curves, *, policy=POLICY, concurrent=None, timeout=None):
     trial = CommandJobSpec(code=".", command="python t.py --curve ${{inputs.curve}}", inputs={"curve": "good"})
     return SweepSpec(trial=trial, search_space={"curve": Choice(values=curves)}, sampling_algorithm="grid",
                      objective=Objective(primary_metric="acc"), early_termination=policy,
@@ -77,7 +80,7 @@ def run(spec, runner=None, **kwargs):
 def test_controller_stops_exactly_the_trials_the_reference_computation_stops():
     names = ["good", "fine", "slow", "fade"]
     outcome, runner = run(sweep(names))
-    reference = evaluate(BanditPolicy(slack_factor=0.2, delay_evaluation=2), {n: CURVES[n] for n in names}, "maximize")
+    reference = evaluate(POLICY, {n: CURVES[n] for n in names}, "maximize")
     stopped = {runner.started[n][1]: t.early_termination["interval"] for n, t in outcome.trials.items() if t.early_termination}
     assert stopped == {n: s.interval for n, s in reference.items()} == {"slow": 2, "fade": 3}
     assert outcome.best == "sw_trial_0"

@@ -3,8 +3,18 @@ from __future__ import annotations
 import math
 
 from mlrunway.specs import (
-    Choice, CommandJobSpec, LogNormal, LogUniform, Normal, Objective, QLogUniform, QUniform, Randint, SweepLimits,
-    SweepSpec, Uniform,
+    Choice,
+    CommandJobSpec,
+    LogNormal,
+    LogUniform,
+    Normal,
+    Objective,
+    QLogUniform,
+    QUniform,
+    Randint,
+    SweepLimits,
+    SweepSpec,
+    Uniform,
 )
 from mlrunway.sweep.sampling import trial_params
 

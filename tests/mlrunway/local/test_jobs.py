@@ -1,0 +1,232 @@
+"""The local job service over real processes: lifecycle, logs, outputs, cancel, crashes, re-attach by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
+from mlrunway.local import tracking
+from mlrunway.local.jobs import LocalJobs
+from mlrunway.specs import CommandJobSpec, Input, MpiDistribution, Output, PyTorchDistribution, TensorFlowDistribution
+from tests.conftest import write_script
+
+pytestmark = pytest.mark.slow
+
+LOGS_METRICS = """
+import argparse, mlflow, pathlib, sys
+p = argparse.ArgumentParser(); p.add_argument("--n", type=int); p.add_argument("--data"); p.add_argument("--out")
+a = p.parse_args()
+for i in range(a.n):
+    mlflow.log_metric("score", i / 10, step=i)
+    print(f"epoch {i}")
+pathlib.Path("outputs/model.txt").write_text(pathlib.Path(a.data, "x.txt").read_text())
+pathlib.Path(a.out, "named.txt").write_text("named output")
+print("warning: stderr works", file=sys.stderr)
+"""
+
+SLEEPS = """
+import os, pathlib, signal, sys, time
+pathlib.Path("outputs/pid").write_text(str(os.getpid()))
+if "--ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("started", flush=True)
+time.sleep(float(sys.argv[1]))
+print("finished", flush=True)
+"""
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_job_runs_with_inputs_outputs_logs_and_mlflow_metrics(jobs, tmp_path):
+    code = write_script(tmp_path / "code", LOGS_METRICS)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("from the input")
+    spec = CommandJobSpec(code=str(code), command="python script.py --n ${{inputs.n}} --data ${{inputs.data}} --out ${{outputs.model}}",
+                          inputs={"n": 3, "data": Input(path=str(data))}, outputs={"model": Output()}, experiment_name="exp")
+    submitted = jobs.submit("job-1", spec)
+    assert submitted.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    info = jobs.wait("job-1", poll_s=0.2)
+    assert info.status is JobStatus.COMPLETED and info.exit_code == 0
+    assert list(jobs.logs("job-1")) == ["epoch 0", "epoch 1", "epoch 2"]
+    assert list(jobs.logs("job-1", "stderr")) == ["warning: stderr works"]
+    assert (Path(info.outputs) / "model.txt").read_text() == "from the input"
+    assert (Path(info.outputs) / "model" / "named.txt").read_text() == "named output"
+    store = tracking.client(jobs.workspace)
+    run = store.get_run(info.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "job-1"
+    assert tracking.metric_history(store, info.mlflow_run_id, "score") == [0.0, 0.1, 0.2]
+    assert store.get_experiment(run.info.experiment_id).name == "exp"
+
+
+def test_code_is_snapshotted_at_submit(jobs, tmp_path):
+    code = write_script(tmp_path / "code", "print('original')")
+    jobs.submit("snap", CommandJobSpec(code=str(code), command="python script.py"))
+    (code / "script.py").write_text("print('edited')")
+    jobs.wait("snap", poll_s=0.2)
+    assert list(jobs.logs("snap")) == ["original"]
+
+
+def test_submitting_an_existing_name_returns_that_job_without_a_duplicate(jobs, tmp_path):
+    runs = tmp_path / "runs.log"
+    code = write_script(tmp_path / "code", f"with open({str(runs)!r}, 'a') as f: f.write('run\\n')")
+    first = jobs.submit("once", CommandJobSpec(code=str(code), command="python script.py"))
+    again = jobs.submit("once", CommandJobSpec(code=str(code), command="python other.py"))
+    assert again.created == first.created
+    jobs.wait("once", poll_s=0.2)
+    assert runs.read_text() == "run\n"
+    assert [j.name for j in jobs.list()] == ["once"]
+
+
+def test_crashing_script_fails_with_exit_code_and_stderr_tail(jobs, tmp_path):
+    code = write_script(tmp_path / "code", "import sys\nprint('about to fail')\nraise RuntimeError('bad batch 7')")
+    jobs.submit("crash", CommandJobSpec(code=str(code), command="python script.py"))
+    info = jobs.wait("crash", poll_s=0.2)
+    assert info.status is JobStatus.FAILED and info.exit_code == 1
+    assert info.error.startswith("exit code 1; stderr tail:") and "RuntimeError: bad batch 7" in info.error
+    assert tracking.client(jobs.workspace).get_run(info.mlflow_run_id).info.status == "FAILED"
+
+
+def test_cancel_sends_sigterm_to_the_group_then_sigkill(jobs, tmp_path):
+    code = write_script(tmp_path / "code", SLEEPS)
+    jobs.submit("stubborn", CommandJobSpec(code=str(code), command="python script.py 60 --ignore-term"))
+    pid_file = jobs.workspace.job_dir("stubborn") / "outputs" / "pid"
+    wait_for(pid_file.exists)
+    pid = int(pid_file.read_text())
+    started = time.monotonic()
+    info = jobs.cancel("stubborn", reason="user asked")
+    assert info.status is JobStatus.CANCELED and info.error == "user asked"
+    assert time.monotonic() - started >= jobs.kill_grace_s  # SIGTERM was ignored, SIGKILL came after the grace
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert tracking.client(jobs.workspace).get_run(info.mlflow_run_id).info.status == "KILLED"
+
+
+def test_timeout_cancels_the_job(jobs, tmp_path):
+    code = write_script(tmp_path / "code", SLEEPS)
+    jobs.submit("slow", CommandJobSpec(code=str(code), command="python script.py 60", timeout=1))
+    info = jobs.wait("slow", poll_s=0.2)
+    assert info.status is JobStatus.CANCELED and info.timed_out and "timed out after 1 s" in info.error
+
+
+def test_wait_past_its_limit_cancels_and_raises(jobs, tmp_path):
+    code = write_script(tmp_path / "code", SLEEPS)
+    jobs.submit("waited", CommandJobSpec(code=str(code), command="python script.py 60"))
+    with pytest.raises(JobTimedOut, match="job waited: still .* after 1 s; it was canceled"):
+        jobs.wait("waited", timeout=1, poll_s=0.2)
+    assert jobs.get("waited").status is JobStatus.CANCELED
+
+
+def test_job_outlives_the_process_that_submitted_it(workspace, tmp_path):
+    code = write_script(tmp_path / "code", SLEEPS)
+    submitter = f"""
+import sys, time
+from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs import CommandJobSpec
+LocalJobs(Workspace.at({str(workspace.root)!r})).submit("orphan", CommandJobSpec(code={str(code)!r}, command="python script.py 3"))
+print("submitted", flush=True)
+time.sleep(60)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", submitter], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "submitted"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = LocalJobs(workspace)
+    info = again.wait("orphan", poll_s=0.2)
+    assert info.status is JobStatus.COMPLETED and list(again.logs("orphan")) == ["started", "finished"]
+
+
+def test_dead_supervisor_fails_the_job_and_stops_its_processes(jobs, tmp_path):
+    code = write_script(tmp_path / "code", SLEEPS)
+    jobs.submit("orphaned", CommandJobSpec(code=str(code), command="python script.py 60"))
+    pid_file = jobs.workspace.job_dir("orphaned") / "outputs" / "pid"
+    wait_for(pid_file.exists)
+    status = json.loads((jobs.workspace.job_dir("orphaned") / "status.json").read_text())
+    os.kill(status["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: jobs.get("orphaned").status.is_terminal())
+    info = jobs.get("orphaned")
+    assert info.status is JobStatus.FAILED and "supervisor process died" in info.error
+    wait_for(lambda: not psutil.pid_exists(int(pid_file.read_text())))
+
+
+def test_logs_follow_streams_until_the_job_ends(jobs, tmp_path):
+    code = write_script(tmp_path / "code", "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.3)")
+    jobs.submit("stream", CommandJobSpec(code=str(code), command="python script.py"))
+    assert list(jobs.logs("stream", follow=True, poll_s=0.1)) == ["0", "1", "2"]
+
+
+PROBE = """
+import json, os, pathlib
+keys = ["WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "MLFLOW_RUN_ID"]
+env = {k: os.environ.get(k) for k in keys}
+tag = os.environ.get("RANK") or json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
+pathlib.Path(f"outputs/env_{os.getpid()}.json").write_text(json.dumps(env))
+"""
+
+
+def read_envs(jobs, name):
+    folder = jobs.workspace.job_dir(name) / "outputs"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("env_*.json"))]
+
+
+def test_pytorch_distribution_gives_each_process_azure_mls_variables(jobs, tmp_path):
+    code = write_script(tmp_path / "code", PROBE)
+    spec = CommandJobSpec(code=str(code), command="python script.py",
+                          distribution=PyTorchDistribution(process_count_per_instance=2))
+    jobs.submit("ddp-env", spec)
+    assert jobs.wait("ddp-env", poll_s=0.2).status is JobStatus.COMPLETED
+    envs = sorted(read_envs(jobs, "ddp-env"), key=lambda e: e["RANK"])
+    assert [(e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["NODE_RANK"]) for e in envs] == [
+        ("0", "0", "2", "0"), ("1", "1", "2", "0")]
+    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and len({e["MASTER_PORT"] for e in envs}) == 1
+    assert len({e["MLFLOW_RUN_ID"] for e in envs}) == 1  # one job, one run
+
+
+def test_tensorflow_distribution_gives_each_process_its_tf_config(jobs, tmp_path):
+    code = write_script(tmp_path / "code", PROBE)
+    spec = CommandJobSpec(code=str(code), command="python script.py",
+                          distribution=TensorFlowDistribution(worker_count=2, parameter_server_count=1))
+    jobs.submit("tf-env", spec)
+    assert jobs.wait("tf-env", poll_s=0.2).status is JobStatus.COMPLETED
+    configs = [json.loads(e["TF_CONFIG"]) for e in read_envs(jobs, "tf-env")]
+    assert sorted((c["task"]["type"], c["task"]["index"]) for c in configs) == [("ps", 0), ("worker", 0), ("worker", 1)]
+    assert all(len(c["cluster"]["worker"]) == 2 and len(c["cluster"]["ps"]) == 1 for c in configs)
+
+
+@pytest.mark.skipif(bool(__import__("shutil").which("mpirun")), reason="mpirun is installed here")
+def test_mpi_without_a_launcher_fails_at_submit(jobs, tmp_path):
+    spec = CommandJobSpec(code=str(tmp_path), command="python t.py", distribution=MpiDistribution(process_count_per_instance=2))
+    with pytest.raises(NotSupportedOnBackend, match="distribution mpi: no mpirun on PATH; install Open MPI"):
+        jobs.submit("mpi", spec)
+    with pytest.raises(NotFound):
+        jobs.get("mpi")
+
+
+def test_bad_submissions_fail_before_anything_starts(jobs, tmp_path):
+    with pytest.raises(NotSupportedOnBackend, match="command_job.instance_count: 2 nodes cannot run on the local backend"):
+        jobs.submit("multi", CommandJobSpec(code=str(tmp_path), command="python t.py", instance_count=2))
+    with pytest.raises(SpecError, match="command_job.code: folder '/nope' does not exist"):
+        jobs.submit("nocode", CommandJobSpec(code="/nope", command="python t.py"))
+    with pytest.raises(SpecError, match="command_job.inputs.data: uri_folder '/missing' does not exist"):
+        jobs.submit("nodata", CommandJobSpec(code=str(tmp_path), command="python t.py ${{inputs.data}}",
+                                             inputs={"data": Input(path="/missing")}))
+    with pytest.raises(SpecError, match="job.name: 'bad name' is not a valid name"):
+        jobs.submit("bad name", CommandJobSpec(code=str(tmp_path), command="python t.py"))
+    assert jobs.list() == []
