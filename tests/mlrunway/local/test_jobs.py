@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -229,4 +230,13 @@ def test_bad_submissions_fail_before_anything_starts(jobs, tmp_path):
                                              inputs={"data": Input(path="/missing")}))
     with pytest.raises(SpecError, match="job.name: 'bad name' is not a valid name"):
         jobs.submit("bad name", CommandJobSpec(code=str(tmp_path), command="python t.py"))
+    assert jobs.list() == []
+
+
+def test_bayesian_sampling_is_refused_locally_before_anything_starts(jobs, tmp_path):
+    from mlrunway.sweep.presets import train_job, tutorial_sweep
+
+    sweep = dataclasses.replace(tutorial_sweep(train_job(str(tmp_path), str(tmp_path))), sampling_algorithm="bayesian")
+    with pytest.raises(NotSupportedOnBackend, match="sweep.sampling_algorithm: 'bayesian' runs on the Azure ML backend only"):
+        jobs.submit_sweep("bayes", sweep)
     assert jobs.list() == []

@@ -1,0 +1,51 @@
+"""The reference sweep: Azure ML's PyTorch tutorial, with its faults fixed (see AZURE_CONTRACT.md).
+
+learning_rate and momentum reach the command line; random sampling; ``best_val_acc`` maximized;
+``BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10)``. train.py logs the metric once
+per epoch, so one interval is one epoch and the policy first acts after epoch 10.
+"""
+
+from __future__ import annotations
+
+from mlrunway.specs import (
+    BanditPolicy,
+    CommandJobSpec,
+    Input,
+    LogUniform,
+    Objective,
+    SweepLimits,
+    SweepSpec,
+    Uniform,
+)
+from mlrunway.specs.policies import EarlyTerminationPolicy
+
+TUTORIAL_BANDIT = BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10)
+TRAIN_COMMAND = (
+    "python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
+    "--learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}"
+)
+
+
+def train_job(code: str, data: str, *, num_epochs: int = 20, learning_rate: float = 0.01, momentum: float = 0.9,
+              experiment_name: str = "mlrunway") -> CommandJobSpec:
+    """The tutorial's command job: train.py on an ImageFolder dataset."""
+    return CommandJobSpec(
+        code=code, command=TRAIN_COMMAND, experiment_name=experiment_name,
+        inputs={"data": Input(path=data), "num_epochs": num_epochs, "learning_rate": learning_rate, "momentum": momentum},
+    )
+
+
+def tutorial_sweep(trial: CommandJobSpec, *, max_total_trials: int = 8, max_concurrent_trials: int = 2,
+                   seed: int | None = 0, early_termination: EarlyTerminationPolicy | None = TUTORIAL_BANDIT,
+                   lr_range: tuple[float, float] = (1e-3, 1e-1), momentum_range: tuple[float, float] = (0.5, 0.95)) -> SweepSpec:
+    """The tutorial's sweep over ``trial``; ``early_termination=None`` runs every trial to the end."""
+    return SweepSpec(
+        trial=trial,
+        search_space={"learning_rate": LogUniform.from_range(*lr_range),
+                      "momentum": Uniform(min_value=momentum_range[0], max_value=momentum_range[1])},
+        objective=Objective(primary_metric="best_val_acc", goal="maximize"),
+        sampling_algorithm="random", seed=seed,
+        limits=SweepLimits(max_total_trials=max_total_trials, max_concurrent_trials=max_concurrent_trials),
+        early_termination=early_termination,
+    )
+
