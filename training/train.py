@@ -9,7 +9,8 @@ The contract this script keeps (and any script you bring must keep):
   code) and ``signature.json`` (input shape and dtype, class labels, preprocessing).
 
 Runs as one process, or under torchrun/Azure ML's PyTorch distribution (DDP: DistributedSampler, rank 0
-logs and saves). CUDA when present, else CPU. SIGTERM (early termination, cancel) saves the best model so far.
+logs and saves). CUDA when present, else CPU. SIGTERM (early termination, cancel) stops between batches and
+saves the best model so far.
 """
 
 from __future__ import annotations
@@ -33,8 +34,23 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 MEAN, STD = 0.5, 0.5
 
 
-class Stop(Exception):
-    """Raised from the SIGTERM handler so the best model is saved before the process ends."""
+class StopFlag:
+    """Set by SIGTERM; checked between batches, so no library code is interrupted halfway (and under DDP the
+    ranks agree to stop at the same batch, or the next collective would hang)."""
+
+    def __init__(self) -> None:
+        self.set = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, *_: object) -> None:
+        self.set = True
+
+    def agreed(self, world: int, device: torch.device) -> bool:
+        if world == 1:
+            return self.set
+        flag = torch.tensor([1.0 if self.set else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -112,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(args.seed)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Stop()))
+    stop = StopFlag()
 
     data = Path(args.data_dir)
     x_train, y_train, classes, size = load_split(data / "train")
@@ -136,14 +152,21 @@ def main(argv: list[str] | None = None) -> None:
             if sampler is not None:
                 sampler.set_epoch(epoch)
             model.train()
-            total, seen = 0.0, 0
+            total, seen, stopping = 0.0, 0, False
             for xb, yb in loader:
+                if stop.agreed(world, device):
+                    stopping = True
+                    break
                 xb, yb = xb.to(device), yb.to(device)
                 optimizer.zero_grad()
                 loss = nn.functional.cross_entropy(model(xb), yb)
                 loss.backward()
                 optimizer.step()
                 total, seen = total + loss.item() * len(yb), seen + len(yb)
+            if stopping:
+                print(f"SIGTERM: stopping in epoch {epoch + 1}; saving the best model so far "
+                      f"(best_val_acc {best_acc:.4f})", flush=True)
+                break
             scheduler.step()
             val_acc, val_loss = evaluate(net, x_val, y_val, device)
             if val_acc > best_acc:
@@ -153,8 +176,6 @@ def main(argv: list[str] | None = None) -> None:
                 mlflow.log_metric("best_val_acc", best_acc, step=epoch)
                 print(f"epoch {epoch + 1}/{args.num_epochs} train_loss {total / seen:.4f} val_acc {val_acc:.4f} "
                       f"best_val_acc {best_acc:.4f}", flush=True)
-    except Stop:
-        print(f"SIGTERM: stopping; saving the best model so far (best_val_acc {best_acc:.4f})", flush=True)
     finally:
         if leader and best_state is not None:
             net.load_state_dict(best_state)

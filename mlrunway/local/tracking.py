@@ -6,6 +6,7 @@ in WAL mode, so concurrent trials write metrics without 'database is locked' err
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,8 +20,9 @@ if TYPE_CHECKING:
 _MLFLOW_STATUS = {"Completed": "FINISHED", "Failed": "FAILED", "Canceled": "KILLED"}
 
 
+@functools.cache
 def client(workspace: Workspace) -> MlflowClient:
-    """An MlflowClient on the workspace store, creating the store the first time."""
+    """An MlflowClient on the workspace store (one per process), creating the store the first time."""
     from mlflow.tracking import MlflowClient
 
     db = workspace.root / "mlflow.db"

@@ -70,8 +70,10 @@ def test_train_under_two_process_ddp_logs_once_and_rank_zero_saves(jobs, digits)
     assert_model_loads_alone(Path(info.outputs) / "model")
 
 
-def test_canceled_training_still_saves_its_best_model(jobs, digits):
-    jobs.submit("stopped", train_spec(digits, epochs=500))
+@pytest.mark.parametrize("processes", [1, 2], ids=["single", "ddp"])
+def test_canceled_training_stops_between_batches_and_saves_its_best_model(jobs, digits, processes):
+    dist = PyTorchDistribution(process_count_per_instance=processes) if processes > 1 else None
+    jobs.submit("stopped", train_spec(digits, epochs=500, distribution=dist))
     deadline = time.monotonic() + 90
     store = tracking.client(jobs.workspace)
     while True:
@@ -82,4 +84,5 @@ def test_canceled_training_still_saves_its_best_model(jobs, digits):
         time.sleep(0.3)
     info = jobs.cancel("stopped", reason="early termination at interval 2")
     assert info.status is JobStatus.CANCELED
+    assert any(line.startswith("SIGTERM: stopping in epoch") for line in jobs.logs("stopped"))  # not SIGKILLed
     assert_model_loads_alone(Path(info.outputs) / "model")

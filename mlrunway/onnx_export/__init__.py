@@ -1,0 +1,6 @@
+"""ONNX export with a parity gate against PyTorch."""
+
+from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx, read_signature
+from mlrunway.onnx_export.parity import ParityReport, compare
+
+__all__ = ["DEFAULT_OPSET", "ParityReport", "compare", "export_onnx", "read_signature"]

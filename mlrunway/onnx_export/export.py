@@ -1,0 +1,79 @@
+"""Export a saved model (train.py's ``model.pt2`` + ``signature.json``) to ONNX and gate it on parity.
+
+The ONNX file gets a dynamic batch axis and a stated opset; ``onnx.checker`` must accept it; then ONNX Runtime
+and PyTorch must agree on held-out inputs: validation images when the data folder is known, else random inputs
+of the signature's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlrunway.errors import SpecError
+from mlrunway.onnx_export.parity import ParityReport, compare
+
+DEFAULT_OPSET = 18
+ONNX_FILE = "model.onnx"
+SIGNATURE = "signature.json"
+
+
+def read_signature(model_dir: Path) -> dict[str, Any]:
+    path = Path(model_dir) / SIGNATURE
+    if not path.is_file():
+        raise SpecError(f"model: {path} is missing; a model folder needs signature.json next to its model file")
+    return json.loads(path.read_text())
+
+
+def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int):
+    """Validation images (when ``data_dir`` has ``val/``) or seeded random inputs; return (inputs, description)."""
+    import numpy as np
+
+    from mlrunway.data.images import load_labeled
+
+    if data_dir is not None and (Path(data_dir) / "val").is_dir():
+        inputs, _ = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=samples)
+        return inputs, "validation images"
+    shape = [samples, *signature["inputs"][0]["shape"][1:]]
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32), "random inputs"
+
+
+def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
+                data_dir: str | Path | None = None, samples: int = 256, atol: float = 1e-4,
+                min_top1_agreement: float = 1.0) -> ParityReport:
+    """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    signature = read_signature(model_dir)
+    program = torch.export.load(model_dir / signature.get("file", "model.pt2"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / ONNX_FILE
+    example = torch.zeros(2, *signature["inputs"][0]["shape"][1:])
+    torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
+                      input_names=["input"], output_names=["logits"], external_data=False)
+    onnx.checker.check_model(str(onnx_path), full_check=True)
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    module = program.module()
+
+    def torch_logits(batch: Any) -> Any:
+        with torch.no_grad():
+            return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
+
+    inputs, source = held_out_inputs(signature, data_dir, samples)
+    report = compare(torch_logits, lambda batch: session.run(None, {"input": batch})[0], inputs, source=source,
+                     atol=atol, min_top1_agreement=min_top1_agreement)
+    exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
+    (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
+    for extra in model_dir.iterdir():  # labels, notes and the like travel with the model
+        if extra.is_file() and extra.name not in (SIGNATURE, signature.get("file", "model.pt2")):
+            shutil.copy(extra, out_dir / extra.name)
+    return report

@@ -1,0 +1,52 @@
+"""The parity gate: ONNX Runtime against PyTorch on the same inputs, with the figures that decide it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlrunway.errors import ParityError
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """How far the exported model is from its source on ``samples`` inputs."""
+
+    max_abs_diff: float
+    top1_agreement: float
+    samples: int
+    inputs: str
+    atol: float
+    min_top1_agreement: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs_diff <= self.atol and self.top1_agreement >= self.min_top1_agreement
+
+    def summary(self) -> str:
+        return (f"max |onnx - torch| {self.max_abs_diff:.3g} (tolerance {self.atol:g}), top-1 agreement "
+                f"{self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%}) on {self.samples} {self.inputs}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "passed": self.passed}
+
+
+def compare(reference: Callable[[Any], Any], candidate: Callable[[Any], Any], inputs: Any, *, source: str,
+            atol: float, min_top1_agreement: float, batch: int = 64) -> ParityReport:
+    """Run both models on ``inputs`` (N, ...) float32 in batches and report; raise ParityError when it fails."""
+    import numpy as np
+
+    worst, agree = 0.0, 0
+    for start in range(0, len(inputs), batch):
+        chunk = inputs[start:start + batch]
+        expected, got = np.asarray(reference(chunk)), np.asarray(candidate(chunk))
+        if expected.shape != got.shape:
+            raise ParityError(f"onnx parity: output shape {got.shape} differs from PyTorch's {expected.shape}")
+        worst = max(worst, float(np.max(np.abs(expected - got))))
+        agree += int(np.sum(expected.argmax(1) == got.argmax(1)))
+    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / len(inputs), samples=len(inputs), inputs=source,
+                          atol=atol, min_top1_agreement=min_top1_agreement)
+    if not report.passed:
+        raise ParityError(f"onnx parity gate failed: {report.summary()}; the ONNX model was not registered")
+    return report
