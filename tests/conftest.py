@@ -34,3 +34,27 @@ def write_script(folder: Path, body: str, name: str = "script.py") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text(body)
     return folder
+
+
+@pytest.fixture(scope="session")
+def trained_model(tmp_path_factory: pytest.TempPathFactory, digits: Path) -> Path:
+    """A real model from training/train.py (3 epochs on digits), trained once per session in-process."""
+    import importlib.util
+    import os
+
+    out = tmp_path_factory.mktemp("trained")
+    spec = importlib.util.spec_from_file_location("example_train", REPO / "training" / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{out / 'mlflow.db'}")
+    train.main(["--data-dir", str(digits), "--num-epochs", "3", "--learning-rate", "0.05", "--output-dir", str(out)])
+    return out / "model"
+
+
+@pytest.fixture(scope="session")
+def onnx_model(tmp_path_factory: pytest.TempPathFactory, trained_model: Path, digits: Path) -> Path:
+    from mlrunway.onnx_export import export_onnx
+
+    out = tmp_path_factory.mktemp("onnx") / "model"
+    export_onnx(trained_model, out, data_dir=digits)
+    return out

@@ -32,7 +32,8 @@ class LocalTrialRunner:
 
     def __init__(self, jobs: LocalJobs, sweep: SweepSpec, parent_run_id: str | None) -> None:
         self.jobs = jobs
-        self.trial = replace(sweep.trial, timeout=sweep.limits.trial_timeout)
+        self.trial = replace(sweep.trial, timeout=sweep.limits.trial_timeout,
+                             environment_variables=trial_threads(sweep, os.cpu_count() or 1))
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
         self.tracking = tracking.client(jobs.workspace)
@@ -54,6 +55,15 @@ class LocalTrialRunner:
 
     def cancel(self, name: str, reason: str) -> None:
         self.jobs.request_cancel(name, reason)
+
+
+def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
+    """Give each concurrent trial its share of the cores (on Azure each trial has a node of its own);
+    without it every trial's PyTorch and ONNX Runtime start one thread per core and they fight."""
+    env = dict(sweep.trial.environment_variables)
+    share = max(1, cores // sweep.limits.max_concurrent_trials)  # type: ignore[operator]
+    env.setdefault("OMP_NUM_THREADS", str(share))
+    return env
 
 
 def main(job_dir: Path) -> int:

@@ -40,13 +40,31 @@ def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samp
     return np.random.default_rng(0).standard_normal(shape).astype(np.float32), "random inputs"
 
 
+def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float,
+                min_top1_agreement: float) -> ParityReport:
+    """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``; ParityError when they disagree."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+
+    def torch_logits(batch: Any) -> Any:
+        with torch.no_grad():
+            return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
+
+    return compare(torch_logits, lambda batch: session.run(None, {name: batch})[0], inputs, source=source,
+                   atol=atol, min_top1_agreement=min_top1_agreement)
+
+
 def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
                 data_dir: str | Path | None = None, samples: int = 256, atol: float = 1e-4,
                 min_top1_agreement: float = 1.0) -> ParityReport:
     """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails)."""
-    import numpy as np
     import onnx
-    import onnxruntime as ort
     import torch
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -58,19 +76,9 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
                       input_names=["input"], output_names=["logits"], external_data=False)
     onnx.checker.check_model(str(onnx_path), full_check=True)
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    module = program.module()
-
-    def torch_logits(batch: Any) -> Any:
-        with torch.no_grad():
-            return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
-
     inputs, source = held_out_inputs(signature, data_dir, samples)
-    report = compare(torch_logits, lambda batch: session.run(None, {"input": batch})[0], inputs, source=source,
-                     atol=atol, min_top1_agreement=min_top1_agreement)
+    report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol,
+                         min_top1_agreement=min_top1_agreement)
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
     for extra in model_dir.iterdir():  # labels, notes and the like travel with the model

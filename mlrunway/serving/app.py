@@ -1,0 +1,137 @@
+"""The endpoint's HTTP server (ASGI, run by uvicorn): Azure ML's online-endpoint contract on 127.0.0.1.
+
+Routes: ``POST /score`` (the scoring URI: key auth, traffic weights, the ``azureml-model-deployment`` header,
+mirror traffic), ``POST /deployments/{name}/score`` (one deployment, as its own scoring server answers),
+``GET /`` ("Healthy"), ``GET /healthz/live`` and ``GET /healthz/ready``.
+
+Statuses, as Azure answers: 200; 400 from score.py for a bad request; 401 missing or wrong key; 404 no such
+deployment or none with traffic; 408 past ``request_timeout_ms``; 413 body over ``max_body_bytes``; 429 too
+many requests in flight; an exception in score.py is a 500 from the deployment and a 424 at the scoring URI
+(``ms-azureml-model-error-statuscode: 500``), each with an error id that the deployment's log holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from mlrunway.serving.runtime import LoadedDeployment, Runtime
+
+ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
+DEPLOYMENT_HEADER = "azureml-model-deployment"
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class ScoringApp:
+    def __init__(self, endpoint_dir: Path) -> None:
+        self.runtime = Runtime(endpoint_dir)
+        self.in_flight = 0
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def authorized(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        given = header[7:].encode() if header.lower().startswith("bearer ") else b""
+        keys = self.runtime.current().keys
+        # Compare against both keys every time: constant time, whichever matches.
+        results = [hmac.compare_digest(given, key.encode()) for key in (keys["primary"], keys["secondary"])]
+        return bool(given) and any(results)
+
+    async def read_body(self, request: Request) -> bytes | Response:
+        limit = self.runtime.current().max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return _error(413, f"request body of {declared} bytes is over the limit of {limit} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return _error(413, f"request body is over the limit of {limit} bytes")
+        return bytes(body)
+
+    async def score(self, request: Request) -> Response:
+        return await self._handle(request, direct=request.path_params.get("name"))
+
+    async def _handle(self, request: Request, direct: str | None) -> Response:
+        if not self.authorized(request):
+            return _error(401, "missing or wrong key: send 'Authorization: Bearer <endpoint key>'",
+                          **{"www-authenticate": 'Bearer realm="endpoint"'})
+        state = self.runtime.current()
+        if self.in_flight >= state.max_concurrent_requests_per_worker:
+            return _error(429, "too many requests in flight; retry later")
+        body = await self.read_body(request)
+        if isinstance(body, Response):
+            return body
+        name = direct or request.headers.get(DEPLOYMENT_HEADER) or self.runtime.choose()
+        if name is None:
+            return _error(404, "no deployment of this endpoint has traffic; set traffic or name one in the "
+                               f"{DEPLOYMENT_HEADER} header")
+        deployment = await run_in_threadpool(self.runtime.deployment, name)
+        if deployment is None:
+            return _error(404, f"deployment {name!r} does not exist on endpoint {state.name}")
+        if direct is None and (mirror := self.runtime.mirror_target()) and mirror != name:
+            task = asyncio.create_task(self._mirror(mirror, body))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        return await self._run(deployment, body, state.request_timeout_ms, at_endpoint=direct is None)
+
+    async def _run(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
+        headers = {DEPLOYMENT_HEADER: deployment.state.name}
+        self.in_flight += 1
+        try:
+            result = await asyncio.wait_for(run_in_threadpool(deployment.module.run, body.decode("utf-8", "replace")),
+                                            timeout_ms / 1000)
+        except TimeoutError:
+            return _error(408, f"scoring took longer than request_timeout_ms={timeout_ms}", **headers)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's script becomes an error id
+            error_id = uuid.uuid4().hex
+            deployment.log.exception("run() failed, error id %s", error_id)
+            message = f"score.py run() raised {type(exc).__name__}: {exc}"
+            payload = {"error": message, "error_id": error_id}
+            if at_endpoint:
+                headers |= {"ms-azureml-model-error-statuscode": "500",
+                            "ms-azureml-model-error-reason": f"{type(exc).__name__}; error id {error_id}"}
+                return JSONResponse(payload, status_code=424, headers=headers)
+            return JSONResponse(payload, status_code=500, headers=headers)
+        finally:
+            self.in_flight -= 1
+        if hasattr(result, "status_code"):  # AMLResponse
+            message = result.message
+            media = "application/json" if getattr(result, "json_str", False) else "text/plain"
+            return Response(message, status_code=result.status_code, headers=headers, media_type=media)
+        return Response(json.dumps(result), headers=headers, media_type="application/json")
+
+    async def _mirror(self, name: str, body: bytes) -> None:
+        deployment = await run_in_threadpool(self.runtime.deployment, name)
+        if deployment is not None:
+            await self._run(deployment, body, self.runtime.current().request_timeout_ms, at_endpoint=False)
+            deployment.log.info("mirrored request scored (response discarded)")
+
+    async def ready(self, _request: Request) -> Response:
+        ok = await run_in_threadpool(self.runtime.ready)
+        return PlainTextResponse("ready" if ok else "not ready", status_code=200 if ok else 503)
+
+
+def create_app() -> Starlette:
+    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment."""
+    scoring = ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]))
+    return Starlette(routes=[
+        Route("/", lambda _r: PlainTextResponse("Healthy"), methods=["GET"]),
+        Route("/healthz/live", lambda _r: PlainTextResponse("live"), methods=["GET"]),
+        Route("/healthz/ready", scoring.ready, methods=["GET"]),
+        Route("/score", scoring.score, methods=["POST"]),
+        Route("/deployments/{name}/score", scoring.score, methods=["POST"]),
+    ])

@@ -1,0 +1,236 @@
+"""Local online endpoints: create, deploy, route traffic, invoke and delete, as ``ml_client.online_endpoints`` does.
+
+Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.serving.app`) on 127.0.0.1 and a free
+port, tracked under ``<workspace>/endpoints/<name>/``. A deployment is provisioned first in a separate
+process (score.py imported, ``init()`` run); only a deployment that provisions joins the endpoint. Delete stops
+the server (SIGTERM, then SIGKILL), checks the port is free and removes the state.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mlrunway.errors import EndpointError, NotFound
+from mlrunway.local.launch import free_port
+from mlrunway.local.supervisor import group_alive, terminate_group
+from mlrunway.local.workspace import Workspace
+from mlrunway.serving.state import (
+    DeploymentState,
+    EndpointState,
+    check_endpoint_name,
+    check_traffic,
+    new_key,
+)
+from mlrunway.specs import _check
+
+START_TIMEOUT_S = 60.0
+
+
+class LocalEndpoints:
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    def _dir(self, name: str) -> Path:
+        return self.workspace.endpoints / check_endpoint_name(name)
+
+    # -- endpoints ---------------------------------------------------------------------------------
+    def create_or_update(self, name: str, *, workers: int = 2, request_timeout_ms: int = 5000,
+                         max_concurrent_requests_per_worker: int = 64) -> EndpointState:
+        """Create the endpoint and start its server, or return the running one (settings updated)."""
+        folder = self._dir(name)
+        _check.positive_int("endpoint.workers", workers, maximum=64)
+        _check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
+        if (folder / "endpoint.json").exists():
+            state = EndpointState.load(folder)
+            if state.pid and group_alive(state.pid):
+                updated = replace(state, request_timeout_ms=request_timeout_ms,
+                                  max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+                updated.save(folder)
+                return updated
+        state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()}, workers=workers,
+                              request_timeout_ms=request_timeout_ms,
+                              max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+        return self._start(folder, state)
+
+    def _start(self, folder: Path, state: EndpointState) -> EndpointState:
+        state.port = free_port()
+        state.save(folder)
+        (folder / "logs").mkdir(exist_ok=True)
+        with open(folder / "logs" / "server.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "mlrunway.serving.server", str(folder)], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        state.pid = proc.pid
+        state.save(folder)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(f"http://{state.host}:{state.port}/healthz/live"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                terminate_group(proc.pid, None, 5)
+                raise EndpointError(f"endpoint {state.name}: server did not start; log tail:\n{_tail(folder / 'logs' / 'server.log')}")
+            time.sleep(0.1)
+        return state
+
+    def get(self, name: str) -> EndpointState:
+        folder = self._dir(name)
+        if not (folder / "endpoint.json").exists():
+            raise NotFound(f"endpoint {name!r} does not exist in workspace {self.workspace.root}")
+        return EndpointState.load(folder)
+
+    def list(self) -> list[EndpointState]:
+        root = self.workspace.endpoints
+        return [EndpointState.load(p) for p in sorted(root.iterdir()) if (p / "endpoint.json").exists()] if root.exists() else []
+
+    def delete(self, name: str) -> bool:
+        """Stop the server, free the port, remove the state; False when it was already gone."""
+        folder = self._dir(name)
+        if not folder.exists():
+            return False
+        if (folder / "endpoint.json").exists():
+            state = EndpointState.load(folder)
+            if state.pid:
+                terminate_group(state.pid, None, 10)
+                _reap(state.pid)
+            _wait_port_free(state.port)
+        shutil.rmtree(folder)
+        return True
+
+    def get_keys(self, name: str) -> dict[str, str]:
+        return dict(self.get(name).keys)
+
+    def regenerate_keys(self, name: str, key_type: str = "primary") -> dict[str, str]:
+        _check.one_of("key_type", key_type, ("primary", "secondary"))
+        state = self.get(name)
+        state.keys[key_type] = new_key()
+        state.save(self._dir(name))
+        return dict(state.keys)
+
+    # -- deployments -------------------------------------------------------------------------------
+    def create_or_update_deployment(self, endpoint: str, name: str, *, model_dir: str | Path, code_dir: str | Path,
+                                    scoring_script: str = "score.py", model: str = "", workers: int = 1,
+                                    environment_variables: dict[str, str] | None = None) -> DeploymentState:
+        """Provision a deployment (a new version when it exists); traffic is left as it is."""
+        state = self.get(endpoint)
+        check_endpoint_name(name)
+        _check.positive_int("deployment.workers", workers, maximum=64)
+        if not (Path(code_dir) / scoring_script).is_file():
+            raise _check.fail("deployment.scoring_script", f"{Path(code_dir) / scoring_script} does not exist",
+                              "pass the folder that holds score.py and the script's name")
+        if not Path(model_dir).is_dir():
+            raise _check.fail("deployment.model", f"model folder {model_dir} does not exist", "pass a registered model")
+        old = state.deployments.get(name)
+        version = old.version + 1 if old else 1
+        home = self._dir(endpoint) / "deployments" / name / f"v{version}"
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
+        deployment = DeploymentState(name=name, version=version, model_dir=str(Path(model_dir).resolve()),
+                                     code_dir=str(home / "code"), scoring_script=scoring_script, model=model,
+                                     workers=workers, environment_variables=dict(environment_variables or {}))
+        self._provision(endpoint, deployment)
+        state = self.get(endpoint)  # re-read: keys or traffic may have changed meanwhile
+        state.deployments[name] = deployment
+        state.save(self._dir(endpoint))
+        if workers > state.workers:
+            self._grow_workers(endpoint, workers)
+        return deployment
+
+    def _provision(self, endpoint: str, deployment: DeploymentState) -> None:
+        """Import score.py and run init() in a fresh process, as Azure starts a container; fail with its log."""
+        probe = ("import sys, json; from mlrunway.serving.runtime import load_deployment; "
+                 "from mlrunway.serving.state import DeploymentState; from pathlib import Path; "
+                 "load_deployment(Path(sys.argv[1]), DeploymentState(**json.loads(sys.argv[2])))")
+        result = subprocess.run([sys.executable, "-c", probe, str(self._dir(endpoint)), json.dumps(vars(deployment))],
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+            raise EndpointError(f"deployment {deployment.name} of endpoint {endpoint} failed to provision: "
+                                f"score.py init() raised; log tail:\n{tail}")
+
+    def _grow_workers(self, endpoint: str, workers: int) -> None:
+        """Add server workers (uvicorn's SIGTTIN) up to ``workers``; existing ones keep serving."""
+        state = self.get(endpoint)
+        for _ in range(workers - state.workers):
+            psutil.Process(state.pid).send_signal(signal.SIGTTIN)
+        state.workers = workers
+        state.save(self._dir(endpoint))
+
+    def delete_deployment(self, endpoint: str, name: str) -> bool:
+        state = self.get(endpoint)
+        if name not in state.deployments:
+            return False
+        if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
+            raise _check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
+                              "set its traffic and mirror traffic to 0 first")
+        del state.deployments[name]
+        state.traffic.pop(name, None)
+        state.mirror_traffic.pop(name, None)
+        state.save(self._dir(endpoint))
+        shutil.rmtree(self._dir(endpoint) / "deployments" / name, ignore_errors=True)
+        return True
+
+    def set_traffic(self, endpoint: str, traffic: dict[str, int], mirror_traffic: dict[str, int] | None = None) -> EndpointState:
+        state = self.get(endpoint)
+        mirror = dict(mirror_traffic if mirror_traffic is not None else state.mirror_traffic)
+        check_traffic(dict(traffic), mirror, state.deployments)
+        state.traffic, state.mirror_traffic = dict(traffic), mirror
+        state.save(self._dir(endpoint))
+        return state
+
+    def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
+        self.get(endpoint)
+        return _tail(self._dir(endpoint) / "deployments" / deployment / "logs" / "score.log", lines)
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
+               deployment: str | None = None, timeout_s: float = 30.0) -> str:
+        """POST to the scoring URI with the primary key; return the body, as ``online_endpoints.invoke`` does."""
+        if (request_file is None) == (payload is None):
+            raise _check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
+        body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
+        state = self.get(endpoint)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"}
+        if deployment:
+            headers["azureml-model-deployment"] = deployment
+        request = urllib.request.Request(state.scoring_uri, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.read().decode()
+        except urllib.error.HTTPError as exc:
+            raise EndpointError(f"endpoint {endpoint}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    try:
+        psutil.Process(pid).wait(timeout=5)
+    except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
+        pass
+
+
+def _wait_port_free(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp")):
+        if time.monotonic() > deadline:
+            raise EndpointError(f"port {port} is still in use after the endpoint's server was stopped")
+        time.sleep(0.1)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

@@ -1,0 +1,101 @@
+"""An endpoint's state on disk (``endpoints/<name>/endpoint.json``), shared by the control plane and the server.
+
+The control plane writes it atomically; every server worker re-reads it when it changes, so a traffic update
+or a new deployment version reaches all workers without a restart and without dropping a request in flight.
+The file holds the keys, so it is created with mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrunway.local._files import read_json, write_json
+from mlrunway.specs import _check
+
+_ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
+STATE_FILE = "endpoint.json"
+MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
+
+
+def check_endpoint_name(name: str) -> str:
+    """Azure's rule: 3 to 32 characters, a letter first, letters, digits and hyphens, no hyphen last."""
+    if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
+        raise _check.fail(
+            "endpoint.name", f"{name!r} is not a valid endpoint name",
+            "use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen",
+        )
+    return name
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+@dataclass(kw_only=True)
+class DeploymentState:
+    name: str
+    version: int
+    model_dir: str
+    code_dir: str
+    scoring_script: str
+    model: str = ""
+    workers: int = 1
+    environment_variables: dict[str, str] = field(default_factory=dict)
+    provisioning_state: str = "Succeeded"
+
+
+@dataclass(kw_only=True)
+class EndpointState:
+    name: str
+    keys: dict[str, str]
+    host: str = "127.0.0.1"
+    port: int = 0
+    pid: int | None = None
+    workers: int = 1
+    auth_mode: str = "key"
+    traffic: dict[str, int] = field(default_factory=dict)
+    mirror_traffic: dict[str, int] = field(default_factory=dict)
+    deployments: dict[str, DeploymentState] = field(default_factory=dict)
+    request_timeout_ms: int = 5000
+    max_concurrent_requests_per_worker: int = 64
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    @property
+    def scoring_uri(self) -> str:
+        return f"http://{self.host}:{self.port}/score"
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / STATE_FILE
+        write_json(path, asdict(self))
+        os.chmod(path, 0o600)
+
+    @classmethod
+    def load(cls, folder: Path) -> EndpointState:
+        data: dict[str, Any] = read_json(folder / STATE_FILE)
+        data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
+        return cls(**data)
+
+
+def check_traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: dict[str, DeploymentState]) -> None:
+    """Weights are integers 0..100 that sum to 0 or 100; mirror traffic goes to one deployment, at most 50%."""
+    for label, weights in (("traffic", traffic), ("mirror_traffic", mirror)):
+        for name, weight in weights.items():
+            if name not in deployments:
+                raise _check.fail(f"endpoint.{label}.{name}", "names no deployment of this endpoint",
+                                  f"create it first or use one of {sorted(deployments) or 'none yet'}")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+                raise _check.fail(f"endpoint.{label}.{name}", f"{weight!r} is not an integer percentage", "use 0 to 100")
+    total = sum(traffic.values())
+    if total not in (0, 100):
+        raise _check.fail("endpoint.traffic", f"weights sum to {total}", "make them sum to 100 (or 0 for no traffic)")
+    live = {n: w for n, w in mirror.items() if w}
+    if len(live) > 1 or sum(live.values()) > 50:
+        raise _check.fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
+    if any(traffic.get(n, 0) for n in live):
+        raise _check.fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")

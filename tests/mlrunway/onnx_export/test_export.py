@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mlrunway.errors import ParityError
+from mlrunway.onnx_export import DEFAULT_OPSET, compare, export_onnx
+
+pytestmark = pytest.mark.slow
+
+
+def test_export_passes_parity_on_validation_images(trained_model, digits, tmp_path):
+    import onnx
+
+    report = export_onnx(trained_model, tmp_path / "onnx", data_dir=digits)
+    assert report.passed and report.inputs == "validation images" and report.samples == 256
+    assert report.max_abs_diff < 1e-4 and report.top1_agreement == 1.0
+    model = onnx.load(str(tmp_path / "onnx" / "model.onnx"))
+    assert model.opset_import[0].version == DEFAULT_OPSET
+    batch_dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch_dim.dim_param and not batch_dim.dim_value  # a dynamic batch axis
+    signature = json.loads((tmp_path / "onnx" / "signature.json").read_text())
+    assert signature["format"] == "onnx" and signature["parity"]["passed"] and signature["classes"][0] == "0"
+
+
+def test_export_without_data_uses_random_inputs_of_the_signature_shape(trained_model, tmp_path):
+    report = export_onnx(trained_model, tmp_path / "onnx", samples=32)
+    assert report.inputs == "random inputs" and report.samples == 32 and report.passed
+
+
+def test_onnx_model_whose_output_differs_fails_the_gate_with_its_figures(trained_model, onnx_model, digits, tmp_path):
+    import onnx
+    import torch
+
+    from mlrunway.onnx_export.export import held_out_inputs, parity_gate, read_signature
+
+    # Perturb the classifier's bias in the exported file: the graph stays valid, its answers drift from PyTorch's.
+    model = onnx.load(str(onnx_model / "model.onnx"))
+    bias = next(t for t in model.graph.initializer if list(t.dims) == [10])
+    values = onnx.numpy_helper.to_array(bias).copy()
+    values[3] += 5.0
+    bias.CopyFrom(onnx.numpy_helper.from_array(values, bias.name))
+    broken = tmp_path / "broken.onnx"
+    onnx.save(model, str(broken))
+
+    program = torch.export.load(trained_model / "model.pt2")
+    inputs, source = held_out_inputs(read_signature(trained_model), digits, 128)
+    with pytest.raises(ParityError, match=r"onnx parity gate failed: max \|onnx - torch\| 5 \(tolerance 0.0001\), "
+                                          r"top-1 agreement .*% \(required 100.00%\) on 128 validation images"):
+        parity_gate(broken, program.module(), inputs, source=source, atol=1e-4, min_top1_agreement=1.0)
+
+
+def test_compare_reports_shape_mismatch():
+    with pytest.raises(ParityError, match="output shape"):
+        compare(lambda b: np.zeros((len(b), 10)), lambda b: np.zeros((len(b), 9)), np.zeros((4, 1, 8, 8), np.float32),
+                source="random inputs", atol=1e-4, min_top1_agreement=1.0)

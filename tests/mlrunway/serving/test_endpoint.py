@@ -1,0 +1,205 @@
+"""The local online endpoint over real HTTP on 127.0.0.1: lifecycle, traffic, keys and every bad request."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlrunway.data.images import load_labeled
+from mlrunway.errors import EndpointError, SpecError
+from mlrunway.serving.endpoints import LocalEndpoints
+from tests.conftest import REPO, write_script
+
+pytestmark = pytest.mark.slow
+TRAINING = REPO / "training"
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def image_payload(digits: Path, onnx_model: Path, count: int = 1) -> tuple[bytes, list[str]]:
+    signature = json.loads((onnx_model / "signature.json").read_text())
+    inputs, labels = load_labeled(digits / "val", signature["classes"], signature["preprocessing"], limit=count)
+    return json.dumps({"data": inputs.tolist()}).encode(), [signature["classes"][i] for i in labels]
+
+
+@pytest.fixture
+def endpoints(workspace):
+    service = LocalEndpoints(workspace)
+    yield service
+    for state in service.list():  # nothing outlives a test
+        service.delete(state.name)
+
+
+@pytest.fixture
+def live(endpoints, onnx_model):
+    """An endpoint with `blue` serving the exported digits model at 100%."""
+    state = endpoints.create_or_update("digits-ep", workers=2)
+    endpoints.create_or_update_deployment("digits-ep", "blue", model_dir=onnx_model, code_dir=TRAINING, model="digits-onnx:1")
+    endpoints.set_traffic("digits-ep", {"blue": 100})
+    return endpoints.get("digits-ep") if state else None
+
+
+def auth(state, key: str = "primary") -> dict[str, str]:
+    return {"Authorization": f"Bearer {state.keys[key]}"}
+
+
+def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, live, onnx_model, digits):
+    body, labels = image_payload(digits, onnx_model, count=8)
+    status, headers, text = post(live.scoring_uri, body, auth(live))
+    assert status == 200 and headers["azureml-model-deployment"] == "blue"
+    predictions = json.loads(text)["predictions"]
+    assert len(predictions) == 8 and all(len(p["probabilities"]) == 10 for p in predictions)
+    assert sum(p["label"] == want for p, want in zip(predictions, labels, strict=True)) >= 6  # a real model answers
+
+    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING)
+    endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
+    single, _ = image_payload(digits, onnx_model)
+    with ThreadPoolExecutor(8) as pool:
+        answered = Counter(pool.map(lambda _: post(live.scoring_uri, single, auth(live))[1]["azureml-model-deployment"], range(400)))
+    assert set(answered) == {"blue", "green"} and 150 <= answered["blue"] <= 250  # 5 standard deviations of 400 draws
+
+    endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0})
+    status, headers, _ = post(live.scoring_uri, single, {**auth(live), "azureml-model-deployment": "green"})
+    assert status == 200 and headers["azureml-model-deployment"] == "green"  # the header bypasses traffic
+    assert json.loads(endpoints.invoke("digits-ep", payload=json.loads(single), deployment="green"))["predictions"]
+
+    server = psutil.Process(live.pid)
+    assert endpoints.delete("digits-ep") is True
+    assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    assert not any(c.laddr.port == live.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN)
+    assert endpoints.list() == [] and endpoints.delete("digits-ep") is False
+
+
+def test_base64_png_images_are_accepted(live, digits):
+    png = next((digits / "val" / "7").glob("*.png")).read_bytes()
+    status, _, text = post(live.scoring_uri, json.dumps({"images": [base64.b64encode(png).decode()]}).encode(), auth(live))
+    assert status == 200 and json.loads(text)["predictions"][0]["label"] in [str(i) for i in range(10)]
+
+
+def test_keys_are_required_both_work_and_regeneration_retires_the_old_one(endpoints, live, onnx_model, digits):
+    body, _ = image_payload(digits, onnx_model)
+    assert post(live.scoring_uri, body)[0] == 401
+    assert post(live.scoring_uri, body, {"Authorization": "Bearer not-the-key"})[0] == 401
+    assert post(live.scoring_uri, body, {"Authorization": live.keys["primary"]})[0] == 401  # no Bearer scheme
+    assert post(live.scoring_uri, body, auth(live, "secondary"))[0] == 200
+    keys = endpoints.regenerate_keys("digits-ep", "primary")
+    assert post(live.scoring_uri, body, auth(live))[0] == 401
+    assert post(live.scoring_uri, body, {"Authorization": f"Bearer {keys['primary']}"})[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        pytest.param(b"{not json", 400, "malformed JSON", id="malformed-json"),
+        pytest.param(b'{"data": [[1, 2, 3]]}', 400, '"data" has shape \\[1, 3\\]; expected \\[\'N\', 1, 8, 8\\]', id="wrong-shape"),
+        pytest.param(json.dumps({"data": [[[["x"] * 8] * 8]]}).encode(), 400, '"data" must hold numbers only', id="wrong-dtype"),
+        pytest.param(b'{"pixels": []}', 400, 'JSON object with "data"', id="no-data-key"),
+        pytest.param(b'{"images": ["not base64!"]}', 400, "images\\[0\\] is not a base64-encoded PNG or JPEG", id="bad-image"),
+        pytest.param(b" " * (1024 * 1024 + 1), 413, "over the limit of 1048576 bytes", id="too-large"),
+    ],
+)
+def test_bad_requests_get_a_status_that_names_the_problem(live, body, status, message):
+    got, _, text = post(live.scoring_uri, body, auth(live))
+    assert got == status
+    assert __import__("re").search(message, json.loads(text)["error"])
+
+
+def test_routing_errors_are_404(endpoints, live, onnx_model, digits):
+    body, _ = image_payload(digits, onnx_model)
+    status, _, text = post(live.scoring_uri, body, {**auth(live), "azureml-model-deployment": "purple"})
+    assert status == 404 and "deployment 'purple' does not exist" in text
+    endpoints.set_traffic("digits-ep", {"blue": 0})
+    status, _, text = post(live.scoring_uri, body, auth(live))
+    assert status == 404 and "no deployment of this endpoint has traffic" in text
+
+
+FLAKY_SCORE = """
+import json, time
+def init():
+    pass
+def run(raw):
+    body = json.loads(raw)
+    if body.get("boom"):
+        raise RuntimeError("the model exploded")
+    time.sleep(body.get("sleep", 0))
+    return {"ok": True}
+"""
+
+
+def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_goes_on(endpoints, tmp_path):
+    state = endpoints.create_or_update("flaky-ep", workers=1, request_timeout_ms=500)
+    model = tmp_path / "model"
+    model.mkdir()
+    endpoints.create_or_update_deployment("flaky-ep", "blue", model_dir=model, code_dir=write_script(tmp_path / "code", FLAKY_SCORE, "score.py"))
+    endpoints.set_traffic("flaky-ep", {"blue": 100})
+
+    status, headers, text = post(state.scoring_uri, b'{"boom": true}', auth(state))
+    error_id = json.loads(text)["error_id"]
+    assert status == 424 and headers["ms-azureml-model-error-statuscode"] == "500"
+    assert "RuntimeError: the model exploded" in json.loads(text)["error"]
+    direct = state.scoring_uri.replace("/score", "/deployments/blue/score")
+    status, _, text = post(direct, b'{"boom": true}', auth(state))
+    assert status == 500 and json.loads(text)["error_id"] != error_id
+    logs = endpoints.get_logs("flaky-ep", "blue")
+    assert f"error id {error_id}" in logs and "RuntimeError: the model exploded" in logs
+
+    assert post(state.scoring_uri, b"{}", auth(state))[:1] == (200,)  # still serving
+    status, _, text = post(state.scoring_uri, b'{"sleep": 2}', auth(state))
+    assert status == 408 and "request_timeout_ms=500" in text
+
+
+def test_deployment_whose_init_fails_is_refused_with_its_log_and_changes_nothing(endpoints, tmp_path):
+    endpoints.create_or_update("broken-ep", workers=1)
+    code = write_script(tmp_path / "code", "def init():\n    raise FileNotFoundError('model.onnx is missing')\ndef run(raw):\n    return raw", "score.py")
+    with pytest.raises(EndpointError, match="(?s)deployment blue of endpoint broken-ep failed to provision.*model.onnx is missing"):
+        endpoints.create_or_update_deployment("broken-ep", "blue", model_dir=tmp_path, code_dir=code)
+    assert endpoints.get("broken-ep").deployments == {}
+    with pytest.raises(SpecError, match="endpoint.traffic.blue: names no deployment"):
+        endpoints.set_traffic("broken-ep", {"blue": 100})
+
+
+def test_traffic_moves_and_redeploys_drop_no_request_in_flight(endpoints, live, onnx_model, digits):
+    body, _ = image_payload(digits, onnx_model)
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            statuses.append(post(live.scoring_uri, body, auth(live))[0])
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING)
+    endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
+    endpoints.create_or_update_deployment("digits-ep", "blue", model_dir=onnx_model, code_dir=TRAINING)  # version 2
+    endpoints.set_traffic("digits-ep", {"green": 100})
+    endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0})
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert len(statuses) > 20 and set(statuses) == {200}
+    assert endpoints.get("digits-ep").deployments["blue"].version == 2
+
+
+def test_deleting_a_deployment_with_traffic_is_refused(endpoints, live):
+    with pytest.raises(SpecError, match="endpoint.traffic.blue: deployment blue still has traffic; set its traffic"):
+        endpoints.delete_deployment("digits-ep", "blue")
+    endpoints.set_traffic("digits-ep", {"blue": 0})
+    assert endpoints.delete_deployment("digits-ep", "blue") is True
