@@ -39,9 +39,9 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
     store = tracking.client(jobs.workspace)
     startups = []  # from the trial's processes starting to its first logged metric: imports, data, epoch 1
     for trial in trials:
-        info = jobs.get(trial.name)
-        first = min(m.timestamp for m in store.get_metric_history(info.mlflow_run_id, "best_val_acc")) / 1000
-        startups.append(first - info.started)
+        record = jobs.get(trial.name)
+        first = min(m.timestamp for m in store.get_metric_history(record.mlflow_run_id, "best_val_acc")) / 1000
+        startups.append(first - record.started)
     return {
         "status": info.status.value, "error": info.error, "wall_s": round(wall, 1), "trials": len(trials),
         "stopped_early": sum(1 for t in trials if t.early_termination),
@@ -57,8 +57,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workspace", help="keep the jobs here (default: a temporary folder)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.workspace or scratch
         data = write_digits(Path(tmp) / "digits")
         jobs = LocalJobs(Workspace.at(Path(tmp) / "ws"))
         trial = train_job(str(REPO / "training"), str(data), num_epochs=args.epochs)
