@@ -39,6 +39,9 @@ def build_model(tmp: Path) -> tuple[Path, Path]:
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
     train.main(["--data-dir", str(data), "--num-epochs", "3", "--output-dir", str(tmp / "trained")])
+    import mlflow
+
+    mlflow.end_run()  # close train.py's run now, not at exit when its store is gone
     export_onnx(tmp / "trained" / "model", tmp / "onnx", data_dir=data)
     return tmp / "onnx", data
 

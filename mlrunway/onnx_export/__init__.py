@@ -2,5 +2,6 @@
 
 from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx, read_signature
 from mlrunway.onnx_export.parity import ParityReport, compare
+from mlrunway.onnx_export.registered import export_registered
 
-__all__ = ["DEFAULT_OPSET", "ParityReport", "compare", "export_onnx", "read_signature"]
+__all__ = ["DEFAULT_OPSET", "ParityReport", "compare", "export_onnx", "export_registered", "read_signature"]

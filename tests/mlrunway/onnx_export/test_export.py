@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mlrunway.errors import ParityError
-from mlrunway.onnx_export import DEFAULT_OPSET, compare, export_onnx
+from mlrunway.onnx_export import DEFAULT_OPSET, compare, export_onnx, export_registered
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +57,15 @@ def test_compare_reports_shape_mismatch():
     with pytest.raises(ParityError, match="output shape"):
         compare(lambda b: np.zeros((len(b), 10)), lambda b: np.zeros((len(b), 9)), np.zeros((4, 1, 8, 8), np.float32),
                 source="random inputs", atol=1e-4, min_top1_agreement=1.0)
+
+
+def test_export_registered_adds_an_onnx_version_with_parity_opset_and_source(workspace, trained_model, digits):
+    from mlrunway.local.registry import LocalModels
+
+    models = LocalModels(workspace)
+    models.register("digits", trained_model)
+    onnx_version, figures = export_registered(models, "digits", 1, data_dir=digits)
+    assert (onnx_version.name, onnx_version.version, onnx_version.format) == ("digits-onnx", 1, "onnx")
+    assert onnx_version.properties["source_model"] == "digits:1" and onnx_version.properties["opset"] == DEFAULT_OPSET
+    assert onnx_version.properties["parity"]["passed"] and figures["samples"] == 256
+    assert sorted(p.name for p in Path(onnx_version.path).iterdir()) == ["model.onnx", "signature.json"]

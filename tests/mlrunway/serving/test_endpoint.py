@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -30,6 +31,13 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[
             return response.status, dict(response.headers), response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read().decode()
+
+
+def wait_until(predicate, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
 
 
 def image_payload(digits: Path, onnx_model: Path, count: int = 1) -> tuple[bytes, list[str]]:
@@ -67,14 +75,20 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     assert len(predictions) == 8 and all(len(p["probabilities"]) == 10 for p in predictions)
     assert sum(p["label"] == want for p, want in zip(predictions, labels, strict=True)) >= 6  # a real model answers
 
-    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING)
+    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING, workers=3)
+    assert endpoints.get("digits-ep").workers == 3
+    wait_until(lambda: len(psutil.Process(live.pid).children()) >= 3)  # uvicorn added a worker (SIGTTIN)
     endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
     single, _ = image_payload(digits, onnx_model)
     with ThreadPoolExecutor(8) as pool:
         answered = Counter(pool.map(lambda _: post(live.scoring_uri, single, auth(live))[1]["azureml-model-deployment"], range(400)))
     assert set(answered) == {"blue", "green"} and 150 <= answered["blue"] <= 250  # 5 standard deviations of 400 draws
 
-    endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0})
+    endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0}, mirror_traffic={"green": 50})
+    assert {post(live.scoring_uri, single, auth(live))[1]["azureml-model-deployment"] for _ in range(40)} == {"blue"}
+    mirrored = endpoints.get_logs("digits-ep", "green", lines=1000).count("mirrored request scored")
+    assert 5 <= mirrored <= 35  # about half of 40, answered by blue only
+    endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0}, mirror_traffic={})
     status, headers, _ = post(live.scoring_uri, single, {**auth(live), "azureml-model-deployment": "green"})
     assert status == 200 and headers["azureml-model-deployment"] == "green"  # the header bypasses traffic
     assert json.loads(endpoints.invoke("digits-ep", payload=json.loads(single), deployment="green"))["predictions"]

@@ -1,0 +1,39 @@
+"""Export a registered model and register the ONNX file as a new version, with its parity figures."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx
+
+
+class ModelStore(Protocol):
+    """What export needs of a model registry (the local one, or Azure's through the backend)."""
+
+    def download(self, name: str, version: int | str | None, dest: str | Path) -> Path: ...
+    def register(self, name: str, path: str | Path, *, base: str | Path | None = None, format: str = "custom",
+                 tags: dict[str, str] | None = None, properties: dict[str, Any] | None = None,
+                 description: str = "") -> Any: ...
+
+
+def export_registered(models: ModelStore, name: str, version: int | str, *, onnx_name: str | None = None,
+                      data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float = 1e-4,
+                      min_top1_agreement: float = 1.0) -> tuple[Any, dict[str, Any]]:
+    """Download ``name:version``, export and gate it, register ``onnx_name`` (default ``<name>-onnx``).
+
+    Return (the new model version, the parity report as a dict). A failed gate registers nothing.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        source = models.download(name, version, Path(scratch) / "source")
+        report = export_onnx(source, Path(scratch) / "onnx", opset=opset, data_dir=data_dir, atol=atol,
+                             min_top1_agreement=min_top1_agreement)
+        figures = report.to_dict()
+        registered = models.register(
+            onnx_name or f"{name}-onnx", "onnx", base=scratch, format="onnx",
+            tags={"source_model": f"{name}:{version}", "opset": str(opset)},
+            properties={"source_model": f"{name}:{version}", "opset": opset, "parity": figures},
+            description=f"ONNX export of {name}:{version}; {report.summary()}",
+        )
+    return registered, figures
