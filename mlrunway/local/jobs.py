@@ -207,6 +207,13 @@ class LocalJobs:
                 return
             time.sleep(poll_s)
 
+    def metrics(self, name: str) -> dict[str, float]:
+        """The latest value of each metric the job logged."""
+        from mlrunway.local import tracking
+
+        run_id = self.get(name).mlflow_run_id
+        return tracking.latest_metrics(tracking.client(self.workspace), run_id) if run_id else {}
+
     def sweep_result(self, name: str) -> dict[str, Any]:
         """The sweep's record so far: ``trials`` (TrialInfo), ``best_trial``, ``stopped_because``, ``error``."""
         job = JobState(self.workspace.job_dir(name)).job()

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from mlrunway.local import tracking
 from mlrunway.local._files import locked, read_json, write_json
 from mlrunway.local.launch import ProcessLaunch, plan
@@ -100,13 +102,25 @@ def terminate_group(pgid: int, procs: list[subprocess.Popen[bytes]] | None, grac
 
 
 def group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in the group; our own exited children are reaped on the way."""
+    try:
+        while os.waitpid(-pgid, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
 
 
 def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,

@@ -1,0 +1,61 @@
+"""Turn an Airflow connection into an mlrunway backend.
+
+Connection types: ``mlrunway_local`` (extra ``workspace``: the workspace root) and ``azure_ml`` (subscription,
+resource group, workspace, credential). ``mlrunway_default``, when no such connection exists, is the local
+backend under the project's default workspace (``$MLRUNWAY_WORKSPACE`` or ``./.workspace``), so the demo needs
+no set-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from mlrunway.errors import NotSupportedOnBackend, SpecError
+
+DEFAULT_CONN_ID = "mlrunway_default"
+
+
+class MlrunwayHook(BaseHook):
+    """:param backend_conn_id: the Airflow connection that names the backend."""
+
+    conn_name_attr = "backend_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "mlrunway_local"
+    hook_name = "mlrunway local backend"
+
+    def __init__(self, backend_conn_id: str = DEFAULT_CONN_ID) -> None:
+        super().__init__()
+        self.backend_conn_id = backend_conn_id
+
+    def get_conn(self) -> Any:
+        return self.get_backend()
+
+    def get_backend(self) -> Any:
+        from mlrunway.local.backend import LocalBackend
+
+        try:
+            conn = self.get_connection(self.backend_conn_id)
+        except AirflowNotFoundException as exc:
+            if self.backend_conn_id == DEFAULT_CONN_ID:
+                return LocalBackend.at()
+            raise SpecError(
+                f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
+                f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
+            ) from exc
+        if conn.conn_type == "mlrunway_local":
+            return LocalBackend.at(conn.extra_dejson.get("workspace") or None)
+        if conn.conn_type == "azure_ml":
+            raise NotSupportedOnBackend(
+                f"backend_conn_id {self.backend_conn_id!r}: the Azure ML backend is not in this version yet; "
+                "use a mlrunway_local connection"
+            )
+        raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: connection type {conn.conn_type!r} is not a "
+                        "backend; use mlrunway_local or azure_ml")
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {"hidden_fields": ["host", "schema", "login", "password", "port"],
+                "relabeling": {}, "placeholders": {"extra": '{"workspace": "/srv/mlrunway/workspace"}'}}

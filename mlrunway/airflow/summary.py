@@ -1,0 +1,89 @@
+"""Read a DAG run's results back from Airflow's metadata database and print the demo's summary.
+
+    python -m mlrunway.airflow.summary [dag_id]     # the latest run of the DAG
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+DAG_ID = "train_sweep_deploy"
+
+
+def latest_run(dag_id: str = DAG_ID) -> tuple[str, str]:
+    """(run_id, state) of the DAG's latest run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).first()
+        if run is None:
+            raise SystemExit(f"no run of {dag_id} in the metadata database")
+        return run.run_id, str(run.state)
+
+
+def run_results(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """Each task's pushed values: {task_id: {key: value}} (multiple_outputs keys, without return_value)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    results: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id).all()
+        for row in rows:
+            if row.key != "return_value":
+                results.setdefault(row.task_id, {})[row.key] = XComModel.deserialize_value(row)
+    return results
+
+
+def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: list[str]) -> str:
+    sweep, pick = results.get("sweep", {}), results.get("pick_best", {})
+    export, deploy, clean = results.get("export_onnx", {}), results.get("deploy_blue", {}), results.get("cleanup", {})
+    parity = export.get("parity", {})
+    lines = [f"run: {state}"]
+    if sweep:
+        lines.append(f"sweep: {sweep['trials']} trials, {len(sweep['stopped_early'])} stopped early by Bandit, "
+                     f"{sweep['epochs']} epochs")
+    if pick:
+        params = ", ".join(f"{k}={v:.4g}" for k, v in pick["params"].items())
+        lines.append(f"best: {pick['trial']} {pick['metric']}={pick['value']:.4f} ({params}) -> "
+                     f"model {pick['model_name']}:{pick['model_version']}")
+    if parity:
+        lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, max |onnx - torch| "
+                     f"{parity['max_abs_diff']:.2g}, top-1 agreement {parity['top1_agreement']:.0%} on "
+                     f"{parity['samples']} {parity['inputs']}")
+    if deploy:
+        lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; a real validation image of a "
+                     f"{deploy['smoke_truth']} -> {deploy['smoke_label']} (p={deploy['smoke_probability']:.2f})")
+    if clean:
+        kept = clean.get("endpoint_kept")
+        lines.append(f"cleanup: endpoint {'kept (keep_endpoint)' if kept else 'deleted'}; "
+                     f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
+    return "\n".join(lines)
+
+
+def leftovers(workspace_root: str) -> list[str]:
+    """Endpoint servers and job processes of the workspace still running."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if workspace_root in cmd and "mlrunway" in cmd:
+            found.append(f"pid {proc.info['pid']}: {cmd[:120]}")
+    return found
+
+
+def main() -> int:
+    from mlrunway.local.workspace import Workspace
+
+    dag_id = sys.argv[1] if len(sys.argv) > 1 else DAG_ID
+    run_id, state = latest_run(dag_id)
+    left = leftovers(str(Workspace.at().root))
+    print(format_summary(state, run_results(dag_id, run_id), left))
+    return 0 if state == "success" and not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

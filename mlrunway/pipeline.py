@@ -1,0 +1,150 @@
+"""The lifecycle's steps over a backend: names from the run, pick the best trial, deploy blue, clean up.
+
+Operators call these; they hold no Airflow. Every name a run creates derives from the DAG and the run, so two
+runs or a backfill never collide and a retried task finds what its earlier try created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.errors import EndpointError, JobFailed, NotFound
+from mlrunway.serving.state import check_endpoint_name
+from mlrunway.specs import _check
+from mlrunway.specs.sweep import Objective
+from mlrunway.sweep.leaderboard import best_trial
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """Names of what one DAG run creates."""
+
+    prefix: str
+    run_key: str
+
+    @classmethod
+    def of(cls, dag_id: str, run_id: str, prefix: str) -> RunNames:
+        run_key = hashlib.sha256(f"{dag_id}/{run_id}".encode()).hexdigest()[:8]
+        names = cls(prefix, run_key)
+        check_endpoint_name(names.endpoint)  # the tightest rule: fail before any job starts
+        return names
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.prefix}-{self.run_key}"
+
+    @property
+    def train_job(self) -> str:
+        return f"{self.prefix}-{self.run_key}-train"
+
+    @property
+    def sweep(self) -> str:
+        return f"{self.prefix}-{self.run_key}-sweep"
+
+    @property
+    def model(self) -> str:
+        return f"{self.prefix}-{self.run_key}"
+
+
+def require_completed(info: Any, what: str) -> None:
+    """Raise JobFailed with the job's own reason unless it completed."""
+    if info.status is not JobStatus.COMPLETED:
+        raise JobFailed(f"{what} {info.name} ended {info.status.value}: {info.error or 'no reason recorded'}")
+
+
+def pick_best(backend: Any, sweep_name: str, model_name: str) -> dict[str, Any]:
+    """Register the best trial's model with its hyperparameters and metric; return the reference."""
+    sweep = backend.jobs.sweep_result(sweep_name)
+    objective = Objective(**sweep["objective"])
+    best = best_trial(sweep["trials"], objective)
+    if best is None:
+        raise JobFailed(f"sweep {sweep_name}: no trial logged {objective.primary_metric!r}; nothing to register")
+    metric = max(best.history) if objective.goal == "maximize" else min(best.history)
+    existing = [m for m in backend.models.list(model_name) if m.properties.get("source_job") == best.name]
+    if existing:  # a retried task: the model is already registered
+        model = existing[-1]
+    else:
+        model = backend.models.register(
+            model_name, "model", base=backend.job_outputs(best.name), format="torch.export",
+            tags={**{k: str(v) for k, v in best.params.items()}, objective.primary_metric: f"{metric:.6f}"},
+            properties={"source_job": best.name, "sweep": sweep_name, "params": best.params,
+                        objective.primary_metric: metric},
+        )
+    log.info("Best trial %s: %s %.4f with %s; registered %s:%s", best.name, objective.primary_metric, metric,
+             best.params, model.name, model.version)
+    return {"model_name": model.name, "model_version": model.version, "trial": best.name, "params": best.params,
+            "metric": objective.primary_metric, "value": metric}
+
+
+def smoke_payload(data_dir: str | Path, signature: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """One real validation image as a request, and its true label."""
+    from mlrunway.data.images import load_labeled
+
+    inputs, labels = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=1)
+    return {"data": inputs.tolist()}, signature["classes"][int(labels[0])]
+
+
+def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
+    """The smoke test's bar: one prediction whose label is a class and whose probabilities sum to 1."""
+    try:
+        prediction = json.loads(body)["predictions"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EndpointError(f"smoke test: the endpoint answered {body[:200]!r}, not a prediction") from exc
+    if prediction.get("label") not in classes or abs(sum(prediction.get("probabilities", [])) - 1) > 1e-3:
+        raise EndpointError(f"smoke test: {prediction} is not a valid prediction over classes {classes}")
+    return prediction
+
+
+def deploy_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path,
+                data_dir: str | Path, *, workers: int = 2) -> dict[str, Any]:
+    """Safe rollout: bring `blue` up with no traffic, smoke-test it by header, then give it 100%."""
+    model = backend.models.get(model_name, model_version)
+    signature = json.loads((Path(model.path) / "signature.json").read_text())
+    state = backend.endpoints.create_or_update(endpoint, workers=workers)
+    backend.endpoints.create_or_update_deployment(endpoint, "blue", model_dir=model.path, code_dir=code_dir,
+                                                  model=f"{model_name}:{model_version}", workers=workers)
+    payload, truth = smoke_payload(data_dir, signature)
+    prediction = check_prediction(backend.endpoints.invoke(endpoint, payload=payload, deployment="blue"), signature["classes"])
+    backend.endpoints.set_traffic(endpoint, {"blue": 100})
+    check_prediction(backend.endpoints.invoke(endpoint, payload=payload), signature["classes"])
+    log.info("blue serves %s:%s at %s; smoke image (true label %s) -> %s (p=%.3f)", model_name, model_version,
+             state.scoring_uri, truth, prediction["label"], prediction["probability"])
+    return {"endpoint": endpoint, "deployment": "blue", "scoring_uri": state.scoring_uri,
+            "smoke_label": prediction["label"], "smoke_truth": truth, "smoke_probability": prediction["probability"]}
+
+
+def cleanup(backend: Any, names: RunNames, *, delete_endpoint: bool = True,
+            archive: list[tuple[str, int]] = ()) -> dict[str, Any]:
+    """Delete what the run created; what is already gone counts as done. Stray jobs of the run are canceled."""
+    stray = [j.name for j in backend.jobs.list() if j.name.startswith(f"{names.prefix}-{names.run_key}")
+             and not j.status.is_terminal()]
+    for name in stray:
+        backend.jobs.cancel(name, reason="cleanup: the pipeline run ended")
+    deleted = backend.endpoints.delete(names.endpoint) if delete_endpoint else False
+    archived = []
+    for model_name, version in archive:
+        try:
+            backend.models.archive(model_name, int(version))
+            archived.append(f"{model_name}:{version}")
+        except NotFound:
+            pass
+    log.info("Cleanup of run %s: endpoint %s %s; canceled %s; archived %s", names.run_key, names.endpoint,
+             "deleted" if deleted else "not present" if delete_endpoint else "kept", stray or "nothing",
+             archived or "nothing")
+    return {"endpoint_deleted": deleted, "canceled_jobs": stray, "archived_models": archived,
+            "endpoint_kept": not delete_endpoint}
+
+
+def check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not prefix or len(prefix) > 23:
+        raise _check.fail("endpoint_prefix", f"{prefix!r} must be 1 to 23 characters",
+                          "leave room for the run's 9-character suffix within Azure's 32")
+    return prefix

@@ -1,0 +1,17 @@
+"""The six operators of the lifecycle, thin over mlrunway's core."""
+
+from operators.cleanup import CleanupOperator
+from operators.deploy_blue import DeployBlueOperator
+from operators.export_onnx import ExportOnnxOperator
+from operators.pick_best import PickBestModelOperator
+from operators.sweep import SweepOperator
+from operators.train import TrainModelOperator
+
+__all__ = [
+    "CleanupOperator",
+    "DeployBlueOperator",
+    "ExportOnnxOperator",
+    "PickBestModelOperator",
+    "SweepOperator",
+    "TrainModelOperator",
+]

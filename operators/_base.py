@@ -1,0 +1,32 @@
+"""What the six operators share: the backend from the connection, the run's names, waiting with progress."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
+from mlrunway.pipeline import RunNames, check_prefix
+
+
+class MlrunwayBaseOperator(BaseOperator):
+    """:param backend_conn_id: Airflow connection of the backend (``mlrunway_default``: local, no set-up).
+    :param name_prefix: prefix of every name this run creates (jobs, models, the endpoint).
+    """
+
+    template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
+
+    def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
+        kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
+        super().__init__(**kwargs)
+        self.backend_conn_id = backend_conn_id
+        self.name_prefix = name_prefix
+
+    @cached_property
+    def backend(self) -> Any:
+        return MlrunwayHook(self.backend_conn_id).get_backend()
+
+    def names(self, context: Context) -> RunNames:
+        return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))

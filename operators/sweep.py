@@ -1,0 +1,116 @@
+"""SweepOperator: the hyperparameter sweep with early termination, its leaderboard in the task log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Context
+
+from mlrunway.pipeline import require_completed
+from mlrunway.specs import BanditPolicy, Choice, Objective, SweepLimits, SweepSpec, Uniform
+from mlrunway.specs.search_space import LogUniform
+from mlrunway.sweep.leaderboard import format_leaderboard
+from mlrunway.sweep.presets import train_job
+from operators._base import MlrunwayBaseOperator
+
+
+def search_space(sampling: str, lr: tuple[float, float], momentum: tuple[float, float]) -> dict[str, Any]:
+    """Random: log-uniform learning rate, uniform momentum. Grid: 3 values of each, evenly spread."""
+    if sampling == "grid":
+        def spread(low: float, high: float) -> Choice:
+            return Choice(values=[round(low + (high - low) * i / 2, 6) for i in range(3)])
+
+        return {"learning_rate": spread(*lr), "momentum": spread(*momentum)}
+    return {"learning_rate": LogUniform.from_range(*lr), "momentum": Uniform(min_value=momentum[0], max_value=momentum[1])}
+
+
+class SweepOperator(MlrunwayBaseOperator):
+    """Run a sweep over learning rate and momentum with a Bandit policy and wait for it.
+
+    :param code_dir: folder with the training script.
+    :param data_dir: ImageFolder data.
+    :param num_epochs: epochs per trial (one interval per epoch).
+    :param learning_rate_range: (min, max), sampled log-uniformly.
+    :param momentum_range: (min, max), sampled uniformly.
+    :param sampling_algorithm: ``random`` or ``grid``.
+    :param max_total_trials: trials at most.
+    :param max_concurrent_trials: trials at once.
+    :param slack_factor: Bandit slack factor.
+    :param evaluation_interval: Bandit evaluation interval, in epochs.
+    :param delay_evaluation: epochs before the first evaluation.
+    :param primary_metric: metric the script logs once per epoch.
+    :param goal: ``maximize`` or ``minimize``.
+    :param seed: random sampling seed.
+    :param max_wait_s: cancel the sweep and fail past this many seconds.
+    """
+
+    template_fields = (*MlrunwayBaseOperator.template_fields, "code_dir", "data_dir", "num_epochs",
+                       "learning_rate_range", "momentum_range", "sampling_algorithm", "max_total_trials",
+                       "max_concurrent_trials", "slack_factor", "evaluation_interval", "delay_evaluation",
+                       "primary_metric", "goal", "seed")
+
+    def __init__(self, *, code_dir: str, data_dir: str, num_epochs: int | str = 20,
+                 learning_rate_range: Any = (1e-3, 1e-1), momentum_range: Any = (0.5, 0.95),
+                 sampling_algorithm: str = "random", max_total_trials: int | str = 8,
+                 max_concurrent_trials: int | str = 2, slack_factor: float | str = 0.15,
+                 evaluation_interval: int | str = 1, delay_evaluation: int | str = 10,
+                 primary_metric: str = "best_val_acc", goal: str = "maximize", seed: int | str = 0,
+                 experiment_name: str = "mlrunway", max_wait_s: float = 7200, poll_interval_s: float = 2.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.code_dir, self.data_dir, self.num_epochs = code_dir, data_dir, num_epochs
+        self.learning_rate_range, self.momentum_range = learning_rate_range, momentum_range
+        self.sampling_algorithm, self.seed = sampling_algorithm, seed
+        self.max_total_trials, self.max_concurrent_trials = max_total_trials, max_concurrent_trials
+        self.slack_factor, self.evaluation_interval, self.delay_evaluation = slack_factor, evaluation_interval, delay_evaluation
+        self.primary_metric, self.goal, self.experiment_name = primary_metric, goal, experiment_name
+        self.max_wait_s, self.poll_interval_s = max_wait_s, poll_interval_s
+
+    def spec(self) -> SweepSpec:
+        lr = tuple(float(x) for x in self.learning_rate_range)
+        momentum = tuple(float(x) for x in self.momentum_range)
+        return SweepSpec(
+            trial=train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs), experiment_name=self.experiment_name),
+            search_space=search_space(self.sampling_algorithm, lr, momentum),  # type: ignore[arg-type]
+            objective=Objective(primary_metric=self.primary_metric, goal=self.goal),  # type: ignore[arg-type]
+            sampling_algorithm=self.sampling_algorithm, seed=int(self.seed),  # type: ignore[arg-type]
+            limits=SweepLimits(max_total_trials=int(self.max_total_trials),
+                               max_concurrent_trials=int(self.max_concurrent_trials)),
+            early_termination=BanditPolicy(slack_factor=float(self.slack_factor),
+                                           evaluation_interval=int(self.evaluation_interval),
+                                           delay_evaluation=int(self.delay_evaluation)),
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec, name = self.spec(), self.names(context).sweep
+        self.backend.jobs.submit_sweep(name, spec)
+        self.log.info("Sweep %s submitted: %s trials, %s at a time", name, spec.limits.max_total_trials,
+                      spec.limits.max_concurrent_trials)
+        info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
+                                      on_poll=TrialReporter(self, name))
+        result = self.backend.jobs.sweep_result(name)
+        self.log.info("Leaderboard of %s:\n%s", name, format_leaderboard(result["trials"], spec.objective))
+        require_completed(info, "sweep")
+        stopped = [t.name for t in result["trials"] if t.early_termination]
+        return {"sweep_name": name, "trials": len(result["trials"]), "stopped_early": stopped,
+                "best_trial": result["best_trial"], "epochs": sum(len(t.history) for t in result["trials"])}
+
+    def on_kill(self) -> None:
+        self.backend.jobs.cancel(self.names(self.get_template_context()).sweep, reason="the Airflow task was killed")
+
+
+class TrialReporter:
+    """Log each trial once when it ends: its status, metric, epochs and, for early terminations, why."""
+
+    def __init__(self, operator: SweepOperator, name: str) -> None:
+        self.operator, self.name = operator, name
+        self.reported: set[str] = set()
+
+    def __call__(self, _info: Any) -> None:
+        for trial in self.operator.backend.jobs.sweep_result(self.name)["trials"]:
+            if trial.status.is_terminal() and trial.name not in self.reported:
+                self.reported.add(trial.name)
+                why = trial.early_termination["reason"] if trial.early_termination else trial.error or ""
+                best = f"{max(trial.history):.4f}" if trial.history else "-"
+                self.operator.log.info("Trial %s %s after %d epochs, best %s %s", trial.name, trial.status.value,
+                                       len(trial.history), best, f"({why.splitlines()[0]})" if why else "")
