@@ -5,14 +5,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint data clean
+AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
+DEMO_CONF ?= {}
+
+.PHONY: setup test test-fast demo data clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -26,5 +30,13 @@ test-fast: $(STAMP)
 data: $(STAMP)
 	$(PY) -m mlrunway.data data/digits
 
+# The whole DAG on the local backend (airflow dags test), then a short summary of what it did.
+demo: data
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test train_sweep_deploy -c '$(DEMO_CONF)' > .airflow/demo.log 2>&1 \
+		|| (tail -40 .airflow/demo.log; echo "the DAG failed; full log in .airflow/demo.log"; exit 1)
+	@echo "---- summary (full log: .airflow/demo.log) ----"
+	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
+
 clean:
-	rm -rf .workspace data .pytest_cache
+	rm -rf .workspace .airflow data .pytest_cache

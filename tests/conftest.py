@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,12 @@ from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Airflow reads its configuration when first imported: give the test session its own home, before any import.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="mlrunway-airflow-")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ.pop("MLRUNWAY_WORKSPACE", None)
 
 
 @pytest.fixture
@@ -58,3 +66,13 @@ def onnx_model(tmp_path_factory: pytest.TempPathFactory, trained_model: Path, di
     out = tmp_path_factory.mktemp("onnx") / "model"
     export_onnx(trained_model, out, data_dir=digits)
     return out
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """A migrated SQLite metadata database in the session's AIRFLOW_HOME."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return os.environ["AIRFLOW_HOME"]

@@ -63,14 +63,19 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
     return "\n".join(lines)
 
 
+MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.serving.server")
+
+
 def leftovers(workspace_root: str) -> list[str]:
-    """Endpoint servers and job processes of the workspace still running."""
+    """Job supervisors, sweep controllers, endpoint servers and job processes of the workspace still running."""
     import psutil
 
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if workspace_root in cmd and "mlrunway" in cmd:
+        ours = workspace_root in cmd and any(marker in cmd for marker in MARKERS)
+        in_job = (proc.info["cwd"] or "").startswith(f"{workspace_root}/jobs/")
+        if (ours or in_job) and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(f"pid {proc.info['pid']}: {cmd[:120]}")
     return found
 

@@ -1,0 +1,88 @@
+"""The whole DAG with dag.test() on the local backend, small settings; then what it left behind."""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+from mlrunway.airflow.summary import leftovers, run_results
+from mlrunway.early_termination import evaluate
+from mlrunway.local.backend import LocalBackend
+from mlrunway.specs import BanditPolicy
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+SMALL = {"epochs": 12, "max_trials": 4, "max_concurrent_trials": 2, "delay_evaluation": 3}
+
+
+def run_dag(conf, workspace, monkeypatch):
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(workspace))
+    sys.path.insert(0, str(REPO / "dags"))
+    from train_sweep_deploy import dag
+
+    run = dag.test(run_conf=conf)
+    return run, run_results(dag.dag_id, run.run_id), task_states(dag.dag_id, run.run_id)
+
+
+def task_states(dag_id, run_id):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+        return {ti.task_id: str(ti.state) for ti in rows}
+
+
+def assert_nothing_left(backend, scoring_uri=None):
+    assert backend.endpoints.list() == []
+    assert leftovers(str(backend.workspace.root)) == []
+    if scoring_uri:
+        port = urlparse(scoring_uri).port
+        assert not any(c.laddr.port == port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN)
+
+
+def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, digits, tmp_path, monkeypatch):
+    run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
+    assert str(run.state) == "success", states
+    backend = LocalBackend.at(tmp_path / "ws")
+
+    assert results["train"]["status"] == "Completed" and results["train"]["metrics"]["best_val_acc"] > 0.3
+    trials = backend.jobs.sweep_result(results["sweep"]["sweep_name"])["trials"]
+    assert len(trials) == results["sweep"]["trials"] == 4
+    stopped = {t.name: t.early_termination for t in trials if t.early_termination}
+    assert stopped and sorted(stopped) == sorted(results["sweep"]["stopped_early"])
+    replay = evaluate(BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=3),
+                      {t.name: t.history for t in trials}, "maximize")
+    for name, stop in stopped.items():  # each stop is one the policy makes certain from the recorded curves
+        assert stop["value"] < stop["threshold"] and replay[name].interval == stop["interval"]
+
+    best = max(trials, key=lambda t: max(t.history))
+    assert best.name not in stopped
+    assert results["pick_best"]["trial"] == best.name and results["pick_best"]["value"] == max(best.history)
+    model = backend.models.get(results["pick_best"]["model_name"], results["pick_best"]["model_version"])
+    assert model.properties["source_job"] == best.name and set(model.tags) >= {"learning_rate", "momentum"}
+
+    parity = results["export_onnx"]["parity"]
+    assert parity["passed"] and parity["top1_agreement"] == 1.0 and parity["inputs"] == "validation images"
+    assert parity["max_abs_diff"] < 1e-4
+
+    deploy = results["deploy_blue"]
+    # Read back from Airflow's XCom table a label such as "8" arrives as 8: compare as text.
+    assert deploy["deployment"] == "blue" and str(deploy["smoke_label"]) in [str(i) for i in range(10)]
+    assert results["cleanup"]["endpoint_deleted"] is True
+    assert_nothing_left(backend, deploy["scoring_uri"])
+
+
+def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, tmp_path, monkeypatch):
+    run, _, states = run_dag({**SMALL, "epochs": 4, "data_dir": str(digits), "primary_metric": "accuracy"},
+                             tmp_path / "ws", monkeypatch)
+    assert str(run.state) == "failed"
+    assert states == {"train": "success", "sweep": "failed", "pick_best": "upstream_failed",
+                      "export_onnx": "upstream_failed", "deploy_blue": "upstream_failed", "cleanup": "failed"}
+    backend = LocalBackend.at(tmp_path / "ws")
+    sweep = [j for j in backend.jobs.list() if j.kind == "sweep"][0]
+    assert "primary_metric: trial" in sweep.error and "'accuracy'" in sweep.error and "best_val_acc" in sweep.error
+    assert_nothing_left(backend)

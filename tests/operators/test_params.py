@@ -1,0 +1,77 @@
+"""The trigger form's Params reject bad values per field; the preflight rejects bad combinations."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from mlrunway.errors import SpecError
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def dag():
+    sys.path.insert(0, str(REPO / "dags"))
+    from train_sweep_deploy import dag
+
+    return dag
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        pytest.param("epochs", 0, id="zero-epochs"),
+        pytest.param("epochs", "ten", id="epochs-not-integer"),
+        pytest.param("lr_min", 0, id="zero-learning-rate"),
+        pytest.param("momentum_max", 1.0, id="momentum-1"),
+        pytest.param("sampling", "bayesian", id="sampling-not-offered"),
+        pytest.param("max_trials", 1000, id="too-many-trials"),
+        pytest.param("slack_factor", -0.1, id="negative-slack"),
+        pytest.param("evaluation_interval", 0, id="zero-interval"),
+        pytest.param("goal", "up", id="bad-goal"),
+        pytest.param("endpoint_prefix", "1digits", id="prefix-starts-with-digit"),
+        pytest.param("endpoint_prefix", "a" * 24, id="prefix-too-long"),
+        pytest.param("keep_endpoint", "yes", id="keep-not-boolean"),
+    ],
+)
+def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dag.params)  # the Params with their schemas, as the trigger form validates them
+    with pytest.raises(ParamValidationError, match=f"Invalid input for param {param}: "):
+        params[param] = value
+
+
+def test_defaults_are_valid(dag):
+    assert dag.params.validate()["primary_metric"] == "best_val_acc"
+
+
+def context(dag, digits, **changes):
+    params = {**dag.params.validate(), "data_dir": str(digits), **changes}
+    return {"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__2026-11-21"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"lr_min": 0.1, "lr_max": 0.01}, "lr_min: 0.1 is not less than lr_max 0.01", id="lr-range"),
+        pytest.param({"momentum_min": 0.9, "momentum_max": 0.5}, "momentum_min: 0.9 is not less than", id="momentum-range"),
+        pytest.param({"max_trials": 2, "max_concurrent_trials": 4}, "max_concurrent_trials: 4 is more than max_trials 2", id="concurrency"),
+        pytest.param({"data_dir": "/nowhere"}, "data_dir: folder '/nowhere' does not exist", id="missing-data"),
+        pytest.param({"code_dir": "/tmp"}, "code_dir: /tmp lacks train.py or score.py", id="missing-scripts"),
+    ],
+)
+def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes, message):
+    from operators.preflight import check_run_params
+
+    with pytest.raises(SpecError, match=message):
+        check_run_params(context(dag, digits, **changes))
+
+
+def test_preflight_accepts_the_defaults(dag, digits):
+    from operators.preflight import check_run_params
+
+    check_run_params(context(dag, digits))
