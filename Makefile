@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: $(STAMP)
-	$(PY) -m ruff check mlrunway training tests
+	$(PY) -m ruff check mlrunway operators dags training tests bench
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
