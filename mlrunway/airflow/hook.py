@@ -46,7 +46,8 @@ class MlrunwayHook(BaseHook):
                 f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
             ) from exc
         if conn.conn_type == "mlrunway_local":
-            return LocalBackend.at(conn.extra_dejson.get("workspace") or None)
+            extra = conn.extra_dejson
+            return LocalBackend.at(extra.get("workspace") or extra.get("extra__mlrunway_local__workspace") or None)
         if conn.conn_type == "azure_ml":
             raise NotSupportedOnBackend(
                 f"backend_conn_id {self.backend_conn_id!r}: the Azure ML backend is not in this version yet; "
@@ -55,7 +56,10 @@ class MlrunwayHook(BaseHook):
         raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: connection type {conn.conn_type!r} is not a "
                         "backend; use mlrunway_local or azure_ml")
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {"hidden_fields": ["host", "schema", "login", "password", "port"],
-                "relabeling": {}, "placeholders": {"extra": '{"workspace": "/srv/mlrunway/workspace"}'}}
+
+
+class AzureMLHook(MlrunwayHook):
+    """The ``azure_ml`` connection type (subscription, resource group, workspace, credential)."""
+
+    conn_type = "azure_ml"
+    hook_name = "Azure Machine Learning (mlrunway)"

@@ -36,3 +36,13 @@ def test_azure_connection_says_it_is_not_in_this_version(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps({"conn_type": "azure_ml"}))
     with pytest.raises(NotSupportedOnBackend, match="Azure ML backend is not in this version"):
         MlrunwayHook("aml").get_backend()
+
+
+def test_both_connection_types_are_registered_with_their_form_fields():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    assert {"mlrunway_local", "azure_ml"} <= set(manager.hooks)
+    widgets = manager.connection_form_widgets
+    assert "extra__mlrunway_local__workspace" in widgets
+    assert {f"extra__azure_ml__{f}" for f in ("subscription_id", "resource_group", "workspace_name", "credential")} <= set(widgets)

@@ -1,0 +1,56 @@
+"""Provider info: registers mlrunway's two connection types and their form fields with Airflow.
+
+Airflow finds it through the ``apache_airflow_provider`` entry point in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_STRING = {"type": ["string", "null"]}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "mlrunway",
+        "name": "mlrunway",
+        "description": "The PyTorch model lifecycle on Azure ML or the local backend.",
+        "versions": ["0.1.0"],
+        "connection-types": [
+            {
+                "hook-class-name": "mlrunway.airflow.hook.MlrunwayHook",
+                "hook-name": "mlrunway local backend",
+                "connection-type": "mlrunway_local",
+                "conn-fields": {
+                    "workspace": {"label": "Workspace folder", "schema": _STRING,
+                                  "description": "Root of the local workspace (jobs, models, endpoints, MLflow)."},
+                },
+                "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
+                                       "relabeling": {}, "placeholders": {}},
+            },
+            {
+                "hook-class-name": "mlrunway.airflow.hook.AzureMLHook",
+                "hook-name": "Azure Machine Learning (mlrunway)",
+                "connection-type": "azure_ml",
+                "conn-fields": {
+                    "subscription_id": {"label": "Subscription ID", "schema": _STRING},
+                    "resource_group": {"label": "Resource group", "schema": _STRING},
+                    "workspace_name": {"label": "Workspace name", "schema": _STRING},
+                    "credential": {
+                        "label": "Credential",
+                        "schema": {"type": ["string", "null"], "default": "default",
+                                   "enum": ["default", "client_secret", "certificate", "managed_identity",
+                                            "workload_identity", None]},
+                        "description": "DefaultAzureCredential, a service principal (secret or certificate), "
+                                       "managed identity or workload identity.",
+                    },
+                    "tenant_id": {"label": "Tenant ID", "schema": _STRING},
+                    "client_id": {"label": "Client ID", "schema": _STRING},
+                },
+                "ui-field-behaviour": {"hidden-fields": ["host", "schema", "port", "extra"],
+                                       "relabeling": {"login": "Client ID (service principal)",
+                                                      "password": "Client secret or certificate password"},
+                                       "placeholders": {}},
+            },
+        ],
+    }
