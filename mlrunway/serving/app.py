@@ -30,6 +30,7 @@ from mlrunway.serving.runtime import LoadedDeployment, Runtime
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 DEPLOYMENT_HEADER = "azureml-model-deployment"
+DRAIN_CAP_BYTES = 64 * 1024 * 1024
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -51,15 +52,19 @@ class ScoringApp:
         return bool(given) and any(results)
 
     async def read_body(self, request: Request) -> bytes | Response:
+        """The body, or a 413 once it has been read past the limit. An oversized body is still drained (up to
+        ``DRAIN_CAP_BYTES``) before answering: closing while the client is still sending breaks its pipe, and
+        it would never see the 413."""
         limit = self.runtime.current().max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return _error(413, f"request body of {declared} bytes is over the limit of {limit} bytes")
-        body = bytearray()
+        body, size = bytearray(), 0
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return _error(413, f"request body is over the limit of {limit} bytes")
+            size += len(chunk)
+            if size <= limit:
+                body += chunk
+            elif size > DRAIN_CAP_BYTES:
+                break
+        if size > limit:
+            return _error(413, f"request body is over the limit of {limit} bytes")
         return bytes(body)
 
     async def score(self, request: Request) -> Response:
