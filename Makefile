@@ -16,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -1,0 +1,115 @@
+"""Our specs as azure-ai-ml entities: ``command(...)``, ``job(**space).sweep(...)``, distributions, policies.
+
+Pure translation, offline: nothing here talks to Azure. The tests pass every entity through the SDK's own REST
+serializer (``_to_rest_object``) and check the result field by field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from azure.ai.ml import Input, Output, command
+from azure.ai.ml import MpiDistribution as AzMpi
+from azure.ai.ml import PyTorchDistribution as AzPyTorch
+from azure.ai.ml import TensorFlowDistribution as AzTensorFlow
+from azure.ai.ml import sweep as azsweep
+from azure.ai.ml.entities import Command
+from azure.ai.ml.entities._job.sweep.sampling_algorithm import RandomSamplingAlgorithm
+from azure.ai.ml.entities._job.sweep.sweep_job import SweepJob
+
+from mlrunway.specs import policies as ours
+from mlrunway.specs import search_space as space
+from mlrunway.specs.job import CommandJobSpec, Distribution, MpiDistribution, PyTorchDistribution
+from mlrunway.specs.job import Input as OurInput
+from mlrunway.specs.sweep import SweepSpec
+
+# The tutorial's curated environment (Azure ML's "Train PyTorch models at scale", SDK v2).
+DEFAULT_ENVIRONMENT = "AzureML-acpt-pytorch-2.8-cuda12.6@latest"
+
+
+def distribution(dist: Distribution | None) -> Any:
+    if dist is None:
+        return None
+    if isinstance(dist, PyTorchDistribution):
+        return AzPyTorch(process_count_per_instance=dist.process_count_per_instance)
+    if isinstance(dist, MpiDistribution):
+        return AzMpi(process_count_per_instance=dist.process_count_per_instance)
+    return AzTensorFlow(worker_count=dist.worker_count, parameter_server_count=dist.parameter_server_count)
+
+
+def _input(value: Any) -> Any:
+    if isinstance(value, OurInput):
+        return Input(type=value.type, path=value.path)
+    return value
+
+
+def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str | None = None) -> Command:
+    """``azure.ai.ml.command`` for the spec; ``./outputs`` is captured by Azure as the job's artifacts."""
+    return command(
+        name=name,
+        code=str(Path(spec.code)),
+        command=spec.command,
+        inputs={k: _input(v) for k, v in spec.inputs.items()},
+        outputs={k: Output(type=o.type) for k, o in spec.outputs.items()},
+        environment=spec.environment or DEFAULT_ENVIRONMENT,
+        environment_variables=dict(spec.environment_variables),
+        compute=compute or spec.compute,
+        distribution=distribution(spec.distribution),
+        instance_count=spec.instance_count,
+        experiment_name=spec.experiment_name,
+        display_name=spec.display_name or name,
+        timeout=int(spec.timeout) if spec.timeout else None,
+    )
+
+
+def expression(expr: space.SearchExpression) -> Any:
+    """Our search expression as the same-named ``azure.ai.ml.sweep`` class (Azure's semantics are ours)."""
+    if isinstance(expr, space.Choice):
+        return azsweep.Choice(values=list(expr.values))
+    if isinstance(expr, space.Randint):
+        return azsweep.Randint(upper=expr.upper)
+    if isinstance(expr, (space.Normal, space.LogNormal)):
+        cls = azsweep.Normal if isinstance(expr, space.Normal) else azsweep.LogNormal
+        return cls(mu=expr.mu, sigma=expr.sigma)
+    if isinstance(expr, (space.QUniform, space.QLogUniform)):
+        cls = azsweep.QUniform if isinstance(expr, space.QUniform) else azsweep.QLogUniform
+        return cls(min_value=expr.min_value, max_value=expr.max_value, q=expr.q)
+    cls = azsweep.Uniform if isinstance(expr, space.Uniform) else azsweep.LogUniform
+    return cls(min_value=expr.min_value, max_value=expr.max_value)
+
+
+def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
+    """Our policy with ``evaluation_interval`` always explicit (the SDK defaults it to 0, the YAML to 1)."""
+    if p is None:
+        return None
+    common = {"evaluation_interval": p.evaluation_interval, "delay_evaluation": p.delay_evaluation}
+    if isinstance(p, ours.BanditPolicy):
+        slack = {"slack_factor": p.slack_factor} if p.slack_factor is not None else {"slack_amount": p.slack_amount}
+        return azsweep.BanditPolicy(**common, **slack)
+    if isinstance(p, ours.MedianStoppingPolicy):
+        return azsweep.MedianStoppingPolicy(**common)
+    return azsweep.TruncationSelectionPolicy(**common, truncation_percentage=p.truncation_percentage)
+
+
+def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None) -> SweepJob:
+    """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
+    trial = command_job(spec.trial, compute=compute)
+    sampling: Any = spec.sampling_algorithm
+    if spec.sampling_algorithm == "random" and spec.seed is not None:
+        sampling = RandomSamplingAlgorithm(seed=spec.seed, rule="random")
+    job = trial(**{k: expression(v) for k, v in spec.search_space.items()}).sweep(
+        compute=compute or spec.trial.compute,
+        sampling_algorithm=sampling,
+        primary_metric=spec.objective.primary_metric,
+        goal=spec.objective.goal.capitalize(),
+        early_termination_policy=policy(spec.early_termination),
+    )
+    limits = spec.limits
+    job.set_limits(max_total_trials=limits.max_total_trials, max_concurrent_trials=limits.max_concurrent_trials,
+                   timeout=int(limits.timeout) if limits.timeout else None,
+                   trial_timeout=int(limits.trial_timeout) if limits.trial_timeout else None)
+    job.name = name
+    job.experiment_name = spec.trial.experiment_name
+    job.display_name = name
+    return job
