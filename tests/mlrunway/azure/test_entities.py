@@ -16,7 +16,6 @@ from mlrunway.specs import (
     MedianStoppingPolicy,
     MpiDistribution,
     Normal,
-    Objective,
     Output,
     PyTorchDistribution,
     QLogUniform,
