@@ -46,6 +46,8 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "tenant_id": {"label": "Tenant ID", "schema": _STRING},
                     "client_id": {"label": "Client ID", "schema": _STRING},
+                    "certificate_path": {"label": "Certificate path (PEM or PKCS12)", "schema": _STRING},
+                    "token_file_path": {"label": "Federated token file (workload identity)", "schema": _STRING},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "port", "extra"],
                                        "relabeling": {"login": "Client ID (service principal)",
