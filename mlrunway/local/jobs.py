@@ -29,6 +29,7 @@ from mlrunway.specs import _check
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
+SWEEP_TIMEOUT_MARGIN_S = 120.0
 _SNAPSHOT_IGNORE = shutil.ignore_patterns("outputs", "__pycache__", "*.pyc", ".git", ".venv")
 
 
@@ -62,9 +63,12 @@ class LocalJobs:
         check_runnable(sweep.trial)
         code = _existing_folder("sweep.trial.code", sweep.trial.code)
         sweep = replace(sweep, trial=replace(sweep.trial, code=str(code), inputs=_absolute_inputs(sweep.trial)))
+        # The controller ends the sweep at limits.timeout itself (Completed, best so far kept); the supervisor's
+        # limit is only a safety net behind it.
+        net = sweep.limits.timeout + SWEEP_TIMEOUT_MARGIN_S if sweep.limits.timeout else None
         controller = CommandJobSpec(
             code=str(code), command="python -m mlrunway.local.sweep_controller", experiment_name=sweep.trial.experiment_name,
-            timeout=sweep.limits.timeout,
+            timeout=net,
         )
         return self._create(name, "sweep", controller, {"sweep": sweep.to_dict(), "poll_s": poll_s}, None)
 
