@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from mlrunway.serving.runtime import LoadedDeployment, Runtime
+from mlrunway.serving.state import EndpointState
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 DEPLOYMENT_HEADER = "azureml-model-deployment"
@@ -43,19 +44,20 @@ class ScoringApp:
         self.in_flight = 0
         self.background: set[asyncio.Task[Any]] = set()
 
-    def authorized(self, request: Request) -> bool:
+    @staticmethod
+    def authorized(request: Request, state: EndpointState) -> bool:
         header = request.headers.get("authorization", "")
         given = header[7:].encode() if header.lower().startswith("bearer ") else b""
-        keys = self.runtime.current().keys
+        keys = state.keys
         # Compare against both keys every time: constant time, whichever matches.
         results = [hmac.compare_digest(given, key.encode()) for key in (keys["primary"], keys["secondary"])]
         return bool(given) and any(results)
 
-    async def read_body(self, request: Request) -> bytes | Response:
+    @staticmethod
+    async def read_body(request: Request, limit: int) -> bytes | Response:
         """The body, or a 413 once it has been read past the limit. An oversized body is still drained (up to
         ``DRAIN_CAP_BYTES``) before answering: closing while the client is still sending breaks its pipe, and
         it would never see the 413."""
-        limit = self.runtime.current().max_body_bytes
         body, size = bytearray(), 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -71,24 +73,24 @@ class ScoringApp:
         return await self._handle(request, direct=request.path_params.get("name"))
 
     async def _handle(self, request: Request, direct: str | None) -> Response:
-        if not self.authorized(request):
+        state = self.runtime.current()  # once per request: keys, limits and traffic from one reading
+        if not self.authorized(request, state):
             return _error(401, "missing or wrong key: send 'Authorization: Bearer <endpoint key>'",
                           **{"www-authenticate": 'Bearer realm="endpoint"'})
-        state = self.runtime.current()
         if self.in_flight >= state.max_concurrent_requests_per_worker:
             return _error(429, "too many requests in flight; retry later")
-        body = await self.read_body(request)
+        body = await self.read_body(request, state.max_body_bytes)
         if isinstance(body, Response):
             return body
-        name = direct or request.headers.get(DEPLOYMENT_HEADER) or self.runtime.choose()
+        name = direct or request.headers.get(DEPLOYMENT_HEADER) or self.runtime.choose(state)
         if name is None:
             return _error(404, "no deployment of this endpoint has traffic; set traffic or name one in the "
                                f"{DEPLOYMENT_HEADER} header")
-        deployment = await run_in_threadpool(self.runtime.deployment, name)
+        deployment = await run_in_threadpool(self.runtime.deployment, name)  # newest version
         if deployment is None:
             return _error(404, f"deployment {name!r} does not exist on endpoint {state.name}")
-        if direct is None and (mirror := self.runtime.mirror_target()) and mirror != name:
-            task = asyncio.create_task(self._mirror(mirror, body))
+        if direct is None and (mirror := self.runtime.mirror_target(state)) and mirror != name:
+            task = asyncio.create_task(self._mirror(mirror, body, state))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
         return await self._run(deployment, body, state.request_timeout_ms, at_endpoint=direct is None)
@@ -119,10 +121,10 @@ class ScoringApp:
             return Response(message, status_code=result.status_code, headers=headers, media_type=media)
         return Response(json.dumps(result), headers=headers, media_type="application/json")
 
-    async def _mirror(self, name: str, body: bytes) -> None:
+    async def _mirror(self, name: str, body: bytes, state: EndpointState) -> None:
         deployment = await run_in_threadpool(self.runtime.deployment, name)
         if deployment is not None:
-            await self._run(deployment, body, self.runtime.current().request_timeout_ms, at_endpoint=False)
+            await self._run(deployment, body, state.request_timeout_ms, at_endpoint=False)
             deployment.log.info("mirrored request scored (response discarded)")
 
     async def ready(self, _request: Request) -> Response:

@@ -95,15 +95,15 @@ class Runtime:
                 self._loaded = {k: v for k, v in self._loaded.items() if k[0] != name} | {key: loaded}
         return loaded
 
-    def choose(self) -> str | None:
+    def choose(self, state: EndpointState) -> str | None:
         """A deployment by traffic weight, or None when no deployment has traffic."""
-        weights = {n: w for n, w in self.current().traffic.items() if w > 0}
+        weights = {n: w for n, w in state.traffic.items() if w > 0}
         if not weights:
             return None
         return self._random.choices(list(weights), weights=list(weights.values()))[0]
 
-    def mirror_target(self) -> str | None:
-        for name, percent in self.current().mirror_traffic.items():
+    def mirror_target(self, state: EndpointState) -> str | None:
+        for name, percent in state.mirror_traffic.items():
             if percent and self._random.random() * 100 < percent:
                 return name
         return None
