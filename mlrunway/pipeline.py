@@ -18,7 +18,7 @@ from mlrunway.errors import EndpointError, JobFailed, NotFound
 from mlrunway.serving.state import check_endpoint_name
 from mlrunway.specs import _check
 from mlrunway.specs.sweep import Objective
-from mlrunway.sweep.leaderboard import best_trial
+from mlrunway.sweep.leaderboard import best_trial, trial_score
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def pick_best(backend: Any, sweep_name: str, model_name: str) -> dict[str, Any]:
     best = best_trial(sweep["trials"], objective)
     if best is None:
         raise JobFailed(f"sweep {sweep_name}: no trial logged {objective.primary_metric!r}; nothing to register")
-    metric = max(best.history) if objective.goal == "maximize" else min(best.history)
+    metric = trial_score(best, objective)
     existing = [m for m in backend.models.list(model_name) if m.properties.get("source_job") == best.name]
     if existing:  # a retried task: the model is already registered
         model = existing[-1]

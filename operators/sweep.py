@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import BanditPolicy, Choice, Objective, SweepLimits, SweepSpec, Uniform
 from mlrunway.specs.search_space import LogUniform
-from mlrunway.sweep.leaderboard import format_leaderboard
+from mlrunway.sweep.leaderboard import format_leaderboard, trial_score
 from mlrunway.sweep.presets import train_job
 from operators._base import MlrunwayBaseOperator
 
@@ -87,7 +87,7 @@ class SweepOperator(MlrunwayBaseOperator):
         self.log.info("Sweep %s submitted: %s trials, %s at a time", name, spec.limits.max_total_trials,
                       spec.limits.max_concurrent_trials)
         info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
-                                      on_poll=TrialReporter(self, name))
+                                      on_poll=TrialReporter(self, name, spec.objective))
         result = self.backend.jobs.sweep_result(name)
         self.log.info("Leaderboard of %s:\n%s", name, format_leaderboard(result["trials"], spec.objective))
         require_completed(info, "sweep")
@@ -102,8 +102,8 @@ class SweepOperator(MlrunwayBaseOperator):
 class TrialReporter:
     """Log each trial once when it ends: its status, metric, epochs and, for early terminations, why."""
 
-    def __init__(self, operator: SweepOperator, name: str) -> None:
-        self.operator, self.name = operator, name
+    def __init__(self, operator: SweepOperator, name: str, objective: Objective) -> None:
+        self.operator, self.name, self.objective = operator, name, objective
         self.reported: set[str] = set()
 
     def __call__(self, _info: Any) -> None:
@@ -111,6 +111,7 @@ class TrialReporter:
             if trial.status.is_terminal() and trial.name not in self.reported:
                 self.reported.add(trial.name)
                 why = trial.early_termination["reason"] if trial.early_termination else trial.error or ""
-                best = f"{max(trial.history):.4f}" if trial.history else "-"
+                score = trial_score(trial, self.objective)
+                best = "-" if score is None else f"{score:.4f}"
                 self.operator.log.info("Trial %s %s after %d epochs, best %s %s", trial.name, trial.status.value,
                                        len(trial.history), best, f"({why.splitlines()[0]})" if why else "")
