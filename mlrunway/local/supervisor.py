@@ -90,9 +90,8 @@ def terminate_group(pgid: int, procs: list[subprocess.Popen[bytes]] | None, grac
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if procs is not None and all(p.poll() is not None for p in procs) and not group_alive(pgid):
-            return
-        if procs is None and not group_alive(pgid):
+        # poll() first: group_alive() reaps our children, and a Popen whose child it reaped reads exit code 0.
+        if (procs is None or all(p.poll() is not None for p in procs)) and not group_alive(pgid):
             return
         time.sleep(POLL_S)
     try:
