@@ -56,6 +56,10 @@ with DAG(
         "keep_endpoint": Param(False, type="boolean", description="Keep the endpoint serving after the run."),
         "backend_conn_id": Param("mlrunway_default", type="string", minLength=1,
                                  description="Airflow connection of the backend; mlrunway_default is local."),
+        "instance_type": Param("", type="string", pattern="^(|[A-Za-z0-9_]+)$",
+                               description="Azure: VM size of the blue deployment (empty: the connection's)."),
+        "instance_count": Param(1, type="integer", minimum=1, maximum=20,
+                                description="Azure: instances of the blue deployment."),
     },
 ) as dag:
     common = {"backend_conn_id": P % "backend_conn_id", "name_prefix": P % "endpoint_prefix"}
@@ -79,7 +83,8 @@ with DAG(
     )
     deploy = DeployBlueOperator(
         task_id="deploy_blue", model_name=export.output["model_name"], model_version=export.output["model_version"],
-        code_dir=P % "code_dir", data_dir=P % "data_dir", **common,
+        code_dir=P % "code_dir", data_dir=P % "data_dir", instance_type=P % "instance_type",
+        instance_count=P % "instance_count", **common,
     )
     clean = CleanupOperator(task_id="cleanup", keep_endpoint=P % "keep_endpoint", **common)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,13 +105,20 @@ def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
 
 
 def deploy_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path,
-                data_dir: str | Path, *, workers: int = 2) -> dict[str, Any]:
-    """Safe rollout: bring `blue` up with no traffic, smoke-test it by header, then give it 100%."""
+                data_dir: str | Path, *, workers: int = 2, instance_type: str | None = None,
+                instance_count: int | None = None) -> dict[str, Any]:
+    """Safe rollout: bring `blue` up with no traffic, smoke-test it by header, then give it 100%.
+
+    ``workers`` sizes the local server; ``instance_type`` and ``instance_count`` the Azure deployment.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = backend.models.download(model_name, model_version, Path(scratch) / "model")
+        signature = json.loads((model_dir / "signature.json").read_text())
     model = backend.models.get(model_name, model_version)
-    signature = json.loads((Path(model.path) / "signature.json").read_text())
     state = backend.endpoints.create_or_update(endpoint, workers=workers)
     backend.endpoints.create_or_update_deployment(endpoint, "blue", model_dir=model.path, code_dir=code_dir,
-                                                  model=f"{model_name}:{model_version}", workers=workers)
+                                                  model=f"{model_name}:{model_version}", workers=workers,
+                                                  instance_type=instance_type, instance_count=instance_count)
     payload, truth = smoke_payload(data_dir, signature)
     prediction = check_prediction(backend.endpoints.invoke(endpoint, payload=payload, deployment="blue"), signature["classes"])
     backend.endpoints.set_traffic(endpoint, {"blue": 100})

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
+from mlrunway.airflow.links import StudioLink, push_link
 from mlrunway.pipeline import RunNames, check_prefix
 
 
@@ -17,6 +18,7 @@ class MlrunwayBaseOperator(BaseOperator):
     """
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
+    operator_extra_links = (StudioLink(),)
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -30,3 +32,7 @@ class MlrunwayBaseOperator(BaseOperator):
 
     def names(self, context: Context) -> RunNames:
         return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))
+
+    def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
+        """Show the task's link to what it created (Azure ML studio; nothing on the local backend)."""
+        push_link(context, self.backend, kind, name, version)

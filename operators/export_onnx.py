@@ -29,6 +29,7 @@ class ExportOnnxOperator(MlrunwayBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         model, parity = export_registered(self.backend.models, self.model_name, int(self.model_version),
                                           data_dir=self.data_dir, opset=self.opset, atol=self.atol)
+        self.link(context, "model", model.name, model.version)
         self.log.info("Exported %s:%s to %s:%s; parity: max |diff| %.3g, top-1 agreement %.2f%% on %d %s",
                       self.model_name, self.model_version, model.name, model.version, parity["max_abs_diff"],
                       100 * parity["top1_agreement"], parity["samples"], parity["inputs"])

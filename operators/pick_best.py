@@ -20,4 +20,6 @@ class PickBestModelOperator(MlrunwayBaseOperator):
         self.sweep_name = sweep_name
 
     def execute(self, context: Context) -> dict[str, Any]:
-        return pick_best(self.backend, self.sweep_name, self.names(context).model)
+        picked = pick_best(self.backend, self.sweep_name, self.names(context).model)
+        self.link(context, "model", picked["model_name"], picked["model_version"])
+        return picked

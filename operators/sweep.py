@@ -84,6 +84,7 @@ class SweepOperator(MlrunwayBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         spec, name = self.spec(), self.names(context).sweep
         self.backend.jobs.submit_sweep(name, spec)
+        self.link(context, "job", name)
         self.log.info("Sweep %s submitted: %s trials, %s at a time", name, spec.limits.max_total_trials,
                       spec.limits.max_concurrent_trials)
         info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,

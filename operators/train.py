@@ -43,6 +43,7 @@ class TrainModelOperator(MlrunwayBaseOperator):
                          experiment_name=self.experiment_name)
         self.backend.jobs.submit(name, spec)
         self.log.info("Training job %s submitted", name)
+        self.link(context, "job", name)
         info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
                                       on_poll=LogFollower(self, name))
         require_completed(info, "training job")

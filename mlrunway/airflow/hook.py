@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from mlrunway.errors import NotSupportedOnBackend, SpecError
+from mlrunway.errors import SpecError
 
 DEFAULT_CONN_ID = "mlrunway_default"
 
@@ -49,13 +49,17 @@ class MlrunwayHook(BaseHook):
             extra = conn.extra_dejson
             return LocalBackend.at(extra.get("workspace") or extra.get("extra__mlrunway_local__workspace") or None)
         if conn.conn_type == "azure_ml":
-            raise NotSupportedOnBackend(
-                f"backend_conn_id {self.backend_conn_id!r}: the Azure ML backend is not in this version yet; "
-                "use a mlrunway_local connection"
-            )
+            from mlrunway.azure.backend import AzureBackend
+
+            return AzureBackend.from_connection(azure_fields(conn.extra_dejson), conn.password or None)
         raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: connection type {conn.conn_type!r} is not a "
                         "backend; use mlrunway_local or azure_ml")
 
+
+
+def azure_fields(extra: dict[str, Any]) -> dict[str, Any]:
+    """The connection's extras by field name, whether saved by the form (``extra__azure_ml__x``) or as JSON."""
+    return {key.removeprefix("extra__azure_ml__"): value for key, value in extra.items() if value not in ("", None)}
 
 
 class AzureMLHook(MlrunwayHook):

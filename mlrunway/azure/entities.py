@@ -44,15 +44,19 @@ def _input(value: Any) -> Any:
     return value
 
 
-def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str | None = None) -> Command:
-    """``azure.ai.ml.command`` for the spec; ``./outputs`` is captured by Azure as the job's artifacts."""
+def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str | None = None,
+                environment: str | None = None) -> Command:
+    """``azure.ai.ml.command`` for the spec; ``./outputs`` is captured by Azure as the job's artifacts.
+
+    The environment is the spec's, else ``environment`` (the connection's), else the curated PyTorch one.
+    """
     return command(
         name=name,
         code=str(Path(spec.code)),
         command=spec.command,
         inputs={k: _input(v) for k, v in spec.inputs.items()},
         outputs={k: Output(type=o.type) for k, o in spec.outputs.items()},
-        environment=spec.environment or DEFAULT_ENVIRONMENT,
+        environment=spec.environment or environment or DEFAULT_ENVIRONMENT,
         environment_variables=dict(spec.environment_variables),
         compute=compute or spec.compute,
         distribution=distribution(spec.distribution),
@@ -92,9 +96,10 @@ def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
     return azsweep.TruncationSelectionPolicy(**common, truncation_percentage=p.truncation_percentage)
 
 
-def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None) -> SweepJob:
+def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None,
+              environment: str | None = None) -> SweepJob:
     """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
-    trial = command_job(spec.trial, compute=compute)
+    trial = command_job(spec.trial, compute=compute, environment=environment)
     sampling: Any = spec.sampling_algorithm
     if spec.sampling_algorithm == "random" and spec.seed is not None:
         sampling = RandomSamplingAlgorithm(seed=spec.seed, rule="random")

@@ -31,3 +31,7 @@ class LocalBackend:
     def job_outputs(self, job_name: str) -> Path:
         """Where a job's ``./outputs`` files are (Azure: ``azureml://jobs/<name>/outputs/artifacts/paths/outputs/``)."""
         return Path(self.jobs.get(job_name).outputs or "")
+
+    def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
+        """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""
+        return None

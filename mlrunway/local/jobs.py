@@ -20,7 +20,8 @@ from typing import Any
 import psutil
 
 from mlrunway.backend.types import JobInfo, JobStatus, TrialInfo
-from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
+from mlrunway.backend.waiting import wait_for_job
+from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local._files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.supervisor import JobState, group_alive, terminate_group
@@ -179,17 +180,7 @@ class LocalJobs:
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
              on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
         """Block until the job ends; past ``timeout`` seconds cancel it and raise JobTimedOut."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            info = self.get(name)
-            if on_poll is not None:
-                on_poll(info)
-            if info.status.is_terminal():
-                return info
-            if deadline is not None and time.monotonic() > deadline:
-                self.cancel(name, reason=f"wait timed out after {timeout:g} s")
-                raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
-            time.sleep(poll_s)
+        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
 
     def logs(self, name: str, stream: str = "stdout", *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
         """Yield the job's log lines; with ``follow``, keep yielding until the job ends."""

@@ -118,8 +118,12 @@ class LocalEndpoints:
     # -- deployments -------------------------------------------------------------------------------
     def create_or_update_deployment(self, endpoint: str, name: str, *, model_dir: str | Path, code_dir: str | Path,
                                     scoring_script: str = "score.py", model: str = "", workers: int = 1,
-                                    environment_variables: dict[str, str] | None = None) -> DeploymentState:
-        """Provision a deployment (a new version when it exists); traffic is left as it is."""
+                                    environment_variables: dict[str, str] | None = None,
+                                    **_azure_only: Any) -> DeploymentState:
+        """Provision a deployment (a new version when it exists); traffic is left as it is.
+
+        Azure's sizing (``instance_type``, ``instance_count``) has no meaning here and is ignored.
+        """
         state = self.get(endpoint)
         check_endpoint_name(name)
         _check.positive_int("deployment.workers", workers, maximum=64)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mlrunway.errors import NotSupportedOnBackend, SpecError
+from mlrunway.errors import SpecError
 
 
 def test_default_connection_is_the_local_backend_with_no_setup(tmp_path, monkeypatch):
@@ -30,12 +30,67 @@ def test_unknown_connection_id_is_a_clear_error():
         MlrunwayHook("nope").get_backend()
 
 
-def test_azure_connection_says_it_is_not_in_this_version(monkeypatch):
+def test_azure_connection_builds_the_azure_backend_from_its_fields(monkeypatch, tmp_path):
+    from azure.identity import ClientSecretCredential
+
     from mlrunway.airflow.hook import MlrunwayHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps({"conn_type": "azure_ml"}))
-    with pytest.raises(NotSupportedOnBackend, match="Azure ML backend is not in this version"):
+    extra = {"extra__azure_ml__subscription_id": "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40",
+             "extra__azure_ml__resource_group": "rg", "extra__azure_ml__workspace_name": "ws",
+             "extra__azure_ml__credential": "client_secret", "extra__azure_ml__tenant_id": "t",
+             "extra__azure_ml__client_id": "c", "extra__azure_ml__compute": "gpu-cluster",
+             "extra__azure_ml__instance_count": "3", "extra__azure_ml__instance_type": "",
+             "cache_dir": str(tmp_path)}
+    conn = {"conn_type": "azure_ml", "password": "s3cret-value", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps(conn))
+    backend = MlrunwayHook("aml").get_backend()
+    assert backend.kind == "azure" and isinstance(backend.credential, ClientSecretCredential)
+    assert (backend.client.subscription_id, backend.client.resource_group_name, backend.client.workspace_name) == (
+        "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40", "rg", "ws")
+    assert (backend.compute, backend.instance_count, backend.instance_type) == ("gpu-cluster", 3, "Standard_DS3_v2")
+    assert "s3cret-value" not in repr(vars(backend))
+
+
+def test_azure_connection_without_a_workspace_names_the_field(monkeypatch):
+    from mlrunway.airflow.hook import MlrunwayHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps({"conn_type": "azure_ml", "extra": {
+        "subscription_id": "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40", "resource_group": "rg"}}))
+    with pytest.raises(SpecError, match="azure_ml connection.workspace_name: is missing"):
         MlrunwayHook("aml").get_backend()
+
+
+def test_every_operator_has_the_studio_link_and_pushes_it_only_on_azure(tmp_path):
+    from mlrunway.airflow.links import XCOM_KEY, StudioLink, push_link
+    from mlrunway.local.backend import LocalBackend
+    from operators import (
+        CleanupOperator,
+        DeployBlueOperator,
+        ExportOnnxOperator,
+        PickBestModelOperator,
+        SweepOperator,
+        TrainModelOperator,
+    )
+
+    for op in (TrainModelOperator, SweepOperator, PickBestModelOperator, ExportOnnxOperator, DeployBlueOperator,
+               CleanupOperator):
+        assert [type(link) for link in op.operator_extra_links] == [StudioLink]
+    assert StudioLink.name == "Azure ML studio"
+
+    class TI:
+        pushed: dict = {}
+
+        def xcom_push(self, key, value):
+            self.pushed[key] = value
+
+    class Studio:
+        def link(self, kind, name, version=None):
+            return f"https://ml.azure.com/{kind}/{name}/{version}"
+
+    ti = TI()
+    assert push_link({"ti": ti}, LocalBackend.at(tmp_path), "job", "j") is None and ti.pushed == {}
+    push_link({"ti": ti}, Studio(), "model", "m", 2)
+    assert ti.pushed == {XCOM_KEY: "https://ml.azure.com/model/m/2"}
 
 
 def test_both_connection_types_are_registered_with_their_form_fields():

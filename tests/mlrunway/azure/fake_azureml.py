@@ -1,0 +1,647 @@
+"""A fake Azure ML service behind an azure-core transport, for driving the real ``MLClient`` offline.
+
+It answers the REST calls azure-ai-ml makes with the documented shapes of the Azure ML REST API: ARM resources
+(codes, datastores, jobs, models, environments, online endpoints and deployments, with long-running operations
+that poll), Run History (child runs of a sweep, run details), MLflow tracking (runs/get, metrics/get-history),
+blob storage (uploads and downloads of code and models) and the scoring URI. It keeps every request in
+``requests`` so tests assert on what the SDK sent.
+
+What the service does on its own is scripted: a job goes Queued → Running → its final status over a few GETs;
+a sweep's children and their metric histories come from ``sweep_trials``; a trial's ``./outputs`` come from
+``trial_outputs``. Scoring runs the deployment's uploaded score.py on the uploaded model, so what reaches the
+endpoint is exactly what the SDK uploaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import re
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from azure.core.credentials import AccessToken, AccessTokenInfo
+from azure.core.pipeline.transport import HttpTransport
+from azure.core.rest._http_response_impl import HttpResponseImpl
+from azure.core.utils import CaseInsensitiveDict
+
+SUBSCRIPTION = "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40"
+RESOURCE_GROUP = "rg-mlrunway"
+WORKSPACE = "ws-mlrunway"
+REGION = "westeurope"
+TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+STORAGE = "stmlrunway"
+CONTAINER = "azureml-blobstore-5e1f"
+ARM = "management.azure.com"
+API_HOST = f"{REGION}.api.azureml.ms"
+BLOB_HOST = f"{STORAGE}.blob.core.windows.net"
+WS_PATH = (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/"
+           f"Microsoft.MachineLearningServices/workspaces/{WORKSPACE}")
+ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
+             "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments"}
+
+
+def route_blob_storage(fake: FakeAzureML, monkeypatch: Any) -> None:
+    """Send azure-ai-ml's blob uploads and downloads through the fake too.
+
+    The SDK builds its storage clients itself, without the MLClient's transport; these subclasses add it, the
+    only change made to the SDK's behaviour.
+    """
+    import azure.ai.ml._artifacts._blob_storage_helper as helper
+    from azure.storage.blob import BlobServiceClient, ContainerClient
+
+    class Service(BlobServiceClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, transport=fake, **kwargs)
+
+    class Container(ContainerClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, transport=fake, **kwargs)
+
+    monkeypatch.setattr(helper, "BlobServiceClient", Service)
+    monkeypatch.setattr(helper, "ContainerClient", Container)
+
+
+class FakeCredential:
+    """A credential that hands out a far-future token (azure-core's bearer policy asks for nothing else)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return AccessToken("fake-aad-token", int(time.time()) + 3600)
+
+    def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
+        return AccessTokenInfo("fake-aad-token", int(time.time()) + 3600)
+
+
+@dataclass
+class Recorded:
+    method: str
+    host: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Trial:
+    """A sweep child as the service will run it: sampled params, a metric history, how it ends."""
+
+    params: dict[str, Any]
+    history: list[float]
+    status: str = "Completed"
+
+
+class _Raw:
+    def close(self) -> None:
+        pass
+
+
+class _Stream:
+    """The body as one chunk; an object, since azure-storage-blob sets attributes on the download stream."""
+
+    def __init__(self, content: bytes, response: Any) -> None:
+        self._chunks = iter([content] if content else [])
+        self.response, self.content_length = response, len(content)
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._chunks)
+
+
+def _response(request: Any, status: int, body: Any = None, headers: dict[str, str] | None = None,
+              content_type: str = "application/json") -> HttpResponseImpl:
+    """A read ``azure.core.rest`` response (the generated clients call ``.json()`` on it)."""
+    if body is None:
+        content = b""
+    elif isinstance(body, bytes):
+        content = body
+    else:
+        content = json.dumps(body).encode()
+    response = HttpResponseImpl(
+        request=request, internal_response=_Raw(), status_code=status, reason="OK" if status < 400 else "Error",
+        content_type=content_type, headers=CaseInsensitiveDict({"Content-Type": content_type,
+                                                                "x-ms-request-id": str(uuid.uuid4()), **(headers or {})}),
+        stream_download_generator=lambda pipeline, response, **k: _Stream(content, response),
+    )
+    response._content = content
+    response._is_stream_consumed = True
+    return response
+
+
+def _error(request: Any, status: int, code: str, message: str) -> HttpResponseImpl:
+    return _response(request, status, {"error": {"code": code, "message": message}})
+
+
+class FakeAzureML(HttpTransport):
+    """The service. ``steps`` is how many GETs a job or an operation stays in each non-final state."""
+
+    def __init__(self, root: Path, *, steps: int = 1) -> None:
+        self.root = root
+        self.steps = steps
+        self.requests: list[Recorded] = []
+        self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
+        self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
+        self.operations: dict[str, dict[str, Any]] = {}
+        self.job_script: dict[str, list[str]] = {}  # job name -> statuses still to go through
+        self.sweep_trials: dict[str, list[Trial]] = {}  # sweep name -> its children, set by the test
+        self.trial_outputs: Path | None = None  # files every trial writes to ./outputs/model
+        self.job_final: dict[str, str] = {}  # job name -> final status (default Completed)
+        self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
+        self.deployment_failure: str | None = None  # a provisioning error for every deployment
+        self.runs: dict[str, dict[str, Any]] = {}  # MLflow / Run History runs by id
+        self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
+                     "secondaryKey": base64.b64encode(b"secondary-key").decode()}
+        self._scorers: dict[str, Any] = {}
+        self._routes: list[tuple[str, re.Pattern[str], Callable[..., HttpResponseImpl]]] = [
+            (m, re.compile(p), h) for m, p, h in self._table()
+        ]
+
+    # -- azure-core transport ----------------------------------------------------------------------
+    def __enter__(self) -> FakeAzureML:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        pass
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def send(self, request: Any, **kwargs: Any) -> HttpResponseImpl:
+        url = urlparse(request.url)
+        body = request.body if isinstance(request.body, bytes) else (request.body or "").encode() \
+            if isinstance(request.body, str) else b"".join(request.body) if request.body else b""
+        if not body and getattr(request, "content", None) is not None and isinstance(request.content, bytes):
+            body = request.content
+        recorded = Recorded(request.method, url.netloc, unquote(url.path),
+                            {k: v[0] for k, v in parse_qs(url.query).items()}, dict(request.headers), body)
+        self.requests.append(recorded)
+        for method, pattern, handler in self._routes:
+            if method == request.method and (match := pattern.fullmatch(f"{url.netloc}{recorded.path}")):
+                return handler(request, recorded, **match.groupdict())
+        return _error(request, 404, "NoRoute", f"the fake has no route for {request.method} {request.url}")
+
+    # -- what the tests ask ------------------------------------------------------------------------
+    def sent(self, method: str, path_pattern: str) -> list[Recorded]:
+        """Requests with this method whose host+path matches the pattern (a regular expression)."""
+        pattern = re.compile(path_pattern)
+        return [r for r in self.requests if r.method == method and pattern.search(f"{r.host}{r.path}")]
+
+    def resource(self, kind: str, *names: str) -> dict[str, Any] | None:
+        path = WS_PATH + "".join(f"/{k}/{n}" for k, n in zip(kind.split("/"), names, strict=True))
+        return self.resources.get(path.lower())
+
+    # -- routes --------------------------------------------------------------------------------------
+    def _table(self) -> list[tuple[str, str, Callable[..., HttpResponseImpl]]]:
+        ws = f"{ARM}{re.escape(WS_PATH)}"
+        hist = f"{API_HOST}/history/v1.0{re.escape(WS_PATH)}"
+        mlflow = f"{API_HOST}/mlflow/v1.0{re.escape(WS_PATH)}/api/2.0/mlflow"
+        return [
+            ("GET", ws, self._workspace),
+            ("GET", f"{ws}/datastores", self._datastores),
+            ("GET", f"{ws}/datastores/(?P<name>[^/]+)", self._datastore),
+            ("POST", f"{ws}/datastores/(?P<name>[^/]+)/listSecrets", self._datastore_secrets),
+            ("GET", f"{ws}/codes/(?P<name>[^/]+)/versions", self._list_versions),
+            ("POST", f"{ws}/codes/(?P<name>[^/]+)/versions/(?P<version>[^/]+)/startPendingUpload", self._pending_upload),
+            ("POST", f"{ws}/jobs/(?P<name>[^/]+)/cancel", self._cancel_job),
+            ("GET", f"{ws}/jobs/(?P<name>[^/]+)", self._get_job),
+            ("PUT", f"{ws}/jobs/(?P<name>[^/]+)", self._put_job),
+            ("GET", f"{ws}/jobs", self._list_jobs),
+            ("GET", f"{ws}/models/(?P<name>[^/]+)/versions", self._list_versions),
+            ("PUT", f"{ws}/models/(?P<name>[^/]+)/versions/(?P<version>[^/]+)", self._put_model),
+            ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/listKeys", self._list_keys),
+            ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/deployments/(?P<dep>[^/]+)/getLogs", self._get_logs),
+            ("PUT", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._put_online),
+            ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)", self._delete_endpoint),
+            ("GET", f"{ARM}/operations/(?P<op>[^/]+)", self._operation),
+            ("PUT", f"{ws}/.+", self._put_generic),
+            ("GET", f"{ws}/.+", self._get_generic),
+            ("GET", f"{API_HOST}/discovery", self._discovery),
+            ("GET", f"{hist}/runs/(?P<run>[^/]+)/children", self._run_children),
+            ("GET", f"{hist}/runs/(?P<run>[^/]+)/details", self._run_details),
+            ("GET", f"{mlflow}/runs/get", self._mlflow_run),
+            ("GET", f"{mlflow}/metrics/get-history", self._mlflow_history),
+            ("PUT", f"{BLOB_HOST}/(?P<blob>[^/]+/.+)", self._put_blob),
+            ("HEAD", f"{BLOB_HOST}/(?P<blob>[^/]+/.+)", self._head_blob),
+            ("GET", f"{BLOB_HOST}/(?P<container>[^/]+)", self._list_blobs),
+            ("GET", f"{BLOB_HOST}/(?P<blob>[^/]+/.+)", self._get_blob),
+            ("POST", r"(?P<endpoint>[a-z0-9-]+)\." + re.escape(REGION) + r"\.inference\.ml\.azure\.com/score",
+             self._score),
+        ]
+
+    # -- ARM: generic resources ----------------------------------------------------------------------
+    def _arm(self, request: Any) -> str:
+        return urlparse(request.url).path
+
+    def _store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        parts = path.split("/")
+        kind = "/".join(p for p in parts[9::2])
+        resource = {
+            **body,
+            "id": path,
+            "name": parts[-1],
+            "type": f"Microsoft.MachineLearningServices/workspaces/{kind}",
+            "systemData": {"createdAt": "2026-11-22T10:00:00Z", "createdBy": "mlrunway-tests",
+                           "createdByType": "Application", "lastModifiedAt": "2026-11-22T10:00:00Z"},
+        }
+        self.resources[path.lower()] = resource
+        return resource
+
+    def _put_generic(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        path = self._arm(request)
+        created = path.lower() not in self.resources
+        body = recorded.json()
+        body.setdefault("properties", {})
+        if "/codes/" in path or "/environments/" in path or "/models/" in path:
+            body["properties"].setdefault("provisioningState", "Succeeded")
+        return _response(request, 201 if created else 200, self._store(path, body))
+
+    def _get_generic(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        path = self._arm(request).lower()
+        if len(path[len(WS_PATH):].strip("/").split("/")) % 2:  # a collection: .../onlineEndpoints/x/deployments
+            depth = path.count("/") + 1
+            return _response(request, 200, {"value": [r for p, r in self.resources.items()
+                                                      if p.startswith(path + "/") and p.count("/") == depth]})
+        resource = self.resources.get(path)
+        if resource is None:
+            return _error(request, 404, "UserError", f"Resource {self._arm(request)} not found")
+        return _response(request, 200, resource)
+
+    def _list_versions(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        prefix = self._arm(request).lower() + "/"
+        values = [r for p, r in self.resources.items() if p.startswith(prefix)]
+        if "hash" in recorded.query:  # code assets found by content hash: a new hash is never there yet
+            values = [r for r in values if r["properties"].get("properties", {}).get("hash") == recorded.query["hash"]]
+        values.sort(key=lambda r: int(r["name"]) if r["name"].isdigit() else 0, reverse=True)
+        return _response(request, 200, {"value": values})
+
+    # -- workspace and datastores ---------------------------------------------------------------------
+    def _workspace(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        return _response(request, 200, {
+            "id": WS_PATH, "name": WORKSPACE, "location": REGION, "type": "Microsoft.MachineLearningServices/workspaces",
+            "kind": "Default", "identity": {"type": "SystemAssigned"},
+            "properties": {
+                "workspaceId": "5e1f0c2a-7b3d-4c8e-9f1a-2b3c4d5e6f70", "tenantId": TENANT,
+                "discoveryUrl": f"https://{REGION}.api.azureml.ms/discovery",
+                "mlFlowTrackingUri": f"azureml://{API_HOST}/mlflow/v1.0{WS_PATH}",
+                "storageAccount": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/"
+                                  f"Microsoft.Storage/storageAccounts/{STORAGE}",
+                "provisioningState": "Succeeded",
+            },
+        })
+
+    def _datastore_body(self) -> dict[str, Any]:
+        return {"id": f"{WS_PATH}/datastores/workspaceblobstore", "name": "workspaceblobstore",
+                "type": "Microsoft.MachineLearningServices/workspaces/datastores",
+                "properties": {"datastoreType": "AzureBlob", "accountName": STORAGE, "containerName": CONTAINER,
+                               "endpoint": "core.windows.net", "protocol": "https", "isDefault": True,
+                               "credentials": {"credentialsType": "AccountKey"}}}
+
+    def _datastores(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        return _response(request, 200, {"value": [self._datastore_body()]})
+
+    def _datastore(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        if name not in ("workspaceblobstore", "workspaceartifactstore"):
+            return _error(request, 404, "UserError", f"datastore {name} not found")
+        body = self._datastore_body()
+        body["name"] = name
+        return _response(request, 200, body)
+
+    def _datastore_secrets(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        return _response(request, 200, {"secretsType": "AccountKey",
+                                        "key": base64.b64encode(b"fake-storage-account-key").decode()})
+
+    def _pending_upload(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
+        """A temporary blob reference with a SAS, where the SDK uploads the code snapshot."""
+        blob = f"https://{BLOB_HOST}/{uuid.uuid4().hex}"  # a container of its own
+        return _response(request, 200, {
+            "pendingUploadId": str(uuid.uuid4()), "pendingUploadType": "TemporaryBlobReference",
+            "blobReferenceForConsumption": {
+                "blobUri": blob,
+                "storageAccountArmId": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/"
+                                       f"Microsoft.Storage/storageAccounts/{STORAGE}",
+                "credential": {"credentialType": "SAS", "sasUri": f"{blob}?sv=2021-08-06&sr=c&sig=fake"},
+            },
+        })
+
+    # -- blob storage --------------------------------------------------------------------------------
+    def _put_blob(self, request: Any, recorded: Recorded, blob: str) -> HttpResponseImpl:
+        if recorded.query.get("comp") == "metadata":
+            return _response(request, 200, headers={"ETag": '"0x1"'})
+        self.blobs[blob] = recorded.body
+        return _response(request, 201, headers={"ETag": '"0x1"', "Last-Modified": "Sun, 22 Nov 2026 10:00:00 GMT",
+                                                 "Content-MD5": ""})
+
+    def _blob_headers(self, content: bytes) -> dict[str, str]:
+        return {"Content-Length": str(len(content)), "ETag": '"0x1"', "x-ms-blob-type": "BlockBlob",
+                "Last-Modified": "Sun, 22 Nov 2026 10:00:00 GMT", "Accept-Ranges": "bytes"}
+
+    def _head_blob(self, request: Any, recorded: Recorded, blob: str) -> HttpResponseImpl:
+        if blob not in self.blobs:
+            return _response(request, 404, headers={"x-ms-error-code": "BlobNotFound"})
+        return _response(request, 200, headers=self._blob_headers(self.blobs[blob]),
+                         content_type="application/octet-stream")
+
+    def _get_blob(self, request: Any, recorded: Recorded, blob: str) -> HttpResponseImpl:
+        if blob not in self.blobs:
+            return _response(request, 404, b"", headers={"x-ms-error-code": "BlobNotFound"})
+        content = self.blobs[blob]
+        headers = self._blob_headers(content)
+        if request.headers.get("x-ms-range") or request.headers.get("Range"):
+            headers["Content-Range"] = f"bytes 0-{max(len(content) - 1, 0)}/{len(content)}"
+            return _response(request, 206, content, headers, "application/octet-stream")
+        return _response(request, 200, content, headers, "application/octet-stream")
+
+    def _list_blobs(self, request: Any, recorded: Recorded, container: str) -> HttpResponseImpl:
+        """List Blobs, flat or by ``delimiter`` (folders as BlobPrefix entries), in the service's XML."""
+        prefix, delimiter = recorded.query.get("prefix", ""), recorded.query.get("delimiter")
+        names = sorted(k.split("/", 1)[1] for k in self.blobs if k.startswith(f"{container}/{prefix}"))
+        blobs, folders = [], set()
+        for name in names:
+            rest = name[len(prefix):]
+            if delimiter and delimiter in rest:
+                folders.add(prefix + rest.split(delimiter, 1)[0] + delimiter)
+            else:
+                size = len(self.blobs[f"{container}/{name}"])
+                blobs.append(f"<Blob><Name>{name}</Name><Properties><Content-Length>{size}</Content-Length>"
+                             f"<BlobType>BlockBlob</BlobType><Last-Modified>Sun, 22 Nov 2026 10:00:00 GMT"
+                             f"</Last-Modified><Etag>0x1</Etag></Properties><Metadata /></Blob>")
+        items = "".join(blobs) + "".join(f"<BlobPrefix><Name>{f}</Name></BlobPrefix>" for f in sorted(folders))
+        xml = (f'<?xml version="1.0" encoding="utf-8"?><EnumerationResults ServiceEndpoint="https://{BLOB_HOST}/" '
+               f'ContainerName="{container}"><Prefix>{prefix}</Prefix>'
+               f'{f"<Delimiter>{delimiter}</Delimiter>" if delimiter else ""}<Blobs>{items}</Blobs><NextMarker />'
+               f'</EnumerationResults>')
+        return _response(request, 200, xml.encode(), content_type="application/xml")
+
+    # -- jobs ----------------------------------------------------------------------------------------
+    def _studio(self, name: str) -> str:
+        return f"https://ml.azure.com/runs/{name}?wsid={WS_PATH}&tid={TENANT}"
+
+    def _put_job(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        path = self._arm(request)
+        if path.lower() in self.resources:
+            return _response(request, 200, self.resources[path.lower()])
+        body = recorded.json()
+        props = body["properties"]
+        props.update(status="NotStarted", services={"Studio": {"jobServiceType": "Studio", "endpoint": self._studio(name)}})
+        props.setdefault("properties", {})
+        final = self.job_final.get(name, "Completed")
+        self.job_script[name] = ["Queued"] * self.steps + ["Running"] * self.steps + [final]
+        self.runs[name] = {"parent": None, "params": {}, "history": [], "metrics": {}}
+        if props["jobType"] == "Sweep":
+            for index, trial in enumerate(self.sweep_trials.get(name, [])):
+                self.runs[f"{name}_{index}"] = {"parent": name, "trial": trial, "params": trial.params,
+                                                "history": trial.history, "status": "Running"}
+        else:
+            self.runs[name].update(history=[0.6, 0.8, 0.9], params={})
+        return _response(request, 201, self._store(path, body))
+
+    def _get_job(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        job = self.resources.get(self._arm(request).lower())
+        if job is None:
+            return _error(request, 404, "UserError", f"job {name} not found")
+        script = self.job_script.get(name, [])
+        if script:
+            self._set_status(name, script.pop(0))
+        return _response(request, 200, job)
+
+    def _list_jobs(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        prefix = self._arm(request).lower() + "/"
+        return _response(request, 200, {"value": [r for p, r in self.resources.items() if p.startswith(prefix)]})
+
+    def _set_status(self, name: str, status: str) -> None:
+        job = self.resources[f"{WS_PATH}/jobs/{name}".lower()]
+        props = job["properties"]
+        if props["status"] in ("Completed", "Failed", "Canceled"):
+            return
+        props["status"] = status
+        self.runs[name]["status"] = status
+        children = [run_id for run_id, run in self.runs.items() if run.get("parent") == name]
+        if status in ("Completed", "Failed", "Canceled"):
+            self.job_script.pop(name, None)
+            for child in children:
+                trial = self.runs[child]["trial"]
+                self.runs[child]["status"] = trial.status if status == "Completed" else "Canceled"
+                if self.trial_outputs is not None and trial.history:
+                    for file in sorted(self.trial_outputs.rglob("*")):
+                        if file.is_file():
+                            key = f"{CONTAINER}/ExperimentRun/dcid.{child}/outputs/model/{file.relative_to(self.trial_outputs)}"
+                            self.blobs[key] = file.read_bytes()
+            if children and status == "Completed":
+                goal = props["objective"]["goal"].lower()
+                pick = max if goal == "maximize" else min
+                scored = [c for c in children if self.runs[c]["history"]]
+                best = pick(scored, key=lambda c: pick(self.runs[c]["history"]))
+                props["properties"].update(best_child_run_id=best, score=str(pick(self.runs[best]["history"])))
+
+    def _cancel_job(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        if f"{WS_PATH}/jobs/{name}".lower() not in self.resources:
+            return _error(request, 404, "UserError", f"job {name} not found")
+        self.job_script[name] = ["CancelRequested", "Canceled"]
+        op = self._new_operation(then=lambda: self._set_status(name, "Canceled"))
+        return _response(request, 202, None, {"Location": op, "x-ms-retry-after-ms": "1"})
+
+    # -- long-running operations ---------------------------------------------------------------------
+    def _new_operation(self, then: Callable[[], None], result: Callable[[], Any] | None = None) -> str:
+        op_id = str(uuid.uuid4())
+        self.operations[op_id] = {"left": self.steps, "then": then, "result": result, "error": None}
+        return f"https://{ARM}/operations/{op_id}?api-version=2024-01-01-preview"
+
+    def _operation(self, request: Any, recorded: Recorded, op: str) -> HttpResponseImpl:
+        state = self.operations[op]
+        if state["left"] > 0:
+            state["left"] -= 1
+            return _response(request, 200 if "Azure-AsyncOperation" in recorded.path else 202,
+                             {"status": "InProgress"}, {"x-ms-retry-after-ms": "1"})
+        if state["then"] is not None:
+            state["error"] = state["then"]()
+            state["then"] = None
+        if state["error"]:
+            return _response(request, 200, {"status": "Failed", "error": state["error"]})
+        return _response(request, 200, {"status": "Succeeded"})
+
+    # -- models --------------------------------------------------------------------------------------
+    def _put_model(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
+        body = recorded.json()
+        uri = body["properties"].get("modelUri", "")
+        if job := re.match(r"azureml://jobs/([^/]+)/outputs/artifacts/paths/(.*)$", uri):  # the service resolves it
+            body["properties"]["modelUri"] = (f"azureml://subscriptions/{SUBSCRIPTION}/resourcegroups/{RESOURCE_GROUP}"
+                                              f"/workspaces/{WORKSPACE}/datastores/workspaceblobstore/paths/"
+                                              f"ExperimentRun/dcid.{job[1]}/{job[2]}")
+        body["properties"].setdefault("provisioningState", "Succeeded")
+        body["properties"].setdefault("flavors", {})
+        created = self._arm(request).lower() not in self.resources
+        return _response(request, 201 if created else 200, self._store(self._arm(request), body))
+
+    # -- online endpoints and deployments ------------------------------------------------------------
+    def _put_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
+        path = self._arm(request)
+        body = recorded.json()
+        props = body["properties"]
+        if dep is None:
+            props.update(scoringUri=f"https://{name}.{REGION}.inference.ml.azure.com/score",
+                         swaggerUri=f"https://{name}.{REGION}.inference.ml.azure.com/swagger.json")
+            for deployment, weight in (props.get("traffic") or {}).items():
+                if weight and self.resource("onlineEndpoints/deployments", name, deployment) is None:
+                    return _error(request, 400, "BadArgument", f"traffic names deployment {deployment}, which does not exist")
+        else:
+            if self.resource("onlineEndpoints", name) is None:
+                return _error(request, 404, "UserError", f"endpoint {name} not found")
+            props.setdefault("scaleSettings", {"scaleType": "Default"})
+        created = path.lower() not in self.resources
+        props["provisioningState"] = "Creating" if created else "Updating"
+        resource = self._store(path, body)
+        failure = self.deployment_failure if dep is not None else None
+
+        def finish() -> dict[str, Any] | None:
+            resource["properties"]["provisioningState"] = "Failed" if failure else "Succeeded"
+            if failure:
+                return {"code": "DeploymentFailed", "message": failure}
+            if dep is not None:
+                self._scorers.pop(f"{name}/{dep}", None)
+            return None
+
+        op = self._new_operation(then=finish)
+        return _response(request, 201 if created else 200, resource,
+                         {"Azure-AsyncOperation": op, "x-ms-retry-after-ms": "1"})
+
+    def _delete_endpoint(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        path = self._arm(request).lower()
+        if path not in self.resources:
+            return _response(request, 204)
+
+        def gone() -> None:
+            for key in [k for k in self.resources if k == path or k.startswith(path + "/")]:
+                del self.resources[key]
+
+        return _response(request, 202, None, {"Location": self._new_operation(then=gone), "x-ms-retry-after-ms": "1"})
+
+    def _list_keys(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        if self.resource("onlineEndpoints", name) is None:
+            return _error(request, 404, "UserError", f"endpoint {name} not found")
+        return _response(request, 200, self.keys)
+
+    def _get_logs(self, request: Any, recorded: Recorded, name: str, dep: str) -> HttpResponseImpl:
+        tail = recorded.json().get("tail", 100)
+        lines = ["Starting scoring container", f"Loading model for deployment {dep}"]
+        if self.deployment_failure:
+            lines.append(f"ERROR: {self.deployment_failure}")
+        return _response(request, 200, {"content": "\n".join(lines[-tail:])})
+
+    def _score(self, request: Any, recorded: Recorded, endpoint: str) -> HttpResponseImpl:
+        resource = self.resource("onlineEndpoints", endpoint)
+        if resource is None:
+            return _error(request, 404, "NotFound", f"no endpoint {endpoint}")
+        auth = recorded.headers.get("Authorization", "")
+        if auth.removeprefix("Bearer ") not in self.keys.values():
+            return _response(request, 401, b"Unauthorized", content_type="text/plain")
+        deployment = recorded.headers.get("azureml-model-deployment")
+        if not deployment:
+            live = {d: w for d, w in (resource["properties"].get("traffic") or {}).items() if w}
+            if not live:
+                return _response(request, 404, b"No valid deployments to route to", content_type="text/plain")
+            deployment = max(live, key=live.get)
+        if self.resource("onlineEndpoints/deployments", endpoint, deployment) is None:
+            return _response(request, 404, f"deployment {deployment} not found".encode(), content_type="text/plain")
+        result = self._scorer(endpoint, deployment).run(recorded.body.decode())
+        status = 200
+        if hasattr(result, "status_code"):  # score.py's AMLResponse
+            status, result = result.status_code, result.json_str if hasattr(result, "json_str") else str(result)
+        text = result if isinstance(result, str) else json.dumps(result)
+        return _response(request, status, text.encode(), {"azureml-model-deployment": deployment})
+
+    def _scorer(self, endpoint: str, deployment: str) -> Any:
+        """The deployment's uploaded score.py, started on its uploaded model, as the scoring container would."""
+        key = f"{endpoint}/{deployment}"
+        if key not in self._scorers:
+            props = self.resource("onlineEndpoints/deployments", endpoint, deployment)["properties"]
+            code = self.resources[props["codeConfiguration"]["codeId"].lower()]["properties"]["codeUri"]
+            model = self.resources[props["model"].lower()]["properties"]["modelUri"]
+            folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{deployment}-"))
+            code_dir = self._materialize(code, folder / "code")
+            model_dir = self._materialize(model, folder / "model")
+            spec = importlib.util.spec_from_file_location(f"score_{uuid.uuid4().hex}",
+                                                          code_dir / props["codeConfiguration"]["scoringScript"])
+            module = importlib.util.module_from_spec(spec)
+            saved = {k: v for k, v in os.environ.items() if k == "AZUREML_MODEL_DIR"}
+            os.environ["AZUREML_MODEL_DIR"] = str(model_dir)
+            try:
+                spec.loader.exec_module(module)
+                module.init()
+            finally:
+                os.environ.pop("AZUREML_MODEL_DIR")
+                os.environ.update(saved)
+            self._scorers[key] = module
+        return self._scorers[key]
+
+    def _materialize(self, uri: str, dest: Path) -> Path:
+        """Copy the blobs under a datastore URI (or a blob URL) into ``dest``."""
+        prefix = f"{CONTAINER}/{uri.split('/paths/', 1)[1]}" if "/paths/" in uri else urlparse(uri).path.lstrip("/")
+        prefix = prefix.rstrip("/")
+        for name, data in self.blobs.items():
+            if name == prefix or name.startswith(prefix + "/"):
+                target = dest / name[len(prefix):].lstrip("/") if name != prefix else dest / Path(name).name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        return dest
+
+    # -- Run History and MLflow ----------------------------------------------------------------------
+    def _run_body(self, run_id: str) -> dict[str, Any]:
+        run = self.runs[run_id]
+        return {"runId": run_id, "parentRunId": run.get("parent"), "status": run.get("status", "NotStarted"),
+                "experimentId": "0b7d4e8a-9c2f-1d5e-7b3a-9c406a3c9f1e", "displayName": run_id,
+                "properties": {}, "tags": {}, "createdUtc": "2026-11-22T10:00:00Z"}
+
+    def _discovery(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        base = f"https://{API_HOST}"
+        return _response(request, 200, {"api": base, "catalog": base, "experimentation": base, "history": base,
+                                        "hyperdrive": base, "labeling": base, "modelmanagement": base,
+                                        "pipelines": base, "studiocoreservices": base})
+
+    def _run_children(self, request: Any, recorded: Recorded, run: str) -> HttpResponseImpl:
+        return _response(request, 200, {"value": [self._run_body(r) for r, v in self.runs.items() if v.get("parent") == run],
+                                        "continuationToken": None})
+
+    def _run_details(self, request: Any, recorded: Recorded, run: str) -> HttpResponseImpl:
+        if run not in self.runs:
+            return _error(request, 404, "UserError", f"run {run} not found")
+        log = f"{CONTAINER}/ExperimentRun/dcid.{run}/user_logs/std_log.txt"
+        history = self.runs[run]["history"]
+        self.blobs[log] = "".join(f"epoch {i}: best_val_acc {v:.4f}\n" for i, v in enumerate(history)).encode()
+        error = {"error": {"error": {"code": "UserError", "message": self.job_error[run]}}} if run in self.job_error else {}
+        return _response(request, 200, {**self._run_body(run), **error, "logFiles": {
+            "user_logs/std_log.txt": f"https://{BLOB_HOST}/{log}?sv=2021-08-06&sr=b&sig=fake"}})
+
+    def _mlflow_run(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        run_id = recorded.query["run_id"]
+        if run_id not in self.runs:
+            return _response(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Run {run_id} not found"})
+        run = self.runs[run_id]
+        metrics = [{"key": "best_val_acc", "value": run["history"][-1], "step": len(run["history"]) - 1,
+                    "timestamp": 0}] if run["history"] else []
+        params = [{"key": k, "value": str(v)} for k, v in run["params"].items()]
+        return _response(request, 200, {"run": {"info": {"run_id": run_id, "status": "FINISHED"},
+                                                "data": {"metrics": metrics, "params": params}}})
+
+    def _mlflow_history(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        run = self.runs.get(recorded.query["run_id"])
+        if run is None:
+            return _response(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such run"})
+        values = run["history"] if recorded.query["metric_key"] == "best_val_acc" else []
+        return _response(request, 200, {"metrics": [{"key": recorded.query["metric_key"], "value": v, "step": i,
+                                                     "timestamp": 1_700_000_000_000 + i} for i, v in enumerate(values)]})

@@ -1,0 +1,191 @@
+"""The Azure backend's whole lifecycle through the real MLClient, against the fake Azure ML service.
+
+Each test asserts on the requests azure-ai-ml sent (method, path, api-version, body fields), and on what the
+service ended up holding, never on calls between our own functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlrunway import pipeline
+from mlrunway.backend.types import JobStatus
+from mlrunway.errors import EndpointError, JobTimedOut, NotFound
+from mlrunway.onnx_export import export_registered
+from mlrunway.sweep.presets import train_job, tutorial_sweep
+from tests.conftest import REPO
+from tests.mlrunway.azure.fake_azureml import CONTAINER, SUBSCRIPTION, WS_PATH, Trial
+
+CODE = REPO / "training"
+ARM_JOB = f"management.azure.com{WS_PATH}/jobs/"
+
+
+def only(requests: list, what: str):
+    assert len(requests) == 1, f"expected one {what}, the SDK sent {len(requests)}"
+    return requests[0]
+
+
+def test_train_job_is_created_once_waited_on_and_read_back(fake, azure, small_digits: Path) -> None:
+    spec = train_job(str(CODE), str(small_digits), num_epochs=3, learning_rate=0.05, momentum=0.8)
+    azure.jobs.submit("mlr-1-train", spec)
+    info = azure.jobs.wait("mlr-1-train", poll_s=0)
+
+    put = only(fake.sent("PUT", f"{ARM_JOB}mlr-1-train$"), "job PUT")
+    assert put.query["api-version"] == "2025-01-01-preview"
+    props = put.json()["properties"]
+    assert props["jobType"] == "Command"
+    assert "--learning-rate ${{inputs.learning_rate}}" in props["command"]
+    assert props["inputs"]["learning_rate"] == {"jobInputType": "literal", "value": "0.05"}
+    assert props["inputs"]["data"]["jobInputType"] == "uri_folder"
+    assert props["inputs"]["data"]["uri"].startswith("azureml://datastores/workspaceblobstore/paths/LocalUpload/")
+    assert props["computeId"].endswith(f"{WS_PATH}/computes/gpu-cluster")
+    assert props["environmentId"] == "azureml:AzureML-acpt-pytorch-2.8-cuda12.6@latest"
+    assert props["experimentName"] == "mlrunway"
+    # The code snapshot went to blob storage and was registered as the code asset the job names.
+    code = fake.resources[props["codeId"].lower()]["properties"]["codeUri"]
+    uploaded = {k.rsplit("/", 1)[1]: v for k, v in fake.blobs.items() if k.startswith(code.split(".net/")[1])}
+    assert uploaded["train.py"] == (CODE / "train.py").read_bytes()
+    assert sum(k.endswith(".png") for k in fake.blobs) == 40  # the data folder, every image
+
+    assert info.status is JobStatus.COMPLETED and info.kind == "command"
+    assert info.properties["studio_url"].startswith("https://ml.azure.com/runs/mlr-1-train")
+    assert azure.jobs.metrics("mlr-1-train") == {"best_val_acc": 0.9}
+    assert azure.jobs.logs("mlr-1-train")[-1] == "epoch 2: best_val_acc 0.9000"
+    mlflow = fake.sent("GET", r"api\.azureml\.ms/mlflow/v1\.0/subscriptions/.*/api/2\.0/mlflow/runs/get$")
+    assert mlflow[-1].query == {"run_id": "mlr-1-train"}
+    assert mlflow[-1].headers["Authorization"] == "Bearer fake-aad-token"
+
+    # A retried task finds its job: no second PUT.
+    assert azure.jobs.submit("mlr-1-train", spec).status is JobStatus.COMPLETED
+    assert len(fake.sent("PUT", f"{ARM_JOB}mlr-1-train$")) == 1
+
+
+def test_failed_job_reports_the_services_error(fake, azure, small_digits: Path) -> None:
+    fake.job_final["bad"] = "Failed"
+    fake.job_error["bad"] = "Execution failed. User process 'python' exited with status code 1: CUDA out of memory"
+    azure.jobs.submit("bad", train_job(str(CODE), str(small_digits)))
+    info = azure.jobs.wait("bad", poll_s=0)
+    assert info.status is JobStatus.FAILED
+    assert "CUDA out of memory" in info.error
+    with pytest.raises(Exception, match="CUDA out of memory"):
+        pipeline.require_completed(info, "training job")
+
+
+def test_cancel_and_wait_timeout_use_begin_cancel(fake, azure, small_digits: Path) -> None:
+    fake.steps = 50  # the job stays Running
+    azure.jobs.submit("slow", train_job(str(CODE), str(small_digits)))
+    with pytest.raises(JobTimedOut, match="slow"):
+        azure.jobs.wait("slow", timeout=0.0, poll_s=0)
+    cancel = only(fake.sent("POST", f"{ARM_JOB}slow/cancel$"), "cancel")
+    assert cancel.query["api-version"] == "2023-04-01-preview"
+    assert azure.jobs.get("slow").status is JobStatus.CANCELED
+    azure.jobs.cancel("slow")  # already ended: nothing more is sent
+    assert len(fake.sent("POST", f"{ARM_JOB}slow/cancel$")) == 1
+
+
+@pytest.mark.slow
+def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: Path, trained_model: Path) -> None:
+    """The DAG's steps on Azure: sweep, best trial registered from its outputs, ONNX export with the parity
+    gate, blue at 0% then smoke-tested by header then 100%, scoring through traffic, delete."""
+    fake.trial_outputs = trained_model
+    fake.sweep_trials["run-sweep"] = [
+        Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.50, 0.61, 0.70]),
+        Trial({"learning_rate": 0.05, "momentum": 0.8}, [0.62, 0.80, 0.91]),
+        Trial({"learning_rate": 0.001, "momentum": 0.5}, [0.20], status="Canceled"),
+    ]
+    spec = tutorial_sweep(train_job(str(CODE), str(small_digits), num_epochs=3), max_total_trials=3,
+                          max_concurrent_trials=3)
+    azure.jobs.submit_sweep("run-sweep", spec)
+    assert azure.jobs.wait("run-sweep", poll_s=0).status is JobStatus.COMPLETED
+
+    body = only(fake.sent("PUT", f"{ARM_JOB}run-sweep$"), "sweep PUT").json()["properties"]
+    assert body["jobType"] == "Sweep"
+    assert body["objective"] == {"goal": "maximize", "primaryMetric": "best_val_acc"}
+    assert body["earlyTermination"] == {"policyType": "Bandit", "slackFactor": 0.15, "evaluationInterval": 1,
+                                        "delayEvaluation": 10}
+    assert "${{search_space.learning_rate}}" in body["trial"]["command"]
+    assert body["limits"]["maxTotalTrials"] == 3
+
+    result = azure.jobs.sweep_result("run-sweep")
+    trials = {t.name: t for t in result["trials"]}
+    assert result["best_trial"] == "run-sweep_1"
+    assert trials["run-sweep_1"].params == {"learning_rate": 0.05, "momentum": 0.8}
+    assert trials["run-sweep_1"].history == (0.62, 0.80, 0.91)
+    assert trials["run-sweep_2"].status is JobStatus.CANCELED
+    assert "bandit policy after 1 intervals" in trials["run-sweep_2"].early_termination["reason"]
+    assert fake.sent("GET", r"/history/v1\.0/subscriptions/.*/runs/run-sweep/children$")
+
+    picked = pipeline.pick_best(azure, "run-sweep", "mlr-run")
+    assert (picked["trial"], picked["model_version"], picked["value"]) == ("run-sweep_1", 1, 0.91)
+    model = only(fake.sent("PUT", r"/models/mlr-run/versions/1$"), "model PUT").json()["properties"]
+    assert model["modelUri"] == "azureml://jobs/run-sweep_1/outputs/artifacts/paths/outputs/model"
+    assert model["tags"] == {"learning_rate": "0.05", "momentum": "0.8", "best_val_acc": "0.910000"}
+    assert model["properties"]["source_job"] == "run-sweep_1"
+    assert pipeline.pick_best(azure, "run-sweep", "mlr-run")["model_version"] == 1  # a retry registers nothing
+
+    onnx, parity = export_registered(azure.models, "mlr-run", 1, data_dir=str(small_digits))
+    assert parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4
+    onnx_put = only(fake.sent("PUT", r"/models/mlr-run-onnx/versions/1$"), "ONNX model PUT").json()["properties"]
+    assert json.loads(onnx_put["properties"]["parity"])["samples"] == parity["samples"]
+    onnx_files = {k.rsplit("/", 1)[1] for k in fake.blobs if "/onnx/" in k}
+    assert onnx_files == {"model.onnx", "signature.json"}
+
+    deployed = pipeline.deploy_blue(azure, "mlr-run", onnx.name, onnx.version, CODE, small_digits,
+                                    instance_type="Standard_DS3_v2", instance_count=1)
+    endpoint_puts = fake.sent("PUT", r"/onlineEndpoints/mlr-run$")
+    assert endpoint_puts[0].json()["properties"]["authMode"] == "Key"
+    assert endpoint_puts[-1].json()["properties"]["traffic"] == {"blue": 100}
+    dep = only(fake.sent("PUT", r"/onlineEndpoints/mlr-run/deployments/blue$"), "deployment PUT").json()
+    assert dep["sku"] == {"name": "Default", "capacity": 1}
+    assert dep["properties"]["instanceType"] == "Standard_DS3_v2"
+    assert dep["properties"]["model"].endswith("/models/mlr-run-onnx/versions/1")
+    assert dep["properties"]["codeConfiguration"]["scoringScript"] == "score.py"
+    assert "onnxruntime" in fake.resources[dep["properties"]["environmentId"].lower()]["properties"]["condaFile"]
+    scores = fake.sent("POST", r"inference\.ml\.azure\.com/score$")
+    assert [s.headers.get("azureml-model-deployment") for s in scores] == ["blue", None]  # by header, then traffic
+    assert all(s.headers["Authorization"] == f"Bearer {fake.keys['primaryKey']}" for s in scores)
+    # The traffic change came after the smoke test through the header, and the operations were polled.
+    order = [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests]
+    assert order.index(("POST", "score")) < max(i for i, r in enumerate(order) if r == ("PUT", "mlr-run"))
+    assert fake.sent("GET", r"management\.azure\.com/operations/")
+    assert deployed["scoring_uri"] == "https://mlr-run.westeurope.inference.ml.azure.com/score"
+    assert deployed["smoke_label"] in [str(d) for d in range(10)]
+
+    done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
+    assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]
+    only(fake.sent("DELETE", r"/onlineEndpoints/mlr-run$"), "endpoint DELETE")
+    assert fake.resource("onlineEndpoints", "mlr-run") is None
+    assert fake.resource("models/versions", "mlr-run", "1")["properties"]["isArchived"] is True
+    assert pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"))["endpoint_deleted"] is False  # gone is fine
+
+
+def test_failed_deployment_surfaces_its_logs_and_leaves_traffic(fake, azure, tmp_path: Path, trained_model: Path) -> None:
+    azure.models.register("m", str(trained_model))
+    azure.endpoints.create_or_update("ep-fail")
+    fake.deployment_failure = "ResourceNotReady: User container has crashed or terminated: ModuleNotFoundError"
+    with pytest.raises(EndpointError, match="(?s)failed.*its log.*ModuleNotFoundError"):
+        azure.endpoints.create_or_update_deployment("ep-fail", "blue", model="m:1", code_dir=CODE)
+    only(fake.sent("POST", r"/deployments/blue/getLogs$"), "getLogs")
+    assert fake.resource("onlineEndpoints", "ep-fail")["properties"].get("traffic") in (None, {})
+
+
+def test_models_list_get_and_missing(fake, azure, trained_model: Path) -> None:
+    first = azure.models.register("m", str(trained_model), tags={"k": "v"}, properties={"params": {"lr": 0.1}})
+    second = azure.models.register("m", str(trained_model))
+    assert (first.version, second.version) == (1, 2)
+    assert azure.models.get("m", 1).properties["params"] == {"lr": 0.1}
+    assert [m.version for m in azure.models.list("m")] == [1, 2]
+    files = {k.rsplit("/", 1)[1] for k in fake.blobs if k.startswith(f"{CONTAINER}/LocalUpload/")}
+    assert files == {"model.pt2", "signature.json"}
+    with pytest.raises(NotFound, match="m:9"):
+        azure.models.get("m", 9)
+
+
+def test_links_point_at_studio(azure) -> None:
+    wsid = f"wsid=/subscriptions/{SUBSCRIPTION}/resourcegroups/rg-mlrunway/workspaces/ws-mlrunway"
+    assert azure.link("job", "j") == f"https://ml.azure.com/runs/j?{wsid}"
+    assert azure.link("model", "m", 3) == f"https://ml.azure.com/model/m:3/details?{wsid}"
+    assert azure.link("endpoint", "e") == f"https://ml.azure.com/endpoints/realtime/e/detail?{wsid}"
