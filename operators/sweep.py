@@ -6,12 +6,13 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import BanditPolicy, Choice, Objective, SweepLimits, SweepSpec, Uniform
 from mlrunway.specs.search_space import LogUniform
 from mlrunway.sweep.leaderboard import format_leaderboard, trial_score
 from mlrunway.sweep.presets import train_job
-from operators._base import MlrunwayBaseOperator
+from operators._job import MlrunwayJobOperator
 
 
 def search_space(sampling: str, lr: tuple[float, float], momentum: tuple[float, float]) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def search_space(sampling: str, lr: tuple[float, float], momentum: tuple[float, 
     return {"learning_rate": LogUniform.from_range(*lr), "momentum": Uniform(min_value=momentum[0], max_value=momentum[1])}
 
 
-class SweepOperator(MlrunwayBaseOperator):
+class SweepOperator(MlrunwayJobOperator):
     """Run a sweep over learning rate and momentum with a Bandit policy and wait for it.
 
     :param code_dir: folder with the training script.
@@ -42,9 +43,10 @@ class SweepOperator(MlrunwayBaseOperator):
     :param goal: ``maximize`` or ``minimize``.
     :param seed: random sampling seed.
     :param max_wait_s: cancel the sweep and fail past this many seconds.
+    :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "code_dir", "data_dir", "num_epochs",
+    template_fields = (*MlrunwayJobOperator.template_fields, "code_dir", "data_dir", "num_epochs",
                        "learning_rate_range", "momentum_range", "sampling_algorithm", "max_total_trials",
                        "max_concurrent_trials", "slack_factor", "evaluation_interval", "delay_evaluation",
                        "primary_metric", "goal", "seed")
@@ -55,22 +57,21 @@ class SweepOperator(MlrunwayBaseOperator):
                  max_concurrent_trials: int | str = 2, slack_factor: float | str = 0.15,
                  evaluation_interval: int | str = 1, delay_evaluation: int | str = 10,
                  primary_metric: str = "best_val_acc", goal: str = "maximize", seed: int | str = 0,
-                 experiment_name: str = "mlrunway", max_wait_s: float = 7200, poll_interval_s: float = 2.0,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 experiment_name: str = "mlrunway", max_wait_s: float = 7200, **kwargs: Any) -> None:
+        super().__init__(max_wait_s=max_wait_s, **kwargs)
         self.code_dir, self.data_dir, self.num_epochs = code_dir, data_dir, num_epochs
         self.learning_rate_range, self.momentum_range = learning_rate_range, momentum_range
         self.sampling_algorithm, self.seed = sampling_algorithm, seed
         self.max_total_trials, self.max_concurrent_trials = max_total_trials, max_concurrent_trials
         self.slack_factor, self.evaluation_interval, self.delay_evaluation = slack_factor, evaluation_interval, delay_evaluation
         self.primary_metric, self.goal, self.experiment_name = primary_metric, goal, experiment_name
-        self.max_wait_s, self.poll_interval_s = max_wait_s, poll_interval_s
 
-    def spec(self) -> SweepSpec:
+    def spec(self, data_interval: tuple[str, str] | None = None) -> SweepSpec:
         lr = tuple(float(x) for x in self.learning_rate_range)
         momentum = tuple(float(x) for x in self.momentum_range)
         return SweepSpec(
-            trial=train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs), experiment_name=self.experiment_name),
+            trial=train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs),
+                            experiment_name=self.experiment_name, data_interval=data_interval),
             search_space=search_space(self.sampling_algorithm, lr, momentum),  # type: ignore[arg-type]
             objective=Objective(primary_metric=self.primary_metric, goal=self.goal),  # type: ignore[arg-type]
             sampling_algorithm=self.sampling_algorithm, seed=int(self.seed),  # type: ignore[arg-type]
@@ -81,23 +82,26 @@ class SweepOperator(MlrunwayBaseOperator):
                                            delay_evaluation=int(self.delay_evaluation)),
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        spec, name = self.spec(), self.names(context).sweep
+    def job_name(self, context: Context) -> str:
+        return self.names(context).sweep
+
+    def submit(self, name: str, context: Context) -> None:
+        spec = self.spec(self.data_interval(context))
         self.backend.jobs.submit_sweep(name, spec)
-        self.link(context, "job", name)
         self.log.info("Sweep %s submitted: %s trials, %s at a time", name, spec.limits.max_total_trials,
                       spec.limits.max_concurrent_trials)
-        info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
-                                      on_poll=TrialReporter(self, name, spec.objective))
-        result = self.backend.jobs.sweep_result(name)
-        self.log.info("Leaderboard of %s:\n%s", name, format_leaderboard(result["trials"], spec.objective))
+
+    def progress(self, name: str) -> TrialReporter:
+        return TrialReporter(self, name, self.spec().objective)
+
+    def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
+        objective = self.spec().objective
+        result = self.backend.jobs.sweep_result(info.name)
+        self.log.info("Leaderboard of %s:\n%s", info.name, format_leaderboard(result["trials"], objective))
         require_completed(info, "sweep")
         stopped = [t.name for t in result["trials"] if t.early_termination]
-        return {"sweep_name": name, "trials": len(result["trials"]), "stopped_early": stopped,
+        return {"sweep_name": info.name, "trials": len(result["trials"]), "stopped_early": stopped,
                 "best_trial": result["best_trial"], "epochs": sum(len(t.history) for t in result["trials"])}
-
-    def on_kill(self) -> None:
-        self.backend.jobs.cancel(self.names(self.get_template_context()).sweep, reason="the Airflow task was killed")
 
 
 class TrialReporter:

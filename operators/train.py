@@ -6,12 +6,14 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
 from mlrunway.sweep.presets import train_job
 from operators._base import MlrunwayBaseOperator
+from operators._job import MlrunwayJobOperator
 
 
-class TrainModelOperator(MlrunwayBaseOperator):
+class TrainModelOperator(MlrunwayJobOperator):
     """Submit the command job under a name derived from the run (a retry re-attaches to it) and stream its log.
 
     :param code_dir: folder with the training script (snapshotted at submit).
@@ -22,36 +24,35 @@ class TrainModelOperator(MlrunwayBaseOperator):
     :param experiment_name: MLflow / Azure ML experiment.
     :param max_wait_s: cancel the job and fail past this many seconds.
     :param poll_interval_s: seconds between status checks.
+    :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "code_dir", "data_dir", "num_epochs",
+    template_fields = (*MlrunwayJobOperator.template_fields, "code_dir", "data_dir", "num_epochs",
                        "learning_rate", "momentum", "experiment_name")
 
     def __init__(self, *, code_dir: str, data_dir: str, num_epochs: int | str = 20, learning_rate: float | str = 0.01,
-                 momentum: float | str = 0.9, experiment_name: str = "mlrunway", max_wait_s: float = 3600,
-                 poll_interval_s: float = 2.0, **kwargs: Any) -> None:
+                 momentum: float | str = 0.9, experiment_name: str = "mlrunway", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.code_dir, self.data_dir = code_dir, data_dir
         self.num_epochs, self.learning_rate, self.momentum = num_epochs, learning_rate, momentum
         self.experiment_name = experiment_name
-        self.max_wait_s, self.poll_interval_s = max_wait_s, poll_interval_s
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        name = self.names(context).train_job
+    def job_name(self, context: Context) -> str:
+        return self.names(context).train_job
+
+    def submit(self, name: str, context: Context) -> None:
         spec = train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs),
                          learning_rate=float(self.learning_rate), momentum=float(self.momentum),
-                         experiment_name=self.experiment_name)
+                         experiment_name=self.experiment_name, data_interval=self.data_interval(context))
         self.backend.jobs.submit(name, spec)
         self.log.info("Training job %s submitted", name)
-        self.link(context, "job", name)
-        info = self.backend.jobs.wait(name, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
-                                      on_poll=LogFollower(self, name))
-        require_completed(info, "training job")
-        metrics = self.backend.jobs.metrics(name)
-        return {"job_name": name, "status": info.status.value, "metrics": metrics}
 
-    def on_kill(self) -> None:
-        self.backend.jobs.cancel(self.names(self.get_template_context()).train_job, reason="the Airflow task was killed")
+    def progress(self, name: str) -> LogFollower:
+        return LogFollower(self, name)
+
+    def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
+        require_completed(info, "training job")
+        return {"job_name": info.name, "status": info.status.value, "metrics": self.backend.jobs.metrics(info.name)}
 
 
 class LogFollower:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -76,3 +77,15 @@ def airflow_db() -> str:
 
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     return os.environ["AIRFLOW_HOME"]
+
+
+@pytest.fixture(scope="session")
+def small_digits(digits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two images per class of each split: enough to upload, quick through the fake's blob store."""
+    small = tmp_path_factory.mktemp("small") / "digits"
+    for split in ("train", "val"):
+        for cls in sorted((digits / split).iterdir()):
+            (small / split / cls.name).mkdir(parents=True)
+            for image in sorted(cls.iterdir())[:2]:
+                shutil.copy(image, small / split / cls.name / image.name)
+    return small

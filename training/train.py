@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="outputs")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-interval-start", default=None, help="the Airflow run's data interval (ISO), logged")
+    parser.add_argument("--data-interval-end", default=None)
     return parser.parse_args(argv)
 
 
@@ -145,6 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     if leader:
         mlflow.log_params({"learning_rate": args.learning_rate, "momentum": args.momentum, "num_epochs": args.num_epochs,
                            "world_size": world, "device": device.type})
+        if args.data_interval_start:
+            mlflow.log_params({"data_interval_start": args.data_interval_start,
+                               "data_interval_end": args.data_interval_end})
+            print(f"data interval {args.data_interval_start} .. {args.data_interval_end}", flush=True)
 
     best_acc, best_state, started = -1.0, None, time.perf_counter()
     try:

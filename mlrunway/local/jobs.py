@@ -153,21 +153,33 @@ class LocalJobs:
 
     # -- act --------------------------------------------------------------------------------------
     def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
-        """Ask the job to stop (SIGTERM to its group, then SIGKILL) and wait until it has."""
-        info = self.get(name)
-        if info.status.is_terminal():
-            return info
-        state = self.request_cancel(name, reason)
+        """Ask the job to stop (SIGTERM to its group, then SIGKILL) and wait until its processes are gone.
+
+        A sweep's controller asks its trials to stop; the trials are waited for as well.
+        """
+        info = self._stop(name, reason)
+        if info.kind == "sweep":
+            for trial in self.list():
+                if trial.name.startswith(f"{name}_trial_"):
+                    self._stop(trial.name, reason)
+        return info
+
+    def _stop(self, name: str, reason: str) -> JobInfo:
+        state = JobState(self.workspace.job_dir(name))
         deadline = time.monotonic() + self.kill_grace_s + 30
-        while time.monotonic() < deadline:
-            info = self.get(name)
-            if info.status.is_terminal():
-                return info
-            time.sleep(0.2)
-        status = state.status()  # the supervisor did not answer: stop the group ourselves
-        if status.get("pgid") and group_alive(status["pgid"]):
-            terminate_group(status["pgid"], None, self.kill_grace_s)
-        state.update(status="Canceled", ended=time.time(), error=reason)
+        if not self.get(name).status.is_terminal():
+            state = self.request_cancel(name, reason)
+            while not self.get(name).status.is_terminal() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not self.get(name).status.is_terminal():  # the supervisor did not answer: stop the group ourselves
+                status = state.status()
+                if status.get("pgid") and group_alive(status["pgid"]):
+                    terminate_group(status["pgid"], None, self.kill_grace_s)
+                state.update(status="Canceled", ended=time.time(), error=reason)
+        # The supervisor records the status, then exits: wait for it to be gone too.
+        while "supervisor_pid" in (status := state.status()) and _supervisor_alive(status) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
         return self.get(name)
 
     def request_cancel(self, name: str, reason: str) -> JobState:

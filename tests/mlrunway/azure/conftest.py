@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -36,15 +35,3 @@ def azure(fake: FakeAzureML, tmp_path: Path):
                                            credential=FakeCredential(), transport=fake)
     backend.jobs.poll_s = 0.0
     return backend
-
-
-@pytest.fixture(scope="session")
-def small_digits(digits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two images per class of each split: enough to upload, quick through the fake's blob store."""
-    small = tmp_path_factory.mktemp("small") / "digits"
-    for split in ("train", "val"):
-        for cls in sorted((digits / split).iterdir()):
-            (small / split / cls.name).mkdir(parents=True)
-            for image in sorted(cls.iterdir())[:2]:
-                shutil.copy(image, small / split / cls.name / image.name)
-    return small
