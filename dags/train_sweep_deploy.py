@@ -7,6 +7,7 @@ the Airflow connection in ``backend_conn_id``; ``mlrunway_default`` is the local
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from operators import (
 from operators.preflight import check_run_params
 
 PROJECT = Path(__file__).resolve().parent.parent
+# Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
+DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "digits")
 P = "{{ params.%s }}"
 
 with DAG(
@@ -49,7 +52,7 @@ with DAG(
         "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500, description="Epochs before the first evaluation."),
         "primary_metric": Param("best_val_acc", type="string", minLength=1, description="Metric the script logs once per epoch."),
         "goal": Param("maximize", enum=["maximize", "minimize"], description="Direction of the primary metric."),
-        "data_dir": Param(str(PROJECT / "data" / "digits"), type="string", minLength=1, description="ImageFolder data: train/ and val/."),
+        "data_dir": Param(DEFAULT_DATA, type="string", minLength=1, description="ImageFolder data: train/ and val/."),
         "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, description="Folder with train.py and score.py."),
         "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$",
                                  description="Prefix of the run's names; the endpoint is <prefix>-<8 hex of the run>."),
