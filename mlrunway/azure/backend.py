@@ -182,7 +182,8 @@ class AzureJobs:
             error = ((details.get("error") or {}).get("error") or {}).get("message") or "failed on Azure ML"
         return JobInfo(name=job.name, kind="sweep" if job.type == "sweep" else "command", status=status, error=error,
                        outputs=self.backend.job_outputs(job.name), mlflow_run_id=job.name,
-                       properties={"studio_url": job.studio_url, "azure_status": job.status, **(job.properties or {})})
+                       properties={"studio_url": job.studio_url,
+                                   "azure_status": getattr(job.status, "value", job.status), **(job.properties or {})})
 
     def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
         """Create job ``name``, or return the job already under that name (a retried task re-attaches)."""
