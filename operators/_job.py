@@ -68,7 +68,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayBaseOperator):
                    method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        name = event["job_name"]
+        name = self._job = event["job_name"]
         if event["status"] == "timeout":
             raise JobTimedOut(f"job {name}: {event['error']} (max_wait_s={self.max_wait_s:g})")
         return self._finish(context, self.backend.jobs.get(name))

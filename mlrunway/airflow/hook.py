@@ -56,7 +56,6 @@ class MlrunwayHook(BaseHook):
                         "backend; use mlrunway_local or azure_ml")
 
 
-
 def azure_fields(extra: dict[str, Any]) -> dict[str, Any]:
     """The connection's extras by field name, whether saved by the form (``extra__azure_ml__x``) or as JSON."""
     return {key.removeprefix("extra__azure_ml__"): value for key, value in extra.items() if value not in ("", None)}

@@ -1,7 +1,7 @@
 """Extra links from a task to what it created: the Azure ML studio page of a job, model or endpoint.
 
-A task pushes the page's URL under ``studio_url`` once it has created the thing; Airflow 3 resolves the link
-on the worker when the task ends and shows it on the task's page. The local backend has no studio: no link.
+A task pushes the page's URL under ``studio_url`` once it has created the thing; the link reads it back and
+Airflow shows it on the task's page. The local backend has no studio: no link.
 """
 
 from __future__ import annotations
