@@ -62,8 +62,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="outputs")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-interval-start", default=None, help="the Airflow run's data interval (ISO), logged")
-    parser.add_argument("--data-interval-end", default=None)
     return parser.parse_args(argv)
 
 
@@ -147,10 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     if leader:
         mlflow.log_params({"learning_rate": args.learning_rate, "momentum": args.momentum, "num_epochs": args.num_epochs,
                            "world_size": world, "device": device.type})
-        if args.data_interval_start:
-            mlflow.log_params({"data_interval_start": args.data_interval_start,
-                               "data_interval_end": args.data_interval_end})
-            print(f"data interval {args.data_interval_start} .. {args.data_interval_end}", flush=True)
+        interval = os.environ.get("MLRUNWAY_DATA_INTERVAL_START"), os.environ.get("MLRUNWAY_DATA_INTERVAL_END")
+        if interval[0]:  # the Airflow run's data interval: this script logs it; yours may pick its data with it
+            mlflow.log_params({"data_interval_start": interval[0], "data_interval_end": interval[1]})
+            print(f"data interval {interval[0]} .. {interval[1]}", flush=True)
 
     best_acc, best_state, started = -1.0, None, time.perf_counter()
     try:

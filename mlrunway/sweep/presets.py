@@ -24,23 +24,22 @@ TRAIN_COMMAND = (
     "python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
     "--learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}"
 )
-INTERVAL_ARGS = " --data-interval-start ${{inputs.data_interval_start}} --data-interval-end ${{inputs.data_interval_end}}"
 
 
 def train_job(code: str, data: str, *, num_epochs: int = 20, learning_rate: float = 0.01, momentum: float = 0.9,
               experiment_name: str = "mlrunway", data_interval: tuple[str, str] | None = None) -> CommandJobSpec:
     """The tutorial's command job: train.py on an ImageFolder dataset.
 
-    ``data_interval`` (ISO start and end, an Airflow run's data interval) reaches the script as two more
-    inputs, so a backfill's run can train on the data of its own interval.
+    ``data_interval`` (ISO start and end, an Airflow run's data interval) reaches the script as the environment
+    variables ``MLRUNWAY_DATA_INTERVAL_START`` and ``_END`` on both backends, so a backfill's run can train on
+    the data of its own interval while a script that ignores them runs unchanged.
     """
-    inputs: dict = {"data": Input(path=data), "num_epochs": num_epochs, "learning_rate": learning_rate,
-                    "momentum": momentum}
-    command = TRAIN_COMMAND
-    if data_interval is not None:
-        inputs.update(data_interval_start=data_interval[0], data_interval_end=data_interval[1])
-        command += INTERVAL_ARGS
-    return CommandJobSpec(code=code, command=command, experiment_name=experiment_name, inputs=inputs)
+    env = {} if data_interval is None else {"MLRUNWAY_DATA_INTERVAL_START": data_interval[0],
+                                            "MLRUNWAY_DATA_INTERVAL_END": data_interval[1]}
+    return CommandJobSpec(
+        code=code, command=TRAIN_COMMAND, experiment_name=experiment_name, environment_variables=env,
+        inputs={"data": Input(path=data), "num_epochs": num_epochs, "learning_rate": learning_rate, "momentum": momentum},
+    )
 
 
 def tutorial_sweep(trial: CommandJobSpec, *, max_total_trials: int = 8, max_concurrent_trials: int = 2,
