@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from urllib.parse import urlparse
 
@@ -23,7 +24,12 @@ def run_dag(conf, workspace, monkeypatch):
     sys.path.insert(0, str(REPO / "dags"))
     from train_sweep_deploy import dag
 
-    run = dag.test(run_conf=conf)
+    defaults = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
+    try:
+        run = dag.test(run_conf=conf)
+    finally:  # dag.test() leaves the run's conf in the tasks' params: the next run must start from the defaults
+        for task in dag.tasks:
+            task.params = defaults[task.task_id]
     return run, run_results(dag.dag_id, run.run_id), task_states(dag.dag_id, run.run_id)
 
 

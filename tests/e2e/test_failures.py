@@ -91,9 +91,9 @@ def test_a_failure_at_each_stage_is_cleaned_up(stage, airflow_db, small_digits, 
     before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     run, _, states = run_dag({**TINY, "data_dir": str(small_digits), "code_dir": code_with(tmp_path, **files)},
                              tmp_path / "ws", monkeypatch)
-    assert str(run.state) == "failed"
-    assert states == expected
     backend = LocalBackend.at(tmp_path / "ws")
+    assert str(run.state) == "failed"
+    assert states == expected, {j.name: j.error for j in backend.jobs.list() if j.error}
     assert_nothing_left(backend)
     assert all(j.status.is_terminal() for j in backend.jobs.list())
     after = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
