@@ -85,14 +85,13 @@ class AzureBackend:
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        transport = {k: v for k, v in client_kwargs.items() if k == "transport"}
         self.rest = PipelineClient(
             base_url="https://management.azure.com",
-            policies=[RetryPolicy(retry_total=3), BearerTokenCredentialPolicy(credential, _ARM_SCOPE)],
-            **{k: v for k, v in client_kwargs.items() if k == "transport"},
+            policies=[RetryPolicy(retry_total=3), BearerTokenCredentialPolicy(credential, _ARM_SCOPE)], **transport,
         )
         # Scoring (an endpoint key) and log files (a SAS URL) carry their own credential, never the AAD token.
-        self.plain = PipelineClient(base_url="https://ml.azure.com", policies=[RetryPolicy(retry_total=3)],
-                                    **{k: v for k, v in client_kwargs.items() if k == "transport"})
+        self.plain = PipelineClient(base_url="https://ml.azure.com", policies=[RetryPolicy(retry_total=3)], **transport)
         self.jobs = AzureJobs(self)
         self.models = AzureModels(self)
         self.endpoints = AzureEndpoints(self)
@@ -187,18 +186,17 @@ class AzureJobs:
 
     def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
         """Create job ``name``, or return the job already under that name (a retried task re-attaches)."""
-        _check.job_name("job.name", name)
-        if (existing := self._find(name)) is not None:
-            return existing
-        return self._info(self.ml.jobs.create_or_update(command_job(spec, name=name, compute=self.backend.compute,
-                                                                    environment=self.backend.environment)))
+        return self._create(name, command_job, spec)
 
     def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
+        return self._create(name, sweep_job, sweep)
+
+    def _create(self, name: str, entity: Any, spec: Any) -> JobInfo:
         _check.job_name("job.name", name)
         if (existing := self._find(name)) is not None:
             return existing
-        return self._info(self.ml.jobs.create_or_update(sweep_job(sweep, name=name, compute=self.backend.compute,
-                                                                  environment=self.backend.environment)))
+        job = entity(spec, name=name, compute=self.backend.compute, environment=self.backend.environment)
+        return self._info(self.ml.jobs.create_or_update(job))
 
     def get(self, name: str) -> JobInfo:
         info = self._find(name)
@@ -234,8 +232,13 @@ class AzureJobs:
 
     def metrics(self, name: str) -> dict[str, float]:
         """The latest value of each metric the job logged to MLflow."""
-        run = (self.backend.mlflow("runs/get", run_id=name) or {}).get("run", {})
-        return {m["key"]: m["value"] for m in run.get("data", {}).get("metrics", [])}
+        return self._run_data(name)[1]
+
+    def _run_data(self, run_id: str) -> tuple[dict[str, Any], dict[str, float]]:
+        """The MLflow run's params (as numbers where they are) and latest metrics, from one ``runs/get``."""
+        data = ((self.backend.mlflow("runs/get", run_id=run_id) or {}).get("run") or {}).get("data") or {}
+        return ({p["key"]: _number(p["value"]) for p in data.get("params", [])},
+                {m["key"]: m["value"] for m in data.get("metrics", [])})
 
     def history(self, run_id: str, metric: str) -> tuple[float, ...]:
         points = (self.backend.mlflow("metrics/get-history", run_id=run_id, metric_key=metric) or {}).get("metrics", [])
@@ -251,13 +254,12 @@ class AzureJobs:
         trials = []
         for child in self.ml.jobs.list(parent_job_name=name):
             status = job_status(child.status)
-            run = (self.backend.mlflow("runs/get", run_id=child.name) or {}).get("run", {})
-            params = {p["key"]: _number(p["value"]) for p in run.get("data", {}).get("params", [])}
+            params, metrics = self._run_data(child.name)
             history = self.history(child.name, metric)
             stopped = status is JobStatus.CANCELED and swept_status is not JobStatus.CANCELED and bool(history)
             trials.append(TrialInfo(
                 name=child.name, params=params, status=status, history=history,
-                metrics={m["key"]: m["value"] for m in run.get("data", {}).get("metrics", [])},
+                metrics=metrics,
                 early_termination={"reason": f"canceled by the sweep's {sweep.early_termination.type} policy "
                                              f"after {len(history)} intervals", "interval": len(history)}
                 if stopped and sweep.early_termination else None,
@@ -328,7 +330,8 @@ class AzureModels:
             if not files:
                 raise NotFound(f"model {name}:{model.version}: no files at {model.path}")
             # A folder model comes down as <name>/<folder>/...: hand over the folder's contents.
-            top = root if len(list(root.iterdir())) != 1 or not next(root.iterdir()).is_dir() else next(root.iterdir())
+            entries = list(root.iterdir())
+            top = entries[0] if len(entries) == 1 and entries[0].is_dir() else root
             shutil.copytree(top, dest, dirs_exist_ok=True)
         return dest
 

@@ -168,10 +168,10 @@ class LocalJobs:
         state = JobState(self.workspace.job_dir(name))
         deadline = time.monotonic() + self.kill_grace_s + 30
         if not self.get(name).status.is_terminal():
-            state = self.request_cancel(name, reason)
-            while not self.get(name).status.is_terminal() and time.monotonic() < deadline:
+            self.request_cancel(name, reason)
+            while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if not self.get(name).status.is_terminal():  # the supervisor did not answer: stop the group ourselves
+            if not info.status.is_terminal():  # the supervisor did not answer: stop the group ourselves
                 status = state.status()
                 if status.get("pgid") and group_alive(status["pgid"]):
                     terminate_group(status["pgid"], None, self.kill_grace_s)

@@ -78,7 +78,8 @@ def test_every_operator_has_the_studio_link_and_pushes_it_only_on_azure(tmp_path
     assert StudioLink.name == "Azure ML studio"
 
     class TI:
-        pushed: dict = {}
+        def __init__(self):
+            self.pushed = {}
 
         def xcom_push(self, key, value):
             self.pushed[key] = value

@@ -578,14 +578,16 @@ class FakeAzureML(HttpTransport):
             spec = importlib.util.spec_from_file_location(f"score_{uuid.uuid4().hex}",
                                                           code_dir / props["codeConfiguration"]["scoringScript"])
             module = importlib.util.module_from_spec(spec)
-            saved = {k: v for k, v in os.environ.items() if k == "AZUREML_MODEL_DIR"}
+            previous = os.environ.get("AZUREML_MODEL_DIR")
             os.environ["AZUREML_MODEL_DIR"] = str(model_dir)
             try:
                 spec.loader.exec_module(module)
                 module.init()
             finally:
-                os.environ.pop("AZUREML_MODEL_DIR")
-                os.environ.update(saved)
+                if previous is None:
+                    os.environ.pop("AZUREML_MODEL_DIR")
+                else:
+                    os.environ["AZUREML_MODEL_DIR"] = previous
             self._scorers[key] = module
         return self._scorers[key]
 
