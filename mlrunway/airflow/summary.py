@@ -63,7 +63,8 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
     return "\n".join(lines)
 
 
-MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.serving.server")
+MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.serving.server",
+           "mlrunway.serving.provision")
 
 
 def leftovers(workspace_root: str) -> list[str]:

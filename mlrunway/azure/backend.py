@@ -30,8 +30,8 @@ from azure.core.pipeline.policies import BearerTokenCredentialPolicy, RetryPolic
 from azure.core.rest import HttpRequest
 
 from mlrunway.azure.entities import command_job, sweep_job
-from mlrunway.backend.types import JobInfo, JobStatus, TrialInfo
-from mlrunway.backend.waiting import wait_for_job
+from mlrunway.backend.types import DeploymentInfo, JobInfo, JobStatus, ProvisioningState, TrialInfo
+from mlrunway.backend.waiting import wait_for_job, wait_provisioned
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.registry import ModelVersion
 from mlrunway.serving.state import check_endpoint_name
@@ -351,9 +351,10 @@ def _maybe_json(value: str) -> Any:
 
 
 class AzureEndpoints:
-    def __init__(self, backend: AzureBackend) -> None:
+    def __init__(self, backend: AzureBackend, *, poll_s: float = 10.0) -> None:
         self.backend = backend
         self.ml = backend.client
+        self.poll_s = poll_s
 
     def _info(self, endpoint: Any) -> EndpointInfo:
         return EndpointInfo(endpoint.name, endpoint.scoring_uri, dict(endpoint.traffic or {}),
@@ -365,21 +366,29 @@ class AzureEndpoints:
         except ResourceNotFoundError as exc:
             raise NotFound(f"endpoint {name} does not exist") from exc
 
-    def create_or_update(self, name: str, **_local_only: Any) -> EndpointInfo:
-        """A ``ManagedOnlineEndpoint`` with key auth; an existing one keeps its traffic."""
+    def begin_create_or_update(self, name: str, **_local_only: Any) -> EndpointInfo:
+        """Send a ``ManagedOnlineEndpoint`` with key auth (an existing one keeps its traffic); don't wait."""
         check_endpoint_name(name)
         endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
         try:
             endpoint.traffic = self.ml.online_endpoints.get(name).traffic
         except ResourceNotFoundError:
             pass
-        return self._info(self.ml.online_endpoints.begin_create_or_update(endpoint).result())
+        self.ml.online_endpoints.begin_create_or_update(endpoint)
+        return self.get(name)
 
-    def create_or_update_deployment(self, endpoint: str, name: str, *, model: str, code_dir: str | Path,
-                                    scoring_script: str = "score.py", instance_type: str | None = None,
-                                    instance_count: int | None = None,
-                                    environment_variables: dict[str, str] | None = None, **_local_only: Any) -> Any:
-        """A ``ManagedOnlineDeployment`` of ``model`` (``name:version``) with score.py; on failure, its logs."""
+    def create_or_update(self, name: str, **_local_only: Any) -> EndpointInfo:
+        """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
+        self.begin_create_or_update(name)
+        return self._info(wait_provisioned(lambda: self.ml.online_endpoints.get(name), f"endpoint {name}",
+                                           poll_s=self.poll_s))
+
+    def begin_create_or_update_deployment(self, endpoint: str, name: str, *, model: str, code_dir: str | Path,
+                                          scoring_script: str = "score.py", instance_type: str | None = None,
+                                          instance_count: int | None = None,
+                                          environment_variables: dict[str, str] | None = None,
+                                          **_local_only: Any) -> DeploymentInfo:
+        """Send a ``ManagedOnlineDeployment`` of ``model`` (``name:version``) with score.py; don't wait."""
         model_name, _, version = model.partition(":")
         deployment = ManagedOnlineDeployment(
             name=name, endpoint_name=endpoint, model=f"azureml:{model_name}:{version}",
@@ -390,10 +399,44 @@ class AzureEndpoints:
             environment_variables=dict(environment_variables or {}),
         )
         try:
-            return self.ml.online_deployments.begin_create_or_update(deployment).result()
+            self.ml.online_deployments.begin_create_or_update(deployment)
         except HttpResponseError as exc:
-            logs = self.get_logs(endpoint, name, lines=50)
-            raise EndpointError(f"deployment {endpoint}/{name} failed: {exc.message}\n--- its log ---\n{logs}") from exc
+            raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
+        return self.get_deployment(endpoint, name)
+
+    def create_or_update_deployment(self, endpoint: str, name: str, *, timeout_s: float = 3600.0,
+                                    **settings: Any) -> DeploymentInfo:
+        """As ``begin_create_or_update_deployment``, then wait; a failure raises with the deployment's log."""
+        info = self.begin_create_or_update_deployment(endpoint, name, **settings)
+        if not info.provisioning_state.is_terminal():
+            info = wait_provisioned(lambda: self.get_deployment(endpoint, name), f"deployment {endpoint}/{name}",
+                                    timeout=timeout_s, poll_s=self.poll_s)
+        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
+        return info
+
+    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
+        """The deployment's provisioning state; a failure carries the tail of its log."""
+        try:
+            deployment = self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
+        except ResourceNotFoundError as exc:
+            raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist") from exc
+        state = ProvisioningState(deployment.provisioning_state)
+        error = None
+        if state in (ProvisioningState.FAILED, ProvisioningState.CANCELED):
+            error = (f"deployment {endpoint}/{name} {state.value.lower()}\n--- its log ---\n"
+                     f"{self.get_logs(endpoint, name, lines=50)}")
+        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=state, error=error)
+
+    def delete_deployment(self, endpoint: str, name: str) -> bool:
+        """``online_deployments.begin_delete`` and wait (Azure cannot cancel a provisioning otherwise); False when it
+        was already gone (Azure answers a DELETE of a missing deployment with 204, so ask first)."""
+        try:
+            self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
+        except ResourceNotFoundError:
+            return False
+        self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result()
+        return True
 
     def set_traffic(self, endpoint: str, traffic: dict[str, int]) -> EndpointInfo:
         current = self.ml.online_endpoints.get(endpoint)

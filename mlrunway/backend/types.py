@@ -1,4 +1,4 @@
-"""Backend-neutral records: a status enum with its terminal set, a job, a sweep trial."""
+"""Backend-neutral records: status enums with their terminal sets, a job, a sweep trial, a deployment."""
 
 from __future__ import annotations
 
@@ -21,6 +21,30 @@ class JobStatus(enum.StrEnum):
 
 
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED})
+
+
+class ProvisioningState(enum.StrEnum):
+    """Azure ML's provisioning states of an online endpoint or deployment, which both backends report."""
+
+    CREATING = "Creating"
+    UPDATING = "Updating"
+    DELETING = "Deleting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+    def is_terminal(self) -> bool:
+        return self in (ProvisioningState.SUCCEEDED, ProvisioningState.FAILED, ProvisioningState.CANCELED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentInfo:
+    """Where a deployment's provisioning stands; ``error`` holds the reason and its log's tail on failure."""
+
+    endpoint: str
+    name: str
+    provisioning_state: ProvisioningState
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

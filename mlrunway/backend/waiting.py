@@ -1,4 +1,4 @@
-"""Waiting for a job on any backend: poll, report, and cancel what outlives its deadline."""
+"""Waiting on any backend: a job (poll, report, cancel what outlives its deadline), an endpoint's provisioning."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlrunway.backend.types import JobInfo
-from mlrunway.errors import JobTimedOut
+from mlrunway.backend.types import JobInfo, ProvisioningState
+from mlrunway.errors import EndpointError, JobTimedOut
 
 
 def wait_for_job(jobs: Any, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
@@ -23,4 +23,20 @@ def wait_for_job(jobs: Any, name: str, *, timeout: float | None = None, poll_s: 
         if deadline is not None and time.monotonic() > deadline:
             jobs.cancel(name, reason=f"wait timed out after {timeout:g} s")
             raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
+        time.sleep(poll_s)
+
+
+def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600.0, poll_s: float = 5.0) -> Any:
+    """Poll ``get()`` until its ``provisioning_state`` is terminal (Succeeded, Failed, Canceled); return it.
+
+    Past ``timeout`` seconds raise EndpointError: Azure cannot cancel a provisioning, so the caller decides
+    whether to delete what it created.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        resource = get()
+        if ProvisioningState(resource.provisioning_state).is_terminal():
+            return resource
+        if time.monotonic() > deadline:
+            raise EndpointError(f"{what}: still {resource.provisioning_state} after {timeout:g} s")
         time.sleep(poll_s)

@@ -1,16 +1,16 @@
 """Local online endpoints: create, deploy, route traffic, invoke and delete, as ``ml_client.online_endpoints`` does.
 
 Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.serving.app`) on 127.0.0.1 and a free
-port, tracked under ``<workspace>/endpoints/<name>/``. A deployment is provisioned first in a separate
-process (score.py imported, ``init()`` run); only a deployment that provisions joins the endpoint. Delete stops
-the server (SIGTERM, then SIGKILL), checks the port is free and removes the state.
+port, tracked under ``<workspace>/endpoints/<name>/``. A deployment is provisioned in a separate process
+(score.py imported, ``init()`` run, see :mod:`mlrunway.serving.provision`); only a deployment that provisions
+joins the endpoint. Delete stops provisioning and the server (SIGTERM, then SIGKILL), checks the port is free
+and removes the state.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,10 +22,13 @@ from typing import Any
 
 import psutil
 
+from mlrunway.backend.types import DeploymentInfo, ProvisioningState
 from mlrunway.errors import EndpointError, NotFound
+from mlrunway.local._files import locked
 from mlrunway.local.launch import free_port
 from mlrunway.local.supervisor import group_alive, terminate_group
 from mlrunway.local.workspace import Workspace
+from mlrunway.serving import provision
 from mlrunway.serving.state import (
     DeploymentState,
     EndpointState,
@@ -53,16 +56,21 @@ class LocalEndpoints:
         _check.positive_int("endpoint.workers", workers, maximum=64)
         _check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
         if (folder / "endpoint.json").exists():
-            state = EndpointState.load(folder)
-            if state.pid and group_alive(state.pid):
-                updated = replace(state, request_timeout_ms=request_timeout_ms,
-                                  max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
-                updated.save(folder)
-                return updated
+            with locked(provision.state_lock(folder)):
+                state = EndpointState.load(folder)
+                if state.pid and group_alive(state.pid):
+                    updated = replace(state, request_timeout_ms=request_timeout_ms,
+                                      max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+                    updated.save(folder)
+                    return updated
         state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()}, workers=workers,
                               request_timeout_ms=request_timeout_ms,
                               max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
         return self._start(folder, state)
+
+    def begin_create_or_update(self, name: str, **settings: Any) -> EndpointState:
+        """As ``create_or_update``: a local server answers within seconds, so it returns Succeeded."""
+        return self.create_or_update(name, **settings)
 
     def _start(self, folder: Path, state: EndpointState) -> EndpointState:
         state.port = free_port()
@@ -96,6 +104,8 @@ class LocalEndpoints:
         folder = self._dir(name)
         if not folder.exists():
             return False
+        for record in folder.glob(f"deployments/*/{provision.RECORD}"):  # none may join a deleted endpoint
+            provision.stop(folder, record.parent.name)
         if (folder / "endpoint.json").exists():
             state = EndpointState.load(folder)
             if state.pid:
@@ -110,20 +120,45 @@ class LocalEndpoints:
 
     def regenerate_keys(self, name: str, key_type: str = "primary") -> dict[str, str]:
         _check.one_of("key_type", key_type, ("primary", "secondary"))
-        state = self.get(name)
-        state.keys[key_type] = new_key()
-        state.save(self._dir(name))
+        with locked(provision.state_lock(self._dir(name))):
+            state = self.get(name)
+            state.keys[key_type] = new_key()
+            state.save(self._dir(name))
         return dict(state.keys)
 
     # -- deployments -------------------------------------------------------------------------------
-    def create_or_update_deployment(self, endpoint: str, name: str, *, model_dir: str | Path, code_dir: str | Path,
-                                    scoring_script: str = "score.py", model: str = "", workers: int = 1,
-                                    environment_variables: dict[str, str] | None = None,
-                                    **_azure_only: Any) -> DeploymentState:
-        """Provision a deployment (a new version when it exists); traffic is left as it is.
+    def begin_create_or_update_deployment(self, endpoint: str, name: str, *, model_dir: str | Path,
+                                          code_dir: str | Path, scoring_script: str = "score.py", model: str = "",
+                                          workers: int = 1, environment_variables: dict[str, str] | None = None,
+                                          **_azure_only: Any) -> DeploymentInfo:
+        """Start provisioning a deployment (a new version when it exists) and return at once; traffic is left
+        as it is and the serving version goes on serving until the new one joins (:mod:`provision`).
 
         Azure's sizing (``instance_type``, ``instance_count``) has no meaning here and is ignored.
         """
+        self._start_provisioning(endpoint, name, model_dir=model_dir, code_dir=code_dir,
+                                 scoring_script=scoring_script, model=model, workers=workers,
+                                 environment_variables=environment_variables)
+        return self.get_deployment(endpoint, name)
+
+    def create_or_update_deployment(self, endpoint: str, name: str, *, timeout_s: float = 300.0,
+                                    **settings: Any) -> DeploymentState:
+        """Provision a deployment and wait for it; a failing ``init()`` raises EndpointError with its log."""
+        process = self._start_provisioning(endpoint, name, **settings)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            provision.stop(self._dir(endpoint), name)
+        info = self.get_deployment(endpoint, name)
+        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(f"deployment {name} of endpoint {endpoint} failed to provision "
+                                f"({info.provisioning_state.value}): {info.error}")
+        return self.get(endpoint).deployments[name]
+
+    def _start_provisioning(self, endpoint: str, name: str, *, model_dir: str | Path, code_dir: str | Path,
+                            scoring_script: str = "score.py", model: str = "", workers: int = 1,
+                            environment_variables: dict[str, str] | None = None,
+                            **_azure_only: Any) -> subprocess.Popen[bytes]:
         state = self.get(endpoint)
         check_endpoint_name(name)
         _check.positive_int("deployment.workers", workers, maximum=64)
@@ -132,62 +167,55 @@ class LocalEndpoints:
                               "pass the folder that holds score.py and the script's name")
         if not Path(model_dir).is_dir():
             raise _check.fail("deployment.model", f"model folder {model_dir} does not exist", "pass a registered model")
+        folder = self._dir(endpoint)
+        provision.stop(folder, name)  # a newer request supersedes one still under way
+        record = provision.read(folder, name)
         old = state.deployments.get(name)
-        version = old.version + 1 if old else 1
-        home = self._dir(endpoint) / "deployments" / name / f"v{version}"
+        version = max(old.version if old else 0, record["version"] if record else 0) + 1
+        home = folder / "deployments" / name / f"v{version}"
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
         deployment = DeploymentState(name=name, version=version, model_dir=str(Path(model_dir).resolve()),
                                      code_dir=str(home / "code"), scoring_script=scoring_script, model=model,
                                      workers=workers, environment_variables=dict(environment_variables or {}))
-        self._provision(endpoint, deployment)
-        state = self.get(endpoint)  # re-read: keys or traffic may have changed meanwhile
-        state.deployments[name] = deployment
-        state.save(self._dir(endpoint))
-        if workers > state.workers:
-            self._grow_workers(endpoint, workers)
-        return deployment
+        return provision.start(folder, deployment)
 
-    def _provision(self, endpoint: str, deployment: DeploymentState) -> None:
-        """Import score.py and run init() in a fresh process, as Azure starts a container; fail with its log."""
-        probe = ("import sys, json; from mlrunway.serving.runtime import load_deployment; "
-                 "from mlrunway.serving.state import DeploymentState; from pathlib import Path; "
-                 "load_deployment(Path(sys.argv[1]), DeploymentState(**json.loads(sys.argv[2])))")
-        result = subprocess.run([sys.executable, "-c", probe, str(self._dir(endpoint)), json.dumps(vars(deployment))],
-                                capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-            raise EndpointError(f"deployment {deployment.name} of endpoint {endpoint} failed to provision: "
-                                f"score.py init() raised; log tail:\n{tail}")
-
-    def _grow_workers(self, endpoint: str, workers: int) -> None:
-        """Add server workers (uvicorn's SIGTTIN) up to ``workers``; existing ones keep serving."""
+    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
+        """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled)."""
         state = self.get(endpoint)
-        for _ in range(workers - state.workers):
-            psutil.Process(state.pid).send_signal(signal.SIGTTIN)
-        state.workers = workers
-        state.save(self._dir(endpoint))
+        progress = provision.current(self._dir(endpoint), name)
+        if progress is None:
+            if name not in state.deployments:
+                raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")
+            return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=ProvisioningState.SUCCEEDED)
+        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=progress[0], error=progress[1])
 
     def delete_deployment(self, endpoint: str, name: str) -> bool:
-        state = self.get(endpoint)
-        if name not in state.deployments:
-            return False
-        if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
-            raise _check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
-                              "set its traffic and mirror traffic to 0 first")
-        del state.deployments[name]
-        state.traffic.pop(name, None)
-        state.mirror_traffic.pop(name, None)
-        state.save(self._dir(endpoint))
-        shutil.rmtree(self._dir(endpoint) / "deployments" / name, ignore_errors=True)
+        """Stop its provisioning if under way and remove it; one with traffic is refused."""
+        folder = self._dir(endpoint)
+        stopped = provision.stop(folder, name)
+        with locked(provision.state_lock(folder)):
+            state = self.get(endpoint)
+            if name not in state.deployments:
+                shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
+                return stopped
+            if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
+                raise _check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
+                                  "set its traffic and mirror traffic to 0 first")
+            del state.deployments[name]
+            state.traffic.pop(name, None)
+            state.mirror_traffic.pop(name, None)
+            state.save(folder)
+        shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
         return True
 
     def set_traffic(self, endpoint: str, traffic: dict[str, int], mirror_traffic: dict[str, int] | None = None) -> EndpointState:
-        state = self.get(endpoint)
-        mirror = dict(mirror_traffic if mirror_traffic is not None else state.mirror_traffic)
-        check_traffic(dict(traffic), mirror, state.deployments)
-        state.traffic, state.mirror_traffic = dict(traffic), mirror
-        state.save(self._dir(endpoint))
+        with locked(provision.state_lock(self._dir(endpoint))):
+            state = self.get(endpoint)
+            mirror = dict(mirror_traffic if mirror_traffic is not None else state.mirror_traffic)
+            check_traffic(dict(traffic), mirror, state.deployments)
+            state.traffic, state.mirror_traffic = dict(traffic), mirror
+            state.save(self._dir(endpoint))
         return state
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:

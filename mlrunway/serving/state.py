@@ -69,6 +69,11 @@ class EndpointState:
     def scoring_uri(self) -> str:
         return f"http://{self.host}:{self.port}/score"
 
+    @property
+    def provisioning_state(self) -> str:
+        """Saved state belongs to a server that answered (a failed start removes nothing but raises)."""
+        return "Succeeded"
+
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / STATE_FILE

@@ -33,5 +33,5 @@ def azure(fake: FakeAzureML, tmp_path: Path):
 
     backend = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache")},
                                            credential=FakeCredential(), transport=fake)
-    backend.jobs.poll_s = 0.0
+    backend.jobs.poll_s = backend.endpoints.poll_s = 0.0
     return backend

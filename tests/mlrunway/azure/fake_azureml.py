@@ -155,6 +155,7 @@ class FakeAzureML(HttpTransport):
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
         self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
         self.operations: dict[str, dict[str, Any]] = {}
+        self.provisioning: dict[str, str] = {}  # endpoint or deployment path (lower case) -> its operation
         self.job_script: dict[str, list[str]] = {}  # job name -> statuses still to go through
         self.sweep_trials: dict[str, list[Trial]] = {}  # sweep name -> its children, set by the test
         self.trial_outputs: Path | None = None  # files every trial writes to ./outputs/model
@@ -227,7 +228,7 @@ class FakeAzureML(HttpTransport):
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/listKeys", self._list_keys),
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/deployments/(?P<dep>[^/]+)/getLogs", self._get_logs),
             ("PUT", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._put_online),
-            ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)", self._delete_endpoint),
+            ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
             ("GET", f"{ARM}/operations/(?P<op>[^/]+)", self._operation),
             ("PUT", f"{ws}/.+", self._put_generic),
             ("GET", f"{ws}/.+", self._get_generic),
@@ -277,6 +278,8 @@ class FakeAzureML(HttpTransport):
             depth = path.count("/") + 1
             return _response(request, 200, {"value": [r for p, r in self.resources.items()
                                                       if p.startswith(path + "/") and p.count("/") == depth]})
+        if (op := self.provisioning.get(path)) is not None:  # the service provisions whether or not anyone polls
+            self._advance(op)
         resource = self.resources.get(path)
         if resource is None:
             return _error(request, 404, "UserError", f"Resource {self._arm(request)} not found")
@@ -462,15 +465,22 @@ class FakeAzureML(HttpTransport):
         self.operations[op_id] = {"left": self.steps, "then": then, "result": result, "error": None}
         return f"https://{ARM}/operations/{op_id}?api-version=2024-01-01-preview"
 
-    def _operation(self, request: Any, recorded: Recorded, op: str) -> HttpResponseImpl:
+    def _advance(self, op: str) -> bool:
+        """One step of the service's own progress on an operation; True once it has finished."""
         state = self.operations[op]
         if state["left"] > 0:
             state["left"] -= 1
-            return _response(request, 200 if "Azure-AsyncOperation" in recorded.path else 202,
-                             {"status": "InProgress"}, {"x-ms-retry-after-ms": "1"})
+            return False
         if state["then"] is not None:
             state["error"] = state["then"]()
             state["then"] = None
+        return True
+
+    def _operation(self, request: Any, recorded: Recorded, op: str) -> HttpResponseImpl:
+        state = self.operations[op]
+        if not self._advance(op):
+            return _response(request, 200 if "Azure-AsyncOperation" in recorded.path else 202,
+                             {"status": "InProgress"}, {"x-ms-retry-after-ms": "1"})
         if state["error"]:
             return _response(request, 200, {"status": "Failed", "error": state["error"]})
         return _response(request, 200, {"status": "Succeeded"})
@@ -517,10 +527,11 @@ class FakeAzureML(HttpTransport):
             return None
 
         op = self._new_operation(then=finish)
+        self.provisioning[path.lower()] = urlparse(op).path.rsplit("/", 1)[1]
         return _response(request, 201 if created else 200, resource,
                          {"Azure-AsyncOperation": op, "x-ms-retry-after-ms": "1"})
 
-    def _delete_endpoint(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+    def _delete_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
         path = self._arm(request).lower()
         if path not in self.resources:
             return _response(request, 204)

@@ -172,6 +172,27 @@ def test_failed_deployment_surfaces_its_logs_and_leaves_traffic(fake, azure, tmp
     assert fake.resource("onlineEndpoints", "ep-fail")["properties"].get("traffic") in (None, {})
 
 
+def test_deployment_provisions_after_begin_returns_and_is_deleted_at_the_deadline(fake, azure, trained_model: Path) -> None:
+    """What DeployBlue's deferral relies on: begin sends the PUT and returns Creating; the service goes on by itself;
+    the trigger's deadline deletes the deployment through the SDK."""
+    from mlrunway.backend.types import ProvisioningState
+
+    fake.steps = 3
+    azure.models.register("m", str(trained_model))
+    azure.endpoints.create_or_update("ep-bg")
+    info = azure.endpoints.begin_create_or_update_deployment("ep-bg", "blue", model="m:1", code_dir=CODE)
+    only(fake.sent("PUT", r"/onlineEndpoints/ep-bg/deployments/blue$"), "deployment PUT")
+    assert info.provisioning_state is ProvisioningState.CREATING
+    states = [azure.endpoints.get_deployment("ep-bg", "blue").provisioning_state for _ in range(5)]
+    assert states[0] is ProvisioningState.CREATING and states[-1] is ProvisioningState.SUCCEEDED
+
+    assert azure.endpoints.delete_deployment("ep-bg", "blue") is True
+    only(fake.sent("DELETE", r"/onlineEndpoints/ep-bg/deployments/blue$"), "deployment DELETE")
+    with pytest.raises(NotFound, match="deployment blue of endpoint ep-bg does not exist"):
+        azure.endpoints.get_deployment("ep-bg", "blue")
+    assert azure.endpoints.delete_deployment("ep-bg", "blue") is False
+
+
 def test_models_list_get_and_missing(fake, azure, trained_model: Path) -> None:
     first = azure.models.register("m", str(trained_model), tags={"k": "v"}, properties={"params": {"lr": 0.1}})
     second = azure.models.register("m", str(trained_model))

@@ -1,0 +1,137 @@
+"""Provisioning a local deployment in the background, as Azure provisions one while its caller goes on.
+
+``start`` launches a detached process (``python -m mlrunway.serving.provision``) that imports score.py and
+runs ``init()`` in a fresh interpreter, as Azure starts a container. Only a deployment whose ``init()``
+returns joins the endpoint: the process itself commits it to ``endpoint.json`` and grows the server's
+workers, so provisioning finishes even when whoever started it has exited (an Airflow task that deferred).
+Until then the version that was serving goes on serving.
+
+Progress is ``deployments/<name>/provision.json``: ``{"version", "state", "pid", "error"}`` with Azure's
+provisioning states; the process's output is ``deployments/<name>/logs/provision-v<version>.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mlrunway.backend.types import ProvisioningState
+from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.supervisor import group_alive, terminate_group
+from mlrunway.serving.state import DeploymentState, EndpointState
+
+RECORD = "provision.json"
+
+
+def state_lock(endpoint_dir: Path) -> Path:
+    """The lock every read-modify-write of ``endpoint.json`` holds (control plane and provisioning process)."""
+    return endpoint_dir / ".state.lock"
+
+
+def record_path(endpoint_dir: Path, name: str) -> Path:
+    return endpoint_dir / "deployments" / name / RECORD
+
+
+def read(endpoint_dir: Path, name: str) -> dict[str, Any] | None:
+    path = record_path(endpoint_dir, name)
+    return read_json(path) if path.exists() else None
+
+
+def _write(endpoint_dir: Path, name: str, **fields: Any) -> None:
+    path = record_path(endpoint_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {**(read(endpoint_dir, name) or {}), **fields})
+
+
+def start(endpoint_dir: Path, deployment: DeploymentState) -> subprocess.Popen[bytes]:
+    """Launch the provisioning process of ``deployment`` and record it as Creating (Updating for a new version)."""
+    logs = endpoint_dir / "deployments" / deployment.name / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    state = ProvisioningState.CREATING if deployment.version == 1 else ProvisioningState.UPDATING
+    _write(endpoint_dir, deployment.name, version=deployment.version, state=state.value, pid=None, error=None)
+    with open(logs / f"provision-v{deployment.version}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.serving.provision", str(endpoint_dir),
+                                 json.dumps(asdict(deployment))], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+    _write(endpoint_dir, deployment.name, pid=proc.pid)
+    return proc
+
+
+def current(endpoint_dir: Path, name: str) -> tuple[ProvisioningState, str | None] | None:
+    """The deployment's provisioning state and error; a process that died without a word is a failure."""
+    record = read(endpoint_dir, name)
+    if record is None:
+        return None
+    state = ProvisioningState(record["state"])
+    if not state.is_terminal() and record.get("pid") and not group_alive(record["pid"]):
+        record = read(endpoint_dir, name) or record  # it may have finished between the two reads
+        state = ProvisioningState(record["state"])
+        if not state.is_terminal():
+            log = _log_tail(endpoint_dir, name, record["version"])
+            _write(endpoint_dir, name, state=ProvisioningState.FAILED.value,
+                   error=f"the provisioning process exited without a result; log tail:\n{log}")
+            record = read(endpoint_dir, name) or record
+            state = ProvisioningState.FAILED
+    return state, record.get("error")
+
+
+def stop(endpoint_dir: Path, name: str) -> bool:
+    """Stop a provisioning still under way (the deployment is canceled); False when none was."""
+    record = read(endpoint_dir, name)
+    if record is None or ProvisioningState(record["state"]).is_terminal() or not record.get("pid"):
+        return False
+    terminate_group(record["pid"], None, 5)
+    _write(endpoint_dir, name, state=ProvisioningState.CANCELED.value, error="provisioning was stopped")
+    return True
+
+
+def _log_tail(endpoint_dir: Path, name: str, version: int, lines: int = 15) -> str:
+    path = endpoint_dir / "deployments" / name / "logs" / f"provision-v{version}.log"
+    return "\n".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) if path.exists() else ""
+
+
+def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
+    """Join the endpoint: the deployment's new version replaces the old; workers grow to what it asks for."""
+    with locked(state_lock(endpoint_dir)):
+        state = EndpointState.load(endpoint_dir)
+        state.deployments[deployment.name] = deployment
+        grow = max(0, deployment.workers - state.workers)
+        if grow and state.pid:
+            for _ in range(grow):  # uvicorn adds a worker per SIGTTIN; the others keep serving
+                psutil.Process(state.pid).send_signal(signal.SIGTTIN)
+            state.workers = deployment.workers
+        state.save(endpoint_dir)
+
+
+def main() -> None:
+    from mlrunway.serving.runtime import load_deployment
+
+    endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.argv[2]))
+    try:
+        load_deployment(endpoint_dir, deployment)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        tail = _log_tail(endpoint_dir, deployment.name, deployment.version)
+        error = f"score.py init() raised; log tail:\n{tail}"
+    else:
+        error = None
+    if not (endpoint_dir / "endpoint.json").exists():  # the endpoint was deleted meanwhile: nothing to report to
+        sys.exit(1)
+    if error is None:
+        _commit(endpoint_dir, deployment)
+    _write(endpoint_dir, deployment.name, state=(ProvisioningState.FAILED if error else ProvisioningState.SUCCEEDED).value,
+           error=error)
+    sys.exit(1 if error else 0)
+
+
+if __name__ == "__main__":
+    main()
