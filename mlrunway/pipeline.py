@@ -104,29 +104,52 @@ def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
     return prediction
 
 
-def deploy_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path,
-                data_dir: str | Path, *, workers: int = 2, instance_type: str | None = None,
-                instance_count: int | None = None) -> dict[str, Any]:
-    """Safe rollout: bring `blue` up with no traffic, smoke-test it by header, then give it 100%.
+def start_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path, *,
+               workers: int = 2, instance_type: str | None = None, instance_count: int | None = None) -> Any:
+    """Start provisioning `blue` with the model on an existing endpoint; return its DeploymentInfo at once.
 
     ``workers`` sizes the local server; ``instance_type`` and ``instance_count`` the Azure deployment.
+    """
+    return backend.endpoints.begin_create_or_update_deployment(
+        endpoint, "blue", **_blue(backend, model_name, model_version, code_dir, workers=workers,
+                                  instance_type=instance_type, instance_count=instance_count))
+
+
+def _blue(backend: Any, model_name: str, model_version: int, code_dir: str | Path, **sizing: Any) -> dict[str, Any]:
+    """The deployment's settings, as both backends take them."""
+    model = backend.models.get(model_name, model_version)
+    return {"model_dir": model.path, "code_dir": code_dir, "model": f"{model_name}:{model_version}", **sizing}
+
+
+def promote_blue(backend: Any, endpoint: str, model_name: str, model_version: int,
+                 data_dir: str | Path) -> dict[str, Any]:
+    """Smoke-test the provisioned `blue` by header with a real validation image, then give it 100% of traffic.
+
+    A failed smoke test raises EndpointError and leaves traffic where it was.
     """
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = backend.models.download(model_name, model_version, Path(scratch) / "model")
         signature = json.loads((model_dir / "signature.json").read_text())
-    model = backend.models.get(model_name, model_version)
-    state = backend.endpoints.create_or_update(endpoint, workers=workers)
-    backend.endpoints.create_or_update_deployment(endpoint, "blue", model_dir=model.path, code_dir=code_dir,
-                                                  model=f"{model_name}:{model_version}", workers=workers,
-                                                  instance_type=instance_type, instance_count=instance_count)
     payload, truth = smoke_payload(data_dir, signature)
     prediction = check_prediction(backend.endpoints.invoke(endpoint, payload=payload, deployment="blue"), signature["classes"])
     backend.endpoints.set_traffic(endpoint, {"blue": 100})
     check_prediction(backend.endpoints.invoke(endpoint, payload=payload), signature["classes"])
+    scoring_uri = backend.endpoints.get(endpoint).scoring_uri
     log.info("blue serves %s:%s at %s; smoke image (true label %s) -> %s (p=%.3f)", model_name, model_version,
-             state.scoring_uri, truth, prediction["label"], prediction["probability"])
-    return {"endpoint": endpoint, "deployment": "blue", "scoring_uri": state.scoring_uri,
+             scoring_uri, truth, prediction["label"], prediction["probability"])
+    return {"endpoint": endpoint, "deployment": "blue", "scoring_uri": scoring_uri,
             "smoke_label": prediction["label"], "smoke_truth": truth, "smoke_probability": prediction["probability"]}
+
+
+def deploy_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path,
+                data_dir: str | Path, *, workers: int = 2, instance_type: str | None = None,
+                instance_count: int | None = None, timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Safe rollout, waiting here: the endpoint, `blue` with no traffic, a smoke test by header, then 100%."""
+    backend.endpoints.create_or_update(endpoint, workers=workers)
+    backend.endpoints.create_or_update_deployment(
+        endpoint, "blue", timeout_s=timeout_s, **_blue(backend, model_name, model_version, code_dir, workers=workers,
+                                                       instance_type=instance_type, instance_count=instance_count))
+    return promote_blue(backend, endpoint, model_name, model_version, data_dir)
 
 
 def cleanup(backend: Any, names: RunNames, *, delete_endpoint: bool = True,

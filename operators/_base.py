@@ -1,4 +1,5 @@
-"""What the six operators share: the backend from the connection, the run's names, waiting with progress."""
+"""What the six operators share: the backend from the connection, the run's names, links; and what the three
+that wait on remote work share: deferral, a poll interval and a maximum wait."""
 
 from __future__ import annotations
 
@@ -36,3 +37,15 @@ class MlrunwayBaseOperator(BaseOperator):
     def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
         """Show the task's link to what it created (Azure ML studio; nothing on the local backend)."""
         push_link(context, self.backend, kind, name, version)
+
+
+class MlrunwayWaitingOperator(MlrunwayBaseOperator):
+    """:param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    :param max_wait_s: past this many seconds, stop the remote work and fail the task.
+    :param poll_interval_s: seconds between status checks.
+    """
+
+    def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float = 2.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.deferrable, self.max_wait_s, self.poll_interval_s = deferrable, max_wait_s, poll_interval_s

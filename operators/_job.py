@@ -17,22 +17,14 @@ from airflow.sdk import Context, ResumableJobMixin
 
 from mlrunway.airflow.triggers import JobTrigger
 from mlrunway.backend.types import JobInfo, JobStatus
-from mlrunway.errors import JobTimedOut
-from operators._base import MlrunwayBaseOperator
+from mlrunway.errors import JobTimedOut, NotFound
+from operators._base import MlrunwayWaitingOperator
 
 
-class MlrunwayJobOperator(ResumableJobMixin, MlrunwayBaseOperator):
-    """:param deferrable: wait in the triggerer (default) instead of in the worker.
-    :param max_wait_s: past this many seconds, cancel the job and fail the task.
-    :param poll_interval_s: seconds between status checks.
-    """
+class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
+    """A job under the run's name; past ``max_wait_s`` it is canceled and the task fails."""
 
     external_id_key = "mlrunway_job_name"
-
-    def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float = 2.0,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.deferrable, self.max_wait_s, self.poll_interval_s = deferrable, max_wait_s, poll_interval_s
 
     # -- what a job operator defines -----------------------------------------------------------------
     def job_name(self, context: Context) -> str:
@@ -80,9 +72,15 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayBaseOperator):
 
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def submit_job(self, context: Context) -> str:
+        """Submit the run's job, or re-attach to the one already under its name (a retry, a re-run, a worker
+        that died): looked up by name, so a re-attach costs one call and submits nothing."""
         name = self.job_name(context)
         self._job = name  # for on_kill, which gets no context
-        self.submit(name, context)
+        try:
+            info = self.backend.jobs.get(name)
+            self.log.info("Re-attaching to %s, already %s: nothing new is submitted", name, info.status.value)
+        except NotFound:
+            self.submit(name, context)
         self.link(context, "job", name)
         return name
 

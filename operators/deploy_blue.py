@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway.pipeline import deploy_blue
-from operators._base import MlrunwayBaseOperator
+from mlrunway.airflow.triggers import DeploymentTrigger
+from mlrunway.backend.types import ProvisioningState
+from mlrunway.errors import EndpointError
+from mlrunway.pipeline import deploy_blue, promote_blue, start_blue
+from operators._base import MlrunwayWaitingOperator
 
 
-class DeployBlueOperator(MlrunwayBaseOperator):
+class DeployBlueOperator(MlrunwayWaitingOperator):
     """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it with a real validation image
     through the deployment header, then move traffic to ``{"blue": 100}``. A failed smoke test fails the task
     and leaves traffic where it was.
+
+    Deferrable (the default), the task waits in the triggerer while the endpoint and then the deployment
+    provision (minutes on Azure); ``max_wait_s`` bounds each of the two waits, and a deployment past it is
+    deleted. Only the smoke test and the traffic change run in the worker.
 
     :param model_name: the ONNX model.
     :param model_version: its version.
@@ -24,19 +32,48 @@ class DeployBlueOperator(MlrunwayBaseOperator):
     :param instance_count: instances of the deployment (Azure; default: the connection's).
     """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "model_name", "model_version", "code_dir", "data_dir",
-                       "instance_type", "instance_count")
+    template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
+                       "data_dir", "instance_type", "instance_count")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str, workers: int = 2,
-                 instance_type: str | None = None, instance_count: int | str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 instance_type: str | None = None, instance_count: int | str | None = None,
+                 poll_interval_s: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(poll_interval_s=poll_interval_s, **kwargs)
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.instance_type, self.instance_count = instance_type, instance_count
 
+    def sizing(self) -> dict[str, Any]:
+        return {"workers": self.workers, "instance_type": self.instance_type or None,
+                "instance_count": int(self.instance_count) if self.instance_count else None}
+
     def execute(self, context: Context) -> dict[str, Any]:
         endpoint = self.names(context).endpoint
         self.link(context, "endpoint", endpoint)
-        return deploy_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
-                           self.data_dir, workers=self.workers, instance_type=self.instance_type or None,
-                           instance_count=int(self.instance_count) if self.instance_count else None)
+        if not self.deferrable:
+            return deploy_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
+                               self.data_dir, timeout_s=self.max_wait_s, **self.sizing())
+        info = self.backend.endpoints.begin_create_or_update(endpoint, workers=self.workers)
+        return self.step(endpoint, None, str(info.provisioning_state))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        return self.step(event["endpoint"], event["deployment"], event["status"], event.get("error"))
+
+    def step(self, endpoint: str, deployment: str | None, status: str, error: str | None = None) -> dict[str, Any]:
+        """Where the rollout stands: wait while the endpoint or `blue` provisions, fail on a failure, else go on:
+        from the endpoint to `blue`, from `blue` to the smoke test and the traffic."""
+        what = f"deployment {endpoint}/{deployment}" if deployment else f"endpoint {endpoint}"
+        if status == "timeout":
+            raise EndpointError(f"{what}: {error} (max_wait_s={self.max_wait_s:g})")
+        state = ProvisioningState(status)
+        if not state.is_terminal():
+            self.log.info("%s is %s; waiting in the triggerer", what, state.value)
+            self.defer(trigger=DeploymentTrigger(self.backend_conn_id, endpoint, deployment, self.poll_interval_s,
+                                                 time.time() + self.max_wait_s), method_name="execute_complete")
+        if state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(error or f"{what} ended {state.value}")
+        if deployment is None:
+            info = start_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
+                              **self.sizing())
+            return self.step(endpoint, info.name, info.provisioning_state.value, info.error)
+        return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir)

@@ -1,7 +1,13 @@
-"""The trigger that waits on a backend's job in the triggerer, so Train and Sweep free their worker slot.
+"""Triggers that wait in the triggerer, so Train, Sweep and DeployBlue free their worker slot.
 
-It holds only names (the connection id, the job name) and numbers, so it serializes; each poll runs the
-backend's blocking call in a thread. At its deadline it cancels the job and reports a timeout.
+One base loop, ``BackendTrigger``: each poll runs the backend's blocking call in a thread; the first terminal
+state fires the one event ``{status, error, ...ids}``; at the deadline the trigger stops the remote work
+and fires ``status: timeout``. Subclasses say what to wait on and what stopping it means. Triggers hold only
+names and numbers, so they serialize.
+
+A user who marks a deferred task failed (or clears it) reaches ``on_kill``, which Airflow 3.3 calls in the
+triggerer for user actions only, never on a triggerer restart: a job is canceled there. The run's cleanup
+task cancels any job of the run that is still running, as a second net.
 """
 
 from __future__ import annotations
@@ -14,37 +20,111 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mlrunway.airflow.hook import MlrunwayHook
+from mlrunway.backend.types import ProvisioningState
 
 
-class JobTrigger(BaseTrigger):
+class BackendTrigger(BaseTrigger):
     """:param backend_conn_id: the backend's Airflow connection.
-    :param job_name: the job or sweep to wait on.
     :param poll_interval_s: seconds between status checks.
-    :param deadline: epoch seconds after which the job is canceled and the event says ``timeout``.
+    :param deadline: epoch seconds after which the remote work is stopped and the event says ``timeout``.
+    """
+
+    def __init__(self, backend_conn_id: str, poll_interval_s: float = 10.0, deadline: float | None = None) -> None:
+        super().__init__()
+        self.backend_conn_id, self.poll_interval_s, self.deadline = backend_conn_id, poll_interval_s, deadline
+
+    # -- what a subclass says ------------------------------------------------------------------------
+    def ids(self) -> dict[str, Any]:
+        """The names that identify what is waited on; they go into ``serialize`` and every event."""
+        raise NotImplementedError
+
+    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+        """Blocking: the status, whether it is terminal, and the error that goes with it."""
+        raise NotImplementedError
+
+    def stop(self, backend: Any, reason: str) -> str:
+        """Blocking: stop the remote work at the deadline; say what was done, for the event's message."""
+        raise NotImplementedError
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            **self.ids(), "backend_conn_id": self.backend_conn_id, "poll_interval_s": self.poll_interval_s,
+            "deadline": self.deadline,
+        }
+
+    async def backend(self) -> Any:
+        return await asyncio.to_thread(MlrunwayHook(self.backend_conn_id).get_backend)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        backend = await self.backend()
+        while True:
+            status, terminal, error = await asyncio.to_thread(self.poll, backend)
+            if terminal:
+                yield TriggerEvent({**self.ids(), "status": status, "error": error})
+                return
+            if self.deadline is not None and time.time() > self.deadline:
+                done = await asyncio.to_thread(self.stop, backend, "the task's maximum wait passed")
+                yield TriggerEvent({**self.ids(), "status": "timeout", "error": f"still {status} at the deadline; {done}"})
+                return
+            await asyncio.sleep(self.poll_interval_s)
+
+
+class JobTrigger(BackendTrigger):
+    """Wait on a job or sweep; the deadline or a user's kill cancels it (a sweep cancels its trials).
+
+    :param job_name: the job or sweep to wait on.
     """
 
     def __init__(self, backend_conn_id: str, job_name: str, poll_interval_s: float = 10.0,
                  deadline: float | None = None) -> None:
-        super().__init__()
-        self.backend_conn_id, self.job_name = backend_conn_id, job_name
-        self.poll_interval_s, self.deadline = poll_interval_s, deadline
+        super().__init__(backend_conn_id, poll_interval_s, deadline)
+        self.job_name = job_name
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {
-            "backend_conn_id": self.backend_conn_id, "job_name": self.job_name,
-            "poll_interval_s": self.poll_interval_s, "deadline": self.deadline,
-        }
+    def ids(self) -> dict[str, Any]:
+        return {"job_name": self.job_name}
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        backend = await asyncio.to_thread(MlrunwayHook(self.backend_conn_id).get_backend)
-        while True:
-            info = await asyncio.to_thread(backend.jobs.get, self.job_name)
-            if info.status.is_terminal():
-                yield TriggerEvent({"job_name": self.job_name, "status": info.status.value, "error": info.error})
-                return
-            if self.deadline is not None and time.time() > self.deadline:
-                await asyncio.to_thread(backend.jobs.cancel, self.job_name, "the task's maximum wait passed")
-                yield TriggerEvent({"job_name": self.job_name, "status": "timeout",
-                                    "error": f"still {info.status.value} at the deadline; it was canceled"})
-                return
-            await asyncio.sleep(self.poll_interval_s)
+    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+        info = backend.jobs.get(self.job_name)
+        return info.status.value, info.status.is_terminal(), info.error
+
+    def stop(self, backend: Any, reason: str) -> str:
+        backend.jobs.cancel(self.job_name, reason)
+        return "it was canceled"
+
+    async def on_kill(self) -> None:
+        """The user marked the deferred task failed or cleared it: cancel the job (Airflow bounds the wait)."""
+        backend = await self.backend()
+        await asyncio.to_thread(self.stop, backend, "the Airflow task was killed while deferred")
+
+
+class DeploymentTrigger(BackendTrigger):
+    """Wait on an endpoint's provisioning, or one of its deployments'; the deadline deletes the deployment.
+
+    :param endpoint: the online endpoint.
+    :param deployment: the deployment, or None for the endpoint itself.
+    """
+
+    def __init__(self, backend_conn_id: str, endpoint: str, deployment: str | None = None,
+                 poll_interval_s: float = 10.0, deadline: float | None = None) -> None:
+        super().__init__(backend_conn_id, poll_interval_s, deadline)
+        self.endpoint, self.deployment = endpoint, deployment
+
+    def ids(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "deployment": self.deployment}
+
+    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+        if self.deployment is None:
+            state, error = ProvisioningState(backend.endpoints.get(self.endpoint).provisioning_state), None
+        else:
+            info = backend.endpoints.get_deployment(self.endpoint, self.deployment)
+            state, error = info.provisioning_state, info.error
+        return state.value, state.is_terminal(), error
+
+    def stop(self, backend: Any, reason: str) -> str:
+        """Azure cannot cancel a provisioning: delete the deployment (it has no traffic yet); an endpoint is left
+        to the run's cleanup task, which deletes it with whatever it holds."""
+        if self.deployment is None:
+            return "the run's cleanup deletes it"
+        backend.endpoints.delete_deployment(self.endpoint, self.deployment)
+        return "it was deleted"

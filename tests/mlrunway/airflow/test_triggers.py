@@ -1,4 +1,5 @@
-"""JobTrigger: serializable, waits on a real local job in an event loop, cancels it at its deadline."""
+"""JobTrigger and DeploymentTrigger: serializable; they wait on real local jobs and deployments in an event loop,
+stop them at their deadline, and a user's kill cancels the job."""
 
 from __future__ import annotations
 
@@ -59,3 +60,72 @@ def test_trigger_cancels_the_job_at_its_deadline(tmp_path, monkeypatch):
     event = first_event(JobTrigger("mlrunway_default", "j-slow", poll_interval_s=0.2, deadline=time.time() + 2))
     assert event["status"] == "timeout" and "canceled" in event["error"]
     assert backend.jobs.get("j-slow").status is JobStatus.CANCELED
+
+
+def test_deployment_trigger_serializes_to_a_class_path_and_plain_values():
+    from mlrunway.airflow.triggers import DeploymentTrigger
+
+    trigger = DeploymentTrigger("aml", "digits-1a2b3c4d", "blue", poll_interval_s=5.0, deadline=1_900_000_000.0)
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    assert getattr(importlib.import_module(module), name)(**kwargs).serialize() == (path, kwargs)
+    assert kwargs == {"backend_conn_id": "aml", "endpoint": "digits-1a2b3c4d", "deployment": "blue",
+                      "poll_interval_s": 5.0, "deadline": 1_900_000_000.0}
+
+
+@pytest.mark.slow
+def test_job_trigger_on_kill_cancels_the_job(tmp_path, monkeypatch):
+    """What the triggerer runs when a user marks the deferred task failed or clears it."""
+    from mlrunway.airflow.triggers import JobTrigger
+
+    backend = start_job(tmp_path, monkeypatch, "j-killed", "import time\ntime.sleep(300)\n")
+    asyncio.run(JobTrigger("mlrunway_default", "j-killed").on_kill())
+    info = backend.jobs.get("j-killed")
+    assert info.status is JobStatus.CANCELED and "killed while deferred" in info.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tag", ["good", "broken"])
+def test_deployment_trigger_fires_when_provisioning_ends_and_carries_the_failure(tmp_path, monkeypatch, tag):
+    from mlrunway.airflow.triggers import DeploymentTrigger
+    from tests.mlrunway.serving.test_provision import GATED_SCORE
+
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    endpoints = LocalBackend.at(tmp_path / "ws").endpoints
+    endpoints.create_or_update("trig-ep", workers=1)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "gate").touch()
+    try:
+        endpoints.begin_create_or_update_deployment(
+            "trig-ep", "blue", model_dir=tmp_path / "model", code_dir=write_script(tmp_path / "code", GATED_SCORE, "score.py"),
+            environment_variables={"TAG": tag, "GATE": str(tmp_path / "gate")})
+        event = first_event(DeploymentTrigger("mlrunway_default", "trig-ep", "blue", poll_interval_s=0.1))
+    finally:
+        endpoints.delete("trig-ep")
+    assert (event["endpoint"], event["deployment"]) == ("trig-ep", "blue")
+    if tag == "good":
+        assert event["status"] == "Succeeded" and event["error"] is None
+    else:
+        assert event["status"] == "Failed" and "weights do not match the graph" in event["error"]
+
+
+@pytest.mark.slow
+def test_deployment_trigger_deletes_the_deployment_at_its_deadline(tmp_path, monkeypatch):
+    from mlrunway.airflow.triggers import DeploymentTrigger
+    from tests.mlrunway.serving.test_provision import GATED_SCORE
+
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    endpoints = LocalBackend.at(tmp_path / "ws").endpoints
+    endpoints.create_or_update("late-ep", workers=1)
+    (tmp_path / "model").mkdir()
+    try:
+        endpoints.begin_create_or_update_deployment(  # the gate never opens: provisioning outlives the deadline
+            "late-ep", "blue", model_dir=tmp_path / "model", code_dir=write_script(tmp_path / "code", GATED_SCORE, "score.py"),
+            environment_variables={"TAG": "v1", "GATE": str(tmp_path / "gate")})
+        event = first_event(DeploymentTrigger("mlrunway_default", "late-ep", "blue", poll_interval_s=0.1,
+                                              deadline=time.time() + 1))
+        assert event["status"] == "timeout" and event["error"] == "still Creating at the deadline; it was deleted"
+        assert "blue" not in endpoints.get("late-ep").deployments
+        assert not (tmp_path / "ws" / "endpoints" / "late-ep" / "deployments" / "blue").exists()
+    finally:
+        endpoints.delete("late-ep")
