@@ -3,14 +3,18 @@ that wait on remote work share: deferral, a poll interval and a maximum wait."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.airflow.links import StudioLink, push_link
 from mlrunway.pipeline import RunNames, check_prefix
+
+T = TypeVar("T")
 
 
 class MlrunwayBaseOperator(BaseOperator):
@@ -43,9 +47,23 @@ class MlrunwayWaitingOperator(MlrunwayBaseOperator):
     """:param deferrable: wait in the triggerer (default) instead of holding a worker slot.
     :param max_wait_s: past this many seconds, stop the remote work and fail the task.
     :param poll_interval_s: seconds between status checks.
+    :param defer_after_s: wait this long in the worker before deferring. Resuming a deferred task costs a
+        new task process and a DAG parse, more than a short wait; and Airflow 3.3 can fail a task whose
+        trigger fires seconds after it deferred (apache/airflow#72716).
     """
 
     def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float = 2.0,
-                 **kwargs: Any) -> None:
+                 defer_after_s: float = 20.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable, self.max_wait_s, self.poll_interval_s = deferrable, max_wait_s, poll_interval_s
+        self.defer_after_s = defer_after_s
+
+    def settle(self, status: Callable[[], T], done: Callable[[T], bool]) -> T:
+        """Poll ``status()`` for up to ``defer_after_s`` seconds; return the first one that is ``done``, or the
+        last one seen, which the caller then defers on."""
+        deadline = time.monotonic() + self.defer_after_s
+        current = status()
+        while not done(current) and time.monotonic() < deadline:
+            time.sleep(min(1.0, self.poll_interval_s))
+            current = status()
+        return current

@@ -53,8 +53,8 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         if not self.deferrable:
             return self.execute_resumable(context)
         name = self.submit_job(context)
-        info = self.backend.jobs.get(name)
-        if info.status.is_terminal():  # a re-run found it finished: nothing to wait for
+        info = self.settle(lambda: self.backend.jobs.get(name), lambda i: i.status.is_terminal())
+        if info.status.is_terminal():  # ended already (a re-run found it finished, or a short job): no deferral
             return self._finish(context, info)
         self.defer(trigger=JobTrigger(self.backend_conn_id, name, self.poll_interval_s, time.time() + self.max_wait_s),
                    method_name="execute_complete")

@@ -20,8 +20,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     and leaves traffic where it was.
 
     Deferrable (the default), the task waits in the triggerer while the endpoint and then the deployment
-    provision (minutes on Azure); ``max_wait_s`` bounds each of the two waits, and a deployment past it is
-    deleted. Only the smoke test and the traffic change run in the worker.
+    provision (minutes on Azure; a local deployment is up within ``defer_after_s`` and is not deferred);
+    ``max_wait_s`` bounds each of the two waits, and a deployment past it is deleted. Only the smoke test and
+    the traffic change run in the worker.
 
     :param model_name: the ONNX model.
     :param model_version: its version.
@@ -53,7 +54,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         if not self.deferrable:
             return deploy_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
                                self.data_dir, timeout_s=self.max_wait_s, **self.sizing())
-        info = self.backend.endpoints.begin_create_or_update(endpoint, workers=self.workers)
+        self.backend.endpoints.begin_create_or_update(endpoint, workers=self.workers)
+        info = self.settle(lambda: self.backend.endpoints.get(endpoint),
+                           lambda i: ProvisioningState(i.provisioning_state).is_terminal())
         return self.step(endpoint, None, str(info.provisioning_state))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +76,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         if state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(error or f"{what} ended {state.value}")
         if deployment is None:
-            info = start_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
-                              **self.sizing())
+            start_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir, **self.sizing())
+            info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, "blue"),
+                               lambda i: i.provisioning_state.is_terminal())
             return self.step(endpoint, info.name, info.provisioning_state.value, info.error)
         return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir)

@@ -59,6 +59,9 @@ class BackendTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await self.backend()
         while True:
+            # The operator checked just before deferring: the first look comes one interval later, which also
+            # keeps the event from racing the deferring process's exit in the scheduler (apache/airflow#72716).
+            await asyncio.sleep(self.poll_interval_s)
             status, terminal, error = await asyncio.to_thread(self.poll, backend)
             if terminal:
                 yield TriggerEvent({**self.ids(), "status": status, "error": error})
@@ -67,7 +70,6 @@ class BackendTrigger(BaseTrigger):
                 done = await asyncio.to_thread(self.stop, backend, "the task's maximum wait passed")
                 yield TriggerEvent({**self.ids(), "status": "timeout", "error": f"still {status} at the deadline; {done}"})
                 return
-            await asyncio.sleep(self.poll_interval_s)
 
 
 class JobTrigger(BackendTrigger):

@@ -1,7 +1,7 @@
 """The DAG under a real scheduler: `airflow standalone` (scheduler, triggerer, dag-processor, api-server,
 LocalExecutor) on PostgreSQL, a backfill of three weekly intervals plus the scheduled run, at most two at once.
 
-Checks: every run succeeds; each has its own jobs, models and (deleted) endpoint; Train and Sweep waited in the
+Checks: every run succeeds; each has its own jobs, models and (deleted) endpoint; the sweeps waited in the
 triggerer (the task logs say DEFERRED, the trigger fired); the data interval reached train.py; nothing is left.
 """
 
@@ -65,6 +65,9 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5", "MLRUNWAY_WORKSPACE": str(tmp_path / "ws"),
+           # As a deployment would: a task whose worker cannot reach the still-starting API server is retried,
+           # and the retry re-attaches to whatever the first try started (names derive from the run).
+           "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "1", "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
            "MLRUNWAY_DATA_DIR": str(small_digits)}
     airflow(env, "db", "migrate")
     log = open(tmp_path / "standalone.log", "w")

@@ -1,9 +1,11 @@
-"""DeployBlueOperator on a real local backend: it defers while `blue` provisions, resumes into the smoke test
-and the traffic change, and turns a failed or late provisioning into the deployment's own error."""
+"""DeployBlueOperator on a real local backend: it defers while `blue` provisions past ``defer_after_s``,
+resumes into the smoke test and the traffic change, and turns a failed or late provisioning into the
+deployment's own error."""
 
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -39,7 +41,7 @@ def operator(digits, **kwargs) -> DeployBlueOperator:
 
 
 def test_defers_while_blue_provisions_then_smoke_tests_and_moves_all_traffic(backend, digits):
-    task = operator(digits)
+    task = operator(digits, defer_after_s=0)
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(CONTEXT)  # the endpoint answers at once locally: the wait is on blue
     trigger = deferred.value.trigger
@@ -52,6 +54,13 @@ def test_defers_while_blue_provisions_then_smoke_tests_and_moves_all_traffic(bac
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     answer = json.loads(backend.endpoints.invoke(ENDPOINT, payload={"data": [[[[0.0] * 8] * 8]]}))
     assert len(answer["predictions"]) == 1
+
+
+def test_a_deployment_up_within_defer_after_s_is_not_deferred(backend, digits):
+    started = time.monotonic()
+    result = operator(digits, defer_after_s=60).execute(CONTEXT)  # no TaskDeferred: it was up before then
+    assert result["deployment"] == "blue" and backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert time.monotonic() - started < 60
 
 
 def test_blocking_mode_waits_in_the_worker(backend, digits):
