@@ -82,6 +82,11 @@ class Runtime:
             self._state, self._stamp = EndpointState.load(self.dir), stamp
         return self._state
 
+    def loaded(self, state: EndpointState, name: str) -> LoadedDeployment | None:
+        """The deployment's current version if this worker has loaded it already: no I/O, no init()."""
+        wanted = state.deployments.get(name)
+        return None if wanted is None else self._loaded.get((name, wanted.version))
+
     def deployment(self, name: str) -> LoadedDeployment | None:
         """The loaded deployment for the state's current version, loading it on first use in this worker."""
         wanted = self.current().deployments.get(name)
