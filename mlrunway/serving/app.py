@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from mlrunway.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.serving.state import EndpointState
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
+SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"
 DEPLOYMENT_HEADER = "azureml-model-deployment"
 DRAIN_CAP_BYTES = 64 * 1024 * 1024
 
@@ -39,10 +41,15 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
 
 
 class ScoringApp:
-    def __init__(self, endpoint_dir: Path) -> None:
+    """:param scoring_threads: threads of this worker that run score.py's ``run()``. Requests beyond them wait
+        in the event loop, not as runnable threads: on a few cores, dozens of threads each running the model
+        contend with one another and with the other workers, and the tail latency grows."""
+
+    def __init__(self, endpoint_dir: Path, scoring_threads: int = 1) -> None:
         self.runtime = Runtime(endpoint_dir)
         self.in_flight = 0
         self.background: set[asyncio.Task[Any]] = set()
+        self.pool = ThreadPoolExecutor(max_workers=scoring_threads, thread_name_prefix="score")
 
     @staticmethod
     def authorized(request: Request, state: EndpointState) -> bool:
@@ -101,7 +108,8 @@ class ScoringApp:
         self.in_flight += 1
         try:
             async with asyncio.timeout(timeout_ms / 1000):  # unlike wait_for, no extra task per request
-                result = await run_in_threadpool(deployment.module.run, body.decode("utf-8", "replace"))
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self.pool, deployment.module.run, body.decode("utf-8", "replace"))
         except TimeoutError:
             return _error(408, f"scoring took longer than request_timeout_ms={timeout_ms}", **headers)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's script becomes an error id
@@ -135,7 +143,7 @@ class ScoringApp:
 
 def create_app() -> Starlette:
     """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment."""
-    scoring = ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]))
+    scoring = ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]), int(os.environ.get(SCORING_THREADS_ENV, "1")))
     return Starlette(routes=[
         Route("/", lambda _r: PlainTextResponse("Healthy"), methods=["GET"]),
         Route("/healthz/live", lambda _r: PlainTextResponse("live"), methods=["GET"]),
