@@ -9,14 +9,14 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup test test-fast demo data clean
+.PHONY: setup test test-fast demo data bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure,bench]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -37,6 +37,14 @@ demo: data
 		|| (tail -40 .airflow/demo.log; echo "the DAG failed; full log in .airflow/demo.log"; exit 1)
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
+
+# Every benchmark of bench/, each printing its table and recording bench/results/<name>.json (about 15 min).
+bench: $(STAMP)
+	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
+	$(PY) bench/onnx_runtime.py
+	$(PY) bench/endpoint.py
+	$(PY) bench/early_termination.py
+	$(PY) bench/orchestration.py
 
 clean:
 	rm -rf .workspace .airflow data .pytest_cache

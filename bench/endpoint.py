@@ -1,57 +1,41 @@
-"""Endpoint throughput and latency: the local endpoint under wrk against the same model in-process.
+"""Endpoint throughput and latency: the local endpoint against Azure's own scoring server, a plain FastAPI app,
+and the same model in-process.
 
-    .venv/bin/python bench/endpoint.py [--duration 10] [--clients 1 16] [--workers 2]
+    .venv/bin/python bench/endpoint.py [--duration 10] [--clients 1 16 64] [--workers 2]
 
-Single-image requests ({"data": [one 1x8x8 image]}) over loopback from wrk (another process, keep-alive
-connections, 0 errors required); the in-process limit calls the ONNX Runtime session directly from as many
-threads as there are clients. Prints a table and records bench/results/endpoint.json.
+Every server runs the same ONNX model with 2 workers on 127.0.0.1 and takes the same single-image request
+(``{"data": [one 1x8x8 image]}``) from wrk (another process, keep-alive connections, 0 errors required):
+
+- **mlrunway**: the local online endpoint (key auth, traffic routing, limits) running training/score.py;
+- **azureml-inference-server-http**: Azure ML's scoring server (``azmlinfsrv``) running the same score.py, in
+  a virtualenv of its own (``--peer-venv``, created on first use: it pins an OpenTelemetry that conflicts with
+  azure-ai-ml, so it never enters the project's environment);
+- **fastapi**: bench/peers/fastapi_app.py, what a user would write over the same model;
+- **in-process**: ONNX Runtime called directly from as many threads as there are clients (the limit).
+
+Prints a table and records bench/results/endpoint.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
-from importlib.metadata import version
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _common import REPO, build_model, record, table, validation_images
 
-
-def build_model(tmp: Path) -> tuple[Path, Path]:
-    """Train train.py for 3 epochs in-process and export it; return (onnx model folder, data folder)."""
-    import importlib.util
-
-    from mlrunway.data import write_digits
-    from mlrunway.onnx_export import export_onnx
-
-    data = write_digits(tmp / "digits")
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
-    spec = importlib.util.spec_from_file_location("train", REPO / "training" / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
-    train.main(["--data-dir", str(data), "--num-epochs", "3", "--output-dir", str(tmp / "trained")])
-    import mlflow
-
-    mlflow.end_run()  # close train.py's run now, not at exit when its store is gone
-    export_onnx(tmp / "trained" / "model", tmp / "onnx", data_dir=data)
-    return tmp / "onnx", data
-
-
-def one_image(onnx_dir: Path, data: Path):
-    from mlrunway.data.images import load_labeled
-
-    signature = json.loads((onnx_dir / "signature.json").read_text())
-    inputs, _ = load_labeled(data / "val", signature["classes"], signature["preprocessing"], limit=1)
-    return inputs
+PEER_PACKAGES = ["azureml-inference-server-http==1.5.1", "onnxruntime==1.31.1", "numpy<3", "pillow"]
 
 
 def in_process(onnx_dir: Path, image, clients: int, duration: float) -> dict:
@@ -101,52 +85,127 @@ def under_wrk(url: str, key: str, body: Path, clients: int, duration: float, tmp
     socket = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors = (int(non_2xx.group(1)) if non_2xx else 0) + (sum(map(int, socket.groups())) if socket else 0)
     return {"rps": round(float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))),
-            "p50_ms": _ms(re.search(r"50%\s+(\S+)", out).group(1)), "p99_ms": _ms(re.search(r"99%\s+(\S+)", out).group(1)),
+            "p50_ms": _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
+            "p99_ms": _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
             "errors": errors}
+
+
+def peer_venv(folder: Path) -> Path:
+    """Azure's scoring server in its own virtualenv (created once); return its ``azmlinfsrv``."""
+    server = folder / "bin" / "azmlinfsrv"
+    if not server.exists():
+        print(f"creating {folder} with {' '.join(PEER_PACKAGES)} (once)")
+        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+        subprocess.run([folder / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        *PEER_PACKAGES], check=True)
+    return server
+
+
+def free_port() -> int:
+    from mlrunway.local.launch import free_port as pick
+
+    return pick()
+
+
+def wait_answers(url: str, body: bytes, key: str, timeout_s: float = 120.0) -> None:
+    """Until a scoring request succeeds (the server started and its init() ran)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json",
+                                                                      "Authorization": f"Bearer {key}"})
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (OSError, urllib.error.HTTPError):
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} did not answer within {timeout_s:g} s")
+        time.sleep(0.5)
+
+
+def start_azureml(server: Path, onnx_dir: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "AZUREML_MODEL_DIR": str(onnx_dir), "WORKER_COUNT": str(workers)}
+    proc = subprocess.Popen([server, "--entry_script", str(REPO / "training" / "score.py"), "--model_dir", str(onnx_dir),
+                             "--port", str(port), "--health_port", str(free_port()), "--worker_count", str(workers)],
+                            env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}/score"
+
+
+def start_fastapi(onnx_dir: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "fastapi_app:create_app", "--app-dir",
+                             str(REPO / "bench" / "peers"), "--workers", str(workers), "--port", str(port),
+                             "--log-level", "warning", "--no-access-log"], env={**os.environ, "MODEL_DIR": str(onnx_dir)},
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}/score"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    from mlrunway.local.supervisor import terminate_group
+
+    terminate_group(proc.pid, [proc], 10)
+
+
+COLUMNS = [("server", "server"), ("clients", "clients"), ("rps", "req/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+           ("errors", "errors")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--peer-venv", type=Path, default=REPO / ".bench" / "azureml-venv")
+    parser.add_argument("--servers", nargs="+", default=["mlrunway", "azureml", "fastapi", "in-process"])
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed as the load generator: apt-get install wrk")
     from mlrunway.local.workspace import Workspace
     from mlrunway.serving.endpoints import LocalEndpoints
 
-    with tempfile.TemporaryDirectory() as scratch:
+    azureml = peer_venv(args.peer_venv) if "azureml" in args.servers else None
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as running:
         tmp = Path(scratch)
-        onnx_dir, data = build_model(tmp)
-        image = one_image(onnx_dir, data)
+        _, onnx_dir, data = build_model(tmp)
+        image = validation_images(onnx_dir, data, limit=1)
         body = tmp / "request.json"
         body.write_text(json.dumps({"data": image.tolist()}))
-        endpoints = LocalEndpoints(Workspace.at(tmp / "ws"))
-        state = endpoints.create_or_update("bench-ep", workers=args.workers)
-        try:
-            endpoints.create_or_update_deployment("bench-ep", "blue", model_dir=onnx_dir, code_dir=REPO / "training")
+        # All servers up at once (an idle one costs nothing), then each client count on each in turn: the
+        # machine's drift over the run then falls on every server alike.
+        servers: dict[str, tuple[str, str]] = {}
+        if "mlrunway" in args.servers:
+            endpoints = LocalEndpoints(Workspace.at(tmp / "ws"))
+            running.callback(endpoints.delete, "bench-ep")
+            state = endpoints.create_or_update("bench-ep", workers=args.workers)
+            endpoints.create_or_update_deployment("bench-ep", "blue", model_dir=onnx_dir, code_dir=REPO / "training",
+                                                  workers=args.workers)
             endpoints.set_traffic("bench-ep", {"blue": 100})
-            endpoints.invoke("bench-ep", request_file=body)  # warm every code path once
-            rows = {}
-            for clients in args.clients:
-                under_wrk(state.scoring_uri, state.keys["primary"], body, clients, 2, tmp)  # warm-up
-                rows[f"endpoint c={clients}"] = under_wrk(state.scoring_uri, state.keys["primary"], body, clients,
-                                                          args.duration, tmp)
-                rows[f"in-process c={clients}"] = in_process(onnx_dir, image, clients, args.duration)
-        finally:
-            endpoints.delete("bench-ep")
-    print(f"{'':<18} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
-    for label, r in rows.items():
-        print(f"{label:<18} {r['rps']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['errors']:>7}")
-    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cores": os.cpu_count(),
-              "machine": platform.machine(), "python": platform.python_version(),
-              "versions": {p: version(p) for p in ("onnxruntime", "uvicorn", "starlette")},
-              "args": vars(args), "load_generator": "wrk 4.1 (separate process, loopback, keep-alive)", "results": rows}
-    out = REPO / "bench" / "results" / "endpoint.json"
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"recorded in {out.relative_to(REPO)}")
-    failed = {label: r["errors"] for label, r in rows.items() if r["errors"]}
+            servers["mlrunway"] = (state.scoring_uri, state.keys["primary"])
+        for label, start in (("azureml-inference-server-http", lambda: start_azureml(azureml, onnx_dir, args.workers,
+                                                                                        tmp / "azureml.log")),
+                             ("fastapi", lambda: start_fastapi(onnx_dir, args.workers, tmp / "fastapi.log"))):
+            if label.split("-")[0] in args.servers:
+                proc, url = start()
+                running.callback(stop, proc)
+                servers[label] = (url, "unused")
+        for url, key in servers.values():
+            wait_answers(url, body.read_bytes(), key)
+        for clients in args.clients:
+            for label, (url, key) in servers.items():
+                under_wrk(url, key, body, clients, 2, tmp)  # warm-up
+                rows.append({"server": label, "clients": clients, **under_wrk(url, key, body, clients, args.duration, tmp)})
+                print(table(rows[-1:], COLUMNS), flush=True)
+            if "in-process" in args.servers:
+                rows.append({"server": "in-process ORT", "clients": clients,
+                             **in_process(onnx_dir, image, clients, args.duration)})
+    print(table(rows, COLUMNS))
+    record("endpoint", args, rows, ("onnxruntime", "uvicorn", "starlette", "fastapi"),
+           load_generator="wrk 4.1 (separate process, loopback, keep-alive, 2 threads)")
+    failed = {f"{r['server']} c={r['clients']}": r["errors"] for r in rows if r["errors"]}
     if failed:
         raise SystemExit(f"requests failed under load: {failed}")
 
