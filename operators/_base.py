@@ -59,9 +59,9 @@ class MlrunwayWaitingOperator(MlrunwayBaseOperator):
         self.defer_after_s = defer_after_s
 
     def settle(self, status: Callable[[], T], done: Callable[[T], bool]) -> T:
-        """Poll ``status()`` for up to ``defer_after_s`` seconds; return the first one that is ``done``, or the
-        last one seen, which the caller then defers on."""
-        deadline = time.monotonic() + self.defer_after_s
+        """Poll ``status()`` for up to ``defer_after_s`` seconds (never past ``max_wait_s``); return the first one
+        that is ``done``, or the last one seen, which the caller then defers on."""
+        deadline = time.monotonic() + min(self.defer_after_s, self.max_wait_s)
         current = status()
         while not done(current) and time.monotonic() < deadline:
             time.sleep(min(1.0, self.poll_interval_s))
