@@ -127,18 +127,14 @@ class LocalEndpoints:
         return dict(state.keys)
 
     # -- deployments -------------------------------------------------------------------------------
-    def begin_create_or_update_deployment(self, endpoint: str, name: str, *, model_dir: str | Path,
-                                          code_dir: str | Path, scoring_script: str = "score.py", model: str = "",
-                                          workers: int = 1, environment_variables: dict[str, str] | None = None,
-                                          **_azure_only: Any) -> DeploymentInfo:
+    def begin_create_or_update_deployment(self, endpoint: str, name: str, **settings: Any) -> DeploymentInfo:
         """Start provisioning a deployment (a new version when it exists) and return at once; traffic is left
         as it is and the serving version goes on serving until the new one joins (:mod:`provision`).
 
-        Azure's sizing (``instance_type``, ``instance_count``) has no meaning here and is ignored.
+        ``settings`` are ``_start_provisioning``'s; Azure's sizing (``instance_type``, ``instance_count``) has no
+        meaning here and is ignored.
         """
-        self._start_provisioning(endpoint, name, model_dir=model_dir, code_dir=code_dir,
-                                 scoring_script=scoring_script, model=model, workers=workers,
-                                 environment_variables=environment_variables)
+        self._start_provisioning(endpoint, name, **settings)
         return self.get_deployment(endpoint, name)
 
     def create_or_update_deployment(self, endpoint: str, name: str, *, timeout_s: float = 300.0,

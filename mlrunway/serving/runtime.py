@@ -89,11 +89,12 @@ class Runtime:
 
     def deployment(self, name: str) -> LoadedDeployment | None:
         """The loaded deployment for the state's current version, loading it on first use in this worker."""
-        wanted = self.current().deployments.get(name)
+        state = self.current()
+        wanted = state.deployments.get(name)
         if wanted is None:
             return None
         key = (name, wanted.version)
-        loaded = self._loaded.get(key)
+        loaded = self.loaded(state, name)
         if loaded is None:
             with self._lock:
                 loaded = self._loaded.get(key) or load_deployment(self.dir, wanted)
