@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure,bench]"
+	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps docker-compose==1.29.2 -d $(VENV)/compose-schema
+	# Debian's Chromium for the browser test (playwright drives it; it downloads no browser of its own).
+	command -v chromium > /dev/null || (apt-get update -qq && apt-get install -y -qq chromium > /dev/null) \
+		|| echo "could not install chromium: the browser test needs it (or MLRUNWAY_CHROMIUM=<path>)"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 test: $(STAMP)
-	$(PY) -m ruff check mlrunway operators dags training tests bench
+	$(PY) -m ruff check mlrunway operators dags plugins training tests bench
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

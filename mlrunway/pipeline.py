@@ -38,6 +38,15 @@ class RunNames:
         check_endpoint_name(names.endpoint)  # the tightest rule: fail before any job starts
         return names
 
+    @classmethod
+    def of_sweep(cls, sweep: str) -> RunNames:
+        """The names of the run whose sweep is ``sweep`` (``<prefix>-<run_key>-sweep``)."""
+        stem = sweep.removesuffix("-sweep")
+        prefix, _, run_key = stem.rpartition("-")
+        if stem == sweep or not prefix or len(run_key) != 8:
+            raise _check.fail("sweep", f"{sweep!r} is not a pipeline run's sweep", "use <prefix>-<8 hex>-sweep")
+        return cls(prefix, run_key)
+
     @property
     def endpoint(self) -> str:
         return f"{self.prefix}-{self.run_key}"

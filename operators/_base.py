@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
-from mlrunway.airflow.links import StudioLink, push_link
+from mlrunway.airflow.links import ALL_LINKS, push_links
 from mlrunway.pipeline import RunNames, check_prefix
 
 T = TypeVar("T")
@@ -23,7 +23,7 @@ class MlrunwayBaseOperator(BaseOperator):
     """
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
-    operator_extra_links = (StudioLink(),)
+    operator_extra_links = ALL_LINKS
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -39,8 +39,8 @@ class MlrunwayBaseOperator(BaseOperator):
         return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))
 
     def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
-        """Show the task's link to what it created (Azure ML studio; nothing on the local backend)."""
-        push_link(context, self.backend, kind, name, version)
+        """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally."""
+        push_links(context, self.backend, self.backend_conn_id, kind, name, version)
 
 
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):

@@ -25,6 +25,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
     """A job under the run's name; past ``max_wait_s`` it is canceled and the task fails."""
 
     external_id_key = "mlrunway_job_name"
+    link_kind = "job"  # what its links show: a job's pages, or a sweep's (the report too)
 
     # -- what a job operator defines -----------------------------------------------------------------
     def job_name(self, context: Context) -> str:
@@ -82,7 +83,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
             self.log.info("Re-attaching to %s, already %s: nothing new is submitted", name, info.status.value)
         except NotFound:
             self.submit(name, context)
-        self.link(context, "job", name)
+        self.link(context, self.link_kind, name)
         return name
 
     def get_job_status(self, external_id: Any, context: Context) -> str:

@@ -1,4 +1,5 @@
-"""CleanupOperator: delete what the run created; runs whatever happened upstream."""
+"""CleanupOperator: save the run's sweep report, then delete what the run created; runs whatever happened
+upstream."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import Any
 
 from airflow.sdk import Context, TriggerRule
 
+from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.errors import JobFailed
 from mlrunway.pipeline import cleanup
+from mlrunway.report import save_run_report
 from operators._base import MlrunwayBaseOperator
 
 
@@ -27,10 +30,26 @@ class CleanupOperator(MlrunwayBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         keep = self.keep_endpoint in (True, "True", "true", "1")
-        done = cleanup(self.backend, self.names(context), delete_endpoint=not keep, archive=self.archive_models)
+        names = self.names(context)
+        self.save_report(context, names)
+        done = cleanup(self.backend, names, delete_endpoint=not keep, archive=self.archive_models)
         run_id = context["run_id"]
         states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id]).get(run_id, {})
         failed = sorted(task for task, state in states.items() if state in ("failed", "upstream_failed"))
         if failed:  # the run must not look successful because its last task, this one, always runs
             raise JobFailed(f"cleanup finished ({done}), but upstream tasks failed: {', '.join(failed)}")
         return done
+
+    def save_report(self, context: Context, names: Any) -> None:
+        """The sweep report as the run ends, the endpoint still up: the run's artifact. A report that cannot be
+        built is logged and does not stop the cleanup: the run's models and jobs stand without it."""
+        try:
+            page = save_run_report(self.backend, names)
+        except Exception:
+            self.log.exception("The sweep report of %s could not be saved; cleaning up regardless", names.sweep)
+            return
+        if page is None:
+            self.log.info("No sweep in this run: no report")
+            return
+        self.log.info("Sweep report saved: %s", page)
+        context["ti"].xcom_push(key=SweepReportLink.key, value=ui_path("report", self.backend_conn_id, names.sweep))

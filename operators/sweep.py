@@ -46,6 +46,7 @@ class SweepOperator(MlrunwayJobOperator):
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 
+    link_kind = "sweep"
     template_fields = (*MlrunwayJobOperator.template_fields, "code_dir", "data_dir", "num_epochs",
                        "learning_rate_range", "momentum_range", "sampling_algorithm", "max_total_trials",
                        "max_concurrent_trials", "slack_factor", "evaluation_interval", "delay_evaluation",

@@ -148,15 +148,15 @@ class AzureBackend:
         return f"/subscriptions/{c.subscription_id}/resourcegroups/{c.resource_group_name}/workspaces/{c.workspace_name}"
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str:
-        """The Azure ML studio page of a job, model or endpoint."""
+        """The Azure ML studio page of a job, sweep, model or endpoint."""
         wsid = f"wsid={self.workspace_id}"
-        if kind == "job":
+        if kind in ("job", "sweep"):
             return f"https://ml.azure.com/runs/{name}?{wsid}"
         if kind == "model":
             return f"https://ml.azure.com/model/{name}:{version}/details?{wsid}"
         if kind == "endpoint":
             return f"https://ml.azure.com/endpoints/realtime/{name}/detail?{wsid}"
-        raise ValueError(f"link kind {kind!r}: use job, model or endpoint")
+        raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
 class AzureJobs:
@@ -246,7 +246,10 @@ class AzureJobs:
 
     def sweep_result(self, name: str) -> dict[str, Any]:
         """The sweep's trials from the service (child jobs, their MLflow params and metric histories)."""
-        sweep = self.ml.jobs.get(name)
+        try:
+            sweep = self.ml.jobs.get(name)
+        except ResourceNotFoundError as exc:
+            raise NotFound(f"sweep {name!r} does not exist in the workspace") from exc
         if sweep.type != "sweep":
             raise NotFound(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
         metric, goal = sweep.objective.primary_metric, sweep.objective.goal.lower()

@@ -221,8 +221,19 @@ class LocalJobs:
         run_id = self.get(name).mlflow_run_id
         return tracking.latest_metrics(tracking.client(self.workspace), run_id) if run_id else {}
 
+    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
+        """Keep ``folder``'s files as artifacts of the job's MLflow run, under ``artifact_path``."""
+        from mlrunway.local import tracking
+
+        run_id = self.get(name).mlflow_run_id
+        if not run_id:
+            raise NotFound(f"job {name}: has no MLflow run to keep artifacts in")
+        tracking.client(self.workspace).log_artifacts(run_id, str(folder), artifact_path)
+
     def sweep_result(self, name: str) -> dict[str, Any]:
         """The sweep's record so far: ``trials`` (TrialInfo), ``best_trial``, ``stopped_because``, ``error``."""
+        if not (self.workspace.job_dir(name) / "job.json").exists():
+            raise NotFound(f"sweep {name!r} does not exist in workspace {self.workspace.root}")
         job = JobState(self.workspace.job_dir(name)).job()
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")

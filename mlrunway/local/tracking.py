@@ -45,7 +45,8 @@ def start_run(workspace: Workspace, job_name: str, experiment: str, parent_run_i
     tracking = client(workspace)
     with locked(workspace.root / ".mlflow.lock"):
         found = tracking.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else tracking.create_experiment(experiment)
+        experiment_id = found.experiment_id if found else tracking.create_experiment(
+            experiment, artifact_location=(workspace.root / "artifacts").as_uri())
     tags = {"mlflow.runName": job_name, "mlrunway.job": job_name}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id

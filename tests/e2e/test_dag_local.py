@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from urllib.parse import urlparse
 
@@ -83,6 +84,13 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert results["cleanup"]["endpoint_deleted"] is True
     assert_nothing_left(backend, deploy["scoring_uri"])
 
+    sweep = results["sweep"]["sweep_name"]  # the report, saved by cleanup while blue still served
+    saved = json.loads((tmp_path / "ws" / "reports" / sweep / "report.json").read_text())
+    assert {t["name"] for t in saved["trials"]} == {t.name for t in trials} and saved["best_trial"] == best.name
+    assert saved["endpoint"]["traffic"] == {"blue": 100} and saved["onnx"]["properties"]["parity"] == parity
+    assert results["sweep"]["report_url"] == results["cleanup"]["report_url"] == f"/mlrunway/report/mlrunway_default/{sweep}"
+    assert results["train"]["mlflow_url"].endswith(f"/mlflow/mlrunway_default/{results['train']['job_name']}")
+
 
 def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, tmp_path, monkeypatch):
     run, _, states = run_dag({**SMALL, "epochs": 4, "data_dir": str(digits), "primary_metric": "accuracy"},
@@ -94,3 +102,5 @@ def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, t
     sweep = [j for j in backend.jobs.list() if j.kind == "sweep"][0]
     assert "primary_metric: trial" in sweep.error and "'accuracy'" in sweep.error and "best_val_acc" in sweep.error
     assert_nothing_left(backend)
+    saved = json.loads((tmp_path / "ws" / "reports" / sweep.name / "report.json").read_text())
+    assert saved["sweep_status"] == "Failed" and saved["model"] is None  # the report of a failure, all the same

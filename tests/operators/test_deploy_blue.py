@@ -20,7 +20,19 @@ from tests.conftest import REPO
 from tests.mlrunway.airflow.test_triggers import first_event
 
 pytestmark = pytest.mark.slow
-CONTEXT = {"dag": SimpleNamespace(dag_id="deploy_test"), "run_id": "manual__1", "ti": None}
+
+
+class TaskInstance:
+    """What the operator touches of Airflow's task instance: the XComs its links are pushed to."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, str] = {}
+
+    def xcom_push(self, key: str, value: str) -> None:
+        self.pushed[key] = value
+
+
+CONTEXT = {"dag": SimpleNamespace(dag_id="deploy_test"), "run_id": "manual__1", "ti": TaskInstance()}
 ENDPOINT = RunNames.of("deploy_test", "manual__1", "digits").endpoint
 
 
@@ -48,6 +60,7 @@ def test_defers_while_blue_provisions_then_smoke_tests_and_moves_all_traffic(bac
     assert isinstance(trigger, DeploymentTrigger) and (trigger.endpoint, trigger.deployment) == (ENDPOINT, "blue")
     assert deferred.value.method_name == "execute_complete"
     assert backend.endpoints.get(ENDPOINT).traffic == {}
+    assert CONTEXT["ti"].pushed == {"endpoint_url": f"/mlrunway/endpoint/mlrunway_default/{ENDPOINT}"}
 
     result = task.execute_complete(CONTEXT, first_event(trigger))
     assert result["endpoint"] == ENDPOINT and result["smoke_label"] in [str(i) for i in range(10)]

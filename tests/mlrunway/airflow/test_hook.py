@@ -60,8 +60,8 @@ def test_azure_connection_without_a_workspace_names_the_field(monkeypatch):
         MlrunwayHook("aml").get_backend()
 
 
-def test_every_operator_has_the_studio_link_and_pushes_it_only_on_azure(tmp_path):
-    from mlrunway.airflow.links import XCOM_KEY, StudioLink, push_link
+def test_every_operator_has_the_links_and_pushes_each_backends_own(tmp_path):
+    from mlrunway.airflow.links import ALL_LINKS, push_links
     from mlrunway.local.backend import LocalBackend
     from operators import (
         CleanupOperator,
@@ -74,8 +74,8 @@ def test_every_operator_has_the_studio_link_and_pushes_it_only_on_azure(tmp_path
 
     for op in (TrainModelOperator, SweepOperator, PickBestModelOperator, ExportOnnxOperator, DeployBlueOperator,
                CleanupOperator):
-        assert [type(link) for link in op.operator_extra_links] == [StudioLink]
-    assert StudioLink.name == "Azure ML studio"
+        assert op.operator_extra_links == ALL_LINKS
+    assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint"]
 
     class TI:
         def __init__(self):
@@ -85,13 +85,27 @@ def test_every_operator_has_the_studio_link_and_pushes_it_only_on_azure(tmp_path
             self.pushed[key] = value
 
     class Studio:
+        kind = "azure"
+
         def link(self, kind, name, version=None):
             return f"https://ml.azure.com/{kind}/{name}/{version}"
 
+    local = LocalBackend.at(tmp_path)
     ti = TI()
-    assert push_link({"ti": ti}, LocalBackend.at(tmp_path), "job", "j") is None and ti.pushed == {}
-    push_link({"ti": ti}, Studio(), "model", "m", 2)
-    assert ti.pushed == {XCOM_KEY: "https://ml.azure.com/model/m/2"}
+    push_links({"ti": ti}, local, "mlrunway_default", "model", "m", 1)
+    assert ti.pushed == {}  # a local model has no page of its own: the report shows it
+    push_links({"ti": ti}, local, "mlrunway_default", "sweep", "d-0123abcd-sweep")
+    assert ti.pushed == {"report_url": "/mlrunway/report/mlrunway_default/d-0123abcd-sweep",
+                         "mlflow_url": "/mlrunway/mlflow/mlrunway_default/d-0123abcd-sweep"}
+    ti = TI()
+    push_links({"ti": ti}, local, "mlrunway_default", "endpoint", "d-0123abcd")
+    assert ti.pushed == {"endpoint_url": "/mlrunway/endpoint/mlrunway_default/d-0123abcd"}
+    ti = TI()
+    push_links({"ti": ti}, Studio(), "aml", "model", "m", 2)
+    assert ti.pushed == {"studio_url": "https://ml.azure.com/model/m/2"}
+    ti = TI()
+    push_links({"ti": ti}, Studio(), "aml", "sweep", "s")
+    assert ti.pushed == {"studio_url": "https://ml.azure.com/sweep/s/None", "report_url": "/mlrunway/report/aml/s"}
 
 
 def test_both_connection_types_are_registered_with_their_form_fields():

@@ -15,6 +15,7 @@ from mlrunway import pipeline
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound
 from mlrunway.onnx_export import export_registered
+from mlrunway.report import collect, plot_curves, render_html
 from mlrunway.sweep.presets import train_job, tutorial_sweep
 from tests.conftest import REPO
 from tests.mlrunway.azure.fake_azureml import CONTAINER, SUBSCRIPTION, WS_PATH, Trial
@@ -91,17 +92,17 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     """The DAG's steps on Azure: sweep, best trial registered from its outputs, ONNX export with the parity
     gate, blue at 0% then smoke-tested by header then 100%, scoring through traffic, delete."""
     fake.trial_outputs = trained_model
-    fake.sweep_trials["run-sweep"] = [
+    fake.sweep_trials["mlr-run-sweep"] = [
         Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.50, 0.61, 0.70]),
         Trial({"learning_rate": 0.05, "momentum": 0.8}, [0.62, 0.80, 0.91]),
         Trial({"learning_rate": 0.001, "momentum": 0.5}, [0.20], status="Canceled"),
     ]
     spec = tutorial_sweep(train_job(str(CODE), str(small_digits), num_epochs=3), max_total_trials=3,
                           max_concurrent_trials=3)
-    azure.jobs.submit_sweep("run-sweep", spec)
-    assert azure.jobs.wait("run-sweep", poll_s=0).status is JobStatus.COMPLETED
+    azure.jobs.submit_sweep("mlr-run-sweep", spec)
+    assert azure.jobs.wait("mlr-run-sweep", poll_s=0).status is JobStatus.COMPLETED
 
-    body = only(fake.sent("PUT", f"{ARM_JOB}run-sweep$"), "sweep PUT").json()["properties"]
+    body = only(fake.sent("PUT", f"{ARM_JOB}mlr-run-sweep$"), "sweep PUT").json()["properties"]
     assert body["jobType"] == "Sweep"
     assert body["objective"] == {"goal": "maximize", "primaryMetric": "best_val_acc"}
     assert body["earlyTermination"] == {"policyType": "Bandit", "slackFactor": 0.15, "evaluationInterval": 1,
@@ -109,22 +110,22 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert "${{search_space.learning_rate}}" in body["trial"]["command"]
     assert body["limits"]["maxTotalTrials"] == 3
 
-    result = azure.jobs.sweep_result("run-sweep")
+    result = azure.jobs.sweep_result("mlr-run-sweep")
     trials = {t.name: t for t in result["trials"]}
-    assert result["best_trial"] == "run-sweep_1"
-    assert trials["run-sweep_1"].params == {"learning_rate": 0.05, "momentum": 0.8}
-    assert trials["run-sweep_1"].history == (0.62, 0.80, 0.91)
-    assert trials["run-sweep_2"].status is JobStatus.CANCELED
-    assert "bandit policy after 1 intervals" in trials["run-sweep_2"].early_termination["reason"]
-    assert fake.sent("GET", r"/history/v1\.0/subscriptions/.*/runs/run-sweep/children$")
+    assert result["best_trial"] == "mlr-run-sweep_1"
+    assert trials["mlr-run-sweep_1"].params == {"learning_rate": 0.05, "momentum": 0.8}
+    assert trials["mlr-run-sweep_1"].history == (0.62, 0.80, 0.91)
+    assert trials["mlr-run-sweep_2"].status is JobStatus.CANCELED
+    assert "bandit policy after 1 intervals" in trials["mlr-run-sweep_2"].early_termination["reason"]
+    assert fake.sent("GET", r"/history/v1\.0/subscriptions/.*/runs/mlr-run-sweep/children$")
 
-    picked = pipeline.pick_best(azure, "run-sweep", "mlr-run")
-    assert (picked["trial"], picked["model_version"], picked["value"]) == ("run-sweep_1", 1, 0.91)
+    picked = pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")
+    assert (picked["trial"], picked["model_version"], picked["value"]) == ("mlr-run-sweep_1", 1, 0.91)
     model = only(fake.sent("PUT", r"/models/mlr-run/versions/1$"), "model PUT").json()["properties"]
-    assert model["modelUri"] == "azureml://jobs/run-sweep_1/outputs/artifacts/paths/outputs/model"
+    assert model["modelUri"] == "azureml://jobs/mlr-run-sweep_1/outputs/artifacts/paths/outputs/model"
     assert model["tags"] == {"learning_rate": "0.05", "momentum": "0.8", "best_val_acc": "0.910000"}
-    assert model["properties"]["source_job"] == "run-sweep_1"
-    assert pipeline.pick_best(azure, "run-sweep", "mlr-run")["model_version"] == 1  # a retry registers nothing
+    assert model["properties"]["source_job"] == "mlr-run-sweep_1"
+    assert pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")["model_version"] == 1  # a retry registers nothing
 
     onnx, parity = export_registered(azure.models, "mlr-run", 1, data_dir=str(small_digits))
     assert parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4
@@ -153,6 +154,12 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert fake.sent("GET", r"management\.azure\.com/operations/")
     assert deployed["scoring_uri"] == "https://mlr-run.westeurope.inference.ml.azure.com/score"
     assert deployed["smoke_label"] in [str(d) for d in range(10)]
+
+    report = collect(azure, pipeline.RunNames("mlr", "run"))  # the sweep report, read back from the service
+    assert (report.sweep_status, report.best_trial, report.model["version"]) == ("Completed", "mlr-run-sweep_1", 1)
+    assert report.onnx["properties"]["parity"]["samples"] == parity["samples"]
+    assert report.endpoint["traffic"] == {"blue": 100} and report.endpoint["provisioning_state"] == "Succeeded"
+    assert "3 trials, 1 stopped early, 7 epochs run" in render_html(report, plot_curves(report))
 
     done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
     assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]

@@ -1,0 +1,152 @@
+"""The pages the UI plugin serves inside the Airflow API server, under ``/mlrunway`` (``plugins/mlrunway_plugin.py``).
+
+- ``report/<conn_id>/<sweep>``: the sweep report (``mlrunway.report``): the saved one once the run's cleanup
+  wrote it, else built live from the backend, so a sweep can be watched while it runs;
+- ``runs/<dag_id>/<run_id>``: the report of a DAG run (the "Sweep report" tab of the run's page);
+- ``mlflow/<conn_id>/<job>``: a local job's MLflow run: params, metrics and their curves;
+- ``endpoint/<conn_id>/<name>``: a local endpoint's state, deployments and traffic (never its keys).
+
+Every page needs a signed-in Airflow user allowed to read DAG runs, checked by Airflow's own security
+dependency: plugin apps are not protected by default.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+
+from mlrunway.errors import MlrunwayError, NotFound
+
+app = FastAPI(title="mlrunway", description="Sweep reports, MLflow runs and endpoints of mlrunway's pipeline runs")
+
+
+def can_read_runs() -> Any:
+    """Airflow's own check: a signed-in user (JWT in the Authorization header, or the UI's ``_token`` cookie
+    that an iframe sends) allowed to read the DAG's runs (``dag_id`` of the path; any DAG where there is none)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
+
+
+def _backend(conn_id: str) -> Any:
+    from mlrunway.airflow.hook import MlrunwayHook
+
+    try:
+        return MlrunwayHook(conn_id).get_backend()
+    except Exception as exc:
+        raise HTTPException(404, f"connection {conn_id!r}: {exc}") from exc
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    from mlrunway.report import CSS
+
+    return HTMLResponse(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+                        f"<style>{CSS}</style></head><body>{body}</body></html>")
+
+
+@app.get("/report/{conn_id}/{sweep}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def sweep_report(conn_id: str, sweep: str) -> Any:
+    from mlrunway.pipeline import RunNames
+    from mlrunway.report import collect, plot_curves, render_html, saved_report
+
+    saved = saved_report(sweep)
+    if saved is not None:
+        return FileResponse(saved, media_type="text/html")
+    try:
+        report = collect(_backend(conn_id), RunNames.of_sweep(sweep))
+    except (NotFound, MlrunwayError) as exc:
+        raise HTTPException(404, str(exc)) from exc
+    return HTMLResponse(render_html(report, plot_curves(report)))
+
+
+@app.get("/runs/{dag_id}/{run_id}", dependencies=[can_read_runs()])
+def run_report(dag_id: str, run_id: str) -> Any:
+    """Redirect to the report the run's sweep task linked; a page that says so while there is none yet."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from mlrunway.airflow.links import SweepReportLink
+
+    with create_session() as session:
+        row = (session.query(XComModel)
+               .filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == SweepReportLink.key)
+               .first())
+        url = XComModel.deserialize_value(row) if row is not None else None
+    if not url:
+        return _page("no sweep yet", f"<p>Run {html.escape(run_id)} of {html.escape(dag_id)} has no sweep yet: "
+                                     "the report appears once its sweep task has submitted the sweep.</p>")
+    return RedirectResponse(url)
+
+
+@app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def mlflow_run(conn_id: str, job: str) -> Any:
+    backend = _backend(conn_id)
+    if backend.kind != "local":
+        raise HTTPException(404, "MLflow runs of Azure ML jobs are on the job's studio page")
+    from mlrunway.local import tracking
+
+    try:
+        info = backend.jobs.get(job)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    if not info.mlflow_run_id:
+        raise HTTPException(404, f"job {job} has no MLflow run")
+    client = tracking.client(backend.workspace)
+    run = client.get_run(info.mlflow_run_id)
+    histories = {key: tracking.metric_history(client, run.info.run_id, key) for key in sorted(run.data.metrics)}
+    params = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                     for k, v in sorted(run.data.params.items()))
+    metrics = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td><td>{len(histories[k])}</td></tr>"
+                      for k, v in sorted(run.data.metrics.items()))
+    curves = [k for k, values in histories.items() if len(values) > 1]
+    plot = (f'<img id="curves" alt="metrics per step" src="data:image/png;base64,{_curves_png(histories, curves)}">'
+            if curves else "")
+    body = (f"<h1>MLflow run of {html.escape(job)}</h1><p>{html.escape(info.kind)} job, {info.status.value}; run "
+            f"{run.info.run_id} in experiment {run.info.experiment_id}; store {html.escape(backend.workspace.tracking_uri)}"
+            f"</p>{plot}<h2>Params</h2><table>{params}</table><h2>Metrics (latest)</h2>"
+            f"<table><tr><th>metric</th><th>value</th><th>steps</th></tr>{metrics}</table>")
+    return _page(job, body)
+
+
+def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> str:
+    import base64
+
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.2 * min(len(keys), 3), 2.6 * ((len(keys) + 2) // 3)), dpi=100)
+    for index, key in enumerate(keys):
+        ax = fig.add_subplot((len(keys) + 2) // 3, min(len(keys), 3), index + 1)
+        ax.plot(range(1, len(histories[key]) + 1), histories[key])
+        ax.set_title(key, fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+@app.get("/endpoint/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def endpoint(conn_id: str, name: str) -> Any:
+    backend = _backend(conn_id)
+    if backend.kind != "local":
+        raise HTTPException(404, "Azure ML endpoints are on their studio page")
+    try:
+        state = backend.endpoints.get(name)
+    except NotFound as exc:
+        raise HTTPException(404, f"{exc} (deleted by its run's cleanup, or never created)") from exc
+    rows = "".join(
+        f"<tr><td>{html.escape(d.name)}</td><td>{html.escape(d.model)}</td><td>v{d.version}</td>"
+        f"<td>{html.escape(d.provisioning_state)}</td><td>{state.traffic.get(d.name, 0)}%</td></tr>"
+        for d in state.deployments.values())
+    body = (f"<h1>Endpoint {html.escape(name)}</h1><p>{html.escape(state.provisioning_state)}, {state.auth_mode} auth, "
+            f"scoring URI {html.escape(state.scoring_uri)}, {state.workers} workers</p><table><tr><th>deployment</th>"
+            f"<th>model</th><th>version</th><th>state</th><th>traffic</th></tr>{rows}</table>")
+    return _page(name, body)

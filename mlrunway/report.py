@@ -1,0 +1,231 @@
+"""The sweep report of one pipeline run: trial curves, leaderboard, chosen model, ONNX parity, endpoint.
+
+Everything comes from the backend and the run's names (``RunNames``), so the same report is built live while a
+sweep runs (the UI plugin's page) and saved as the run's artifact by the cleanup task, before the endpoint goes:
+
+    report = collect(backend, names)
+    save(report, folder)            # report.html (the plot inline), curves.png, report.json
+
+The plot is a PNG drawn with matplotlib's Agg backend: one line per trial of the primary metric per epoch,
+the chosen trial drawn thick, and an ``x`` where early termination stopped a trial.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrunway.backend.types import TrialInfo
+from mlrunway.errors import NotFound
+from mlrunway.pipeline import RunNames
+from mlrunway.specs.sweep import Objective
+from mlrunway.sweep.leaderboard import rank, trial_score
+
+HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
+
+
+@dataclass(kw_only=True)
+class SweepReport:
+    """What the page and the artifact show; ``model``, ``onnx`` and ``endpoint`` are None until they exist."""
+
+    sweep: str
+    sweep_status: str
+    objective: Objective
+    trials: list[TrialInfo]
+    best_trial: str | None = None
+    stopped_because: str | None = None
+    model: dict[str, Any] | None = None
+    onnx: dict[str, Any] | None = None
+    endpoint: dict[str, Any] | None = None
+    created: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["objective"] = {"primary_metric": self.objective.primary_metric, "goal": self.objective.goal}
+        data["trials"] = [t.to_dict() for t in self.trials]
+        return data
+
+
+def collect(backend: Any, names: RunNames) -> SweepReport:
+    """The run's report as it stands now. Raises NotFound until the run's sweep exists."""
+    result = backend.jobs.sweep_result(names.sweep)
+    objective = Objective(**result["objective"])
+    status = result.get("status") or backend.jobs.get(names.sweep).status.value
+    return SweepReport(sweep=names.sweep, sweep_status=str(status), objective=objective, trials=result["trials"],
+                       best_trial=result.get("best_trial"), stopped_because=result.get("stopped_because"),
+                       model=_model(backend, names.model, names.sweep), onnx=_model(backend, f"{names.model}-onnx"),
+                       endpoint=_endpoint(backend, names.endpoint))
+
+
+def _model(backend: Any, name: str, sweep: str | None = None) -> dict[str, Any] | None:
+    """The newest version of ``name`` (of this sweep, when given), as a plain dict."""
+    try:
+        versions = backend.models.list(name)
+    except NotFound:
+        return None
+    if sweep is not None:
+        versions = [v for v in versions if (v.properties or {}).get("sweep") == sweep]
+    if not versions:
+        return None
+    latest = max(versions, key=lambda v: int(v.version))
+    return {"name": latest.name, "version": int(latest.version), "properties": dict(latest.properties or {})}
+
+
+def _endpoint(backend: Any, name: str) -> dict[str, Any] | None:
+    try:
+        endpoint = backend.endpoints.get(name)
+    except NotFound:
+        return None
+    state = endpoint.provisioning_state  # Azure's is an enum: its value, not its name
+    return {"name": name, "provisioning_state": str(getattr(state, "value", state)),
+            "traffic": dict(endpoint.traffic or {}), "scoring_uri": endpoint.scoring_uri}
+
+
+def plot_curves(report: SweepReport) -> bytes:
+    """PNG of the primary metric per epoch, one line per trial; early-terminated trials end in an ``x``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure  # a Figure, not pyplot: no global state, safe in a server thread
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(8, 4.5), dpi=100)
+    ax = fig.subplots()
+    for index, trial in enumerate(report.trials):
+        if not trial.history:
+            continue
+        epochs = range(1, len(trial.history) + 1)
+        chosen = trial.name == report.best_trial
+        note = " (chosen)" if chosen else f" (stopped at {len(trial.history)})" if trial.early_termination else ""
+        (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4,
+                          label=_short(trial.name, index) + note)
+        if trial.early_termination:
+            ax.plot(len(trial.history), trial.history[-1], "x", color=line.get_color(), markersize=10,
+                    markeredgewidth=2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(report.objective.primary_metric)
+    ax.set_title(f"{report.sweep}: x = stopped by early termination")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, loc="lower right" if report.objective.goal == "maximize" else "upper right")
+    else:
+        ax.text(0.5, 0.5, "no epoch logged yet", ha="center", va="center", transform=ax.transAxes)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _short(name: str, index: int) -> str:
+    """Trial names carry the sweep's name; the plot's legend keeps the trial's own part."""
+    return name.rsplit("-", 1)[-1] if "-" in name else f"trial {index}"
+
+
+def render_html(report: SweepReport, png: bytes) -> str:
+    """A self-contained page: the plot inline, then the leaderboard, the models and the endpoint."""
+    e = html.escape
+    metric = report.objective.primary_metric
+    rows = []
+    for place, trial in enumerate(rank(report.trials, report.objective), start=1):
+        score = trial_score(trial, report.objective)
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
+        why = trial.early_termination["reason"] if trial.early_termination else (trial.error or "").split("\n")[0]
+        chosen = ' class="chosen"' if trial.name == report.best_trial else ""
+        rows.append(f"<tr{chosen}><td>{place}</td><td>{e(trial.name)}</td><td>{e(trial.status.value)}</td>"
+                    f"<td>{'-' if score is None else f'{score:.4f}'}</td><td>{len(trial.history)}</td>"
+                    f"<td>{e(params)}</td><td>{e(why)}</td></tr>")
+    stopped = sum(1 for t in report.trials if t.early_termination)
+    epochs = sum(len(t.history) for t in report.trials)
+    sections = [
+        f"<h1>Sweep report: {e(report.sweep)}</h1>",
+        f"<p>Sweep <b>{e(report.sweep_status)}</b>: {len(report.trials)} trials, {stopped} stopped early, "
+        f"{epochs} epochs run; {e(metric)} {e(report.objective.goal)}d.</p>",
+        *([f"<p>The sweep stopped: {e(report.stopped_because)}</p>"] if report.stopped_because else []),
+        f'<img id="curves" alt="{e(metric)} per epoch of each trial" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">',
+        "<h2>Leaderboard</h2>",
+        f"<table><tr><th>#</th><th>trial</th><th>status</th><th>{e(metric)}</th><th>epochs</th>"
+        f"<th>hyperparameters</th><th>why it stopped</th></tr>{''.join(rows)}</table>",
+        "<h2>Chosen model</h2>", _model_html(report.model, "not registered yet"),
+        "<h2>ONNX export</h2>", _onnx_html(report.onnx),
+        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint),
+        f'<p class="meta">Built {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.created))}.</p>',
+    ]
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(report.sweep)}</title><style>{CSS}"
+            f"</style></head><body>{''.join(sections)}</body></html>")
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}tr.chosen{font-weight:bold;"
+        "background:#eef6ee}img{max-width:100%;border:1px solid #ddd}.meta{color:#777;font-size:.8em}")
+
+
+def _model_html(model: dict[str, Any] | None, missing: str) -> str:
+    if model is None:
+        return f"<p>{missing}</p>"
+    props = model["properties"]
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in props.get("params", {}).items())
+    return (f"<p><b>{html.escape(model['name'])}:{model['version']}</b> from trial "
+            f"{html.escape(str(props.get('source_job', '?')))} ({html.escape(params)})</p>")
+
+
+def _onnx_html(onnx: dict[str, Any] | None) -> str:
+    if onnx is None:
+        return "<p>not exported yet</p>"
+    parity = onnx["properties"].get("parity", {})
+    figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g} on {parity['samples']} {parity['inputs']}, "
+               f"top-1 agreement {parity['top1_agreement']:.2%}") if parity else "no parity figures recorded"
+    return (f"<p><b>{html.escape(onnx['name'])}:{onnx['version']}</b>, opset {onnx['properties'].get('opset', '?')}: "
+            f"{html.escape(figures)}</p>")
+
+
+def _endpoint_html(endpoint: dict[str, Any] | None) -> str:
+    if endpoint is None:
+        return "<p>no endpoint (not deployed yet, or deleted by cleanup)</p>"
+    traffic = ", ".join(f"{k} {v}%" for k, v in endpoint["traffic"].items()) or "no traffic"
+    return (f"<p><b>{html.escape(endpoint['name'])}</b> {html.escape(endpoint['provisioning_state'])}, "
+            f"traffic {html.escape(traffic)}, scoring URI {html.escape(str(endpoint['scoring_uri']))}</p>")
+
+
+def save(report: SweepReport, folder: str | Path) -> Path:
+    """Write report.html, curves.png and report.json into ``folder``; return the HTML's path."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_curves(report)
+    (out / PLOT_FILE).write_bytes(png)
+    (out / DATA_FILE).write_text(json.dumps(report.to_dict(), indent=1, default=str))
+    page = out / HTML_FILE
+    page.write_text(render_html(report, png))
+    return page
+
+
+def reports_root(workspace_root: str | Path | None = None) -> Path:
+    """Where saved reports live, one folder per sweep: ``<workspace>/reports`` (both backends)."""
+    from mlrunway.local.workspace import Workspace
+
+    return Workspace.at(workspace_root).root / "reports"
+
+
+def save_run_report(backend: Any, names: RunNames, root: str | Path | None = None) -> Path | None:
+    """Save the run's report under ``<root>/<sweep>/`` and, where the backend keeps job artifacts (local),
+    as artifacts of the sweep's MLflow run under ``report/``. None when the run has no sweep."""
+    try:
+        report = collect(backend, names)
+    except NotFound:
+        return None
+    page = save(report, Path(root) / names.sweep if root else reports_root() / names.sweep)
+    keep = getattr(backend.jobs, "log_artifacts", None)
+    if keep is not None:
+        keep(names.sweep, page.parent, "report")
+    return page
+
+
+def saved_report(sweep: str, root: str | Path | None = None) -> Path | None:
+    page = (Path(root) if root else reports_root()) / sweep / HTML_FILE
+    return page if page.is_file() else None

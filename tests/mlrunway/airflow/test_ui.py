@@ -1,0 +1,76 @@
+"""The plugin's pages through FastAPI's client, behind Airflow's own auth: a token from the auth manager."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from mlrunway.local.backend import LocalBackend
+from mlrunway.report import save
+from mlrunway.specs import CommandJobSpec
+from tests.conftest import write_script
+from tests.mlrunway.test_report import SWEEP, report
+
+pytestmark = pytest.mark.slow  # a migrated Airflow database for the auth manager
+
+LOGS_EPOCHS = """
+import mlflow
+mlflow.log_param("learning_rate", 0.05)
+for epoch in range(4):
+    mlflow.log_metric("val_acc", 0.2 * epoch, step=epoch)
+mlflow.log_metric("best_val_acc", 0.6)
+"""
+
+
+@pytest.fixture
+def client(airflow_db, tmp_path, monkeypatch):
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    from mlrunway.airflow.ui import app
+
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_TEST", json.dumps({"conn_type": "mlrunway_local",
+                                                                 "extra": {"workspace": str(tmp_path / "ws")}}))
+    token = init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="reader", role="viewer"))
+    signed_in = TestClient(app, cookies={"_token": token})
+    return signed_in
+
+
+def test_pages_need_an_airflow_session(client):
+    anonymous = TestClient(client.app)
+    assert anonymous.get(f"/report/mlrunway_test/{SWEEP}").status_code == 401
+    assert TestClient(client.app, cookies={"_token": "forged"}).get(f"/report/mlrunway_test/{SWEEP}").status_code == 403
+
+
+def test_the_saved_report_is_served_with_its_plot(client, tmp_path):
+    save(report(), tmp_path / "ws" / "reports" / SWEEP)
+    page = client.get(f"/report/mlrunway_test/{SWEEP}")
+    assert page.status_code == 200 and "Sweep report: digits-0123abcd-sweep" in page.text
+    png = base64.b64decode(re.search(r'id="curves"[^>]*src="data:image/png;base64,([^"]+)"', page.text).group(1))
+    assert Image.open(io.BytesIO(png)).format == "PNG"
+
+
+def test_a_run_without_a_sweep_is_a_404_that_says_why(client):
+    page = client.get("/report/mlrunway_test/digits-89abcdef-sweep")
+    assert page.status_code == 404 and "sweep 'digits-89abcdef-sweep' does not exist" in page.json()["detail"]
+    assert client.get("/report/no_such_conn/digits-89abcdef-sweep").status_code == 404
+    assert client.get("/endpoint/mlrunway_test/digits-89abcdef").status_code == 404
+
+
+def test_the_mlflow_page_shows_a_real_jobs_params_metrics_and_curves(client, tmp_path):
+    backend = LocalBackend.at(tmp_path / "ws")
+    code = write_script(tmp_path / "code", LOGS_EPOCHS)
+    backend.jobs.submit("epochs-job", CommandJobSpec(code=str(code), command="python script.py", experiment_name="e"))
+    backend.jobs.wait("epochs-job", poll_s=0.2)
+    page = client.get("/mlflow/mlrunway_test/epochs-job")
+    assert page.status_code == 200, page.text
+    assert "<td>learning_rate</td><td>0.05</td>" in page.text
+    assert "<td>val_acc</td><td>0.6</td><td>4</td>" in page.text and "<td>best_val_acc</td><td>0.6</td><td>1</td>" in page.text
+    assert 'id="curves"' in page.text  # val_acc has a curve; best_val_acc, one value, has none

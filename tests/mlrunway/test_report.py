@@ -1,0 +1,83 @@
+"""The sweep report: the plot is a real picture of the curves, the page ranks and explains the trials."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.pipeline import RunNames
+from mlrunway.report import SweepReport, plot_curves, render_html, save
+from mlrunway.specs.sweep import Objective
+
+SWEEP = "digits-0123abcd-sweep"
+
+
+def report(**overrides):
+    trials = [
+        TrialInfo(name=f"{SWEEP}_trial_0", params={"learning_rate": 0.02, "momentum": 0.8},
+                  status=JobStatus.COMPLETED, history=(0.5, 0.7, 0.8, 0.85)),
+        TrialInfo(name=f"{SWEEP}_trial_1", params={"learning_rate": 0.001, "momentum": 0.5},
+                  status=JobStatus.CANCELED, history=(0.1, 0.12),
+                  early_termination={"interval": 2, "value": 0.12, "threshold": 0.6,
+                                     "reason": "0.12 is below 0.6 = best 0.7 / (1 + 0.15)"}),
+        TrialInfo(name=f"{SWEEP}_trial_2", params={"learning_rate": 0.1, "momentum": 0.9},
+                  status=JobStatus.FAILED, error="CUDA out of memory\ntraceback"),
+    ]
+    fields = {"sweep": SWEEP, "sweep_status": "Completed", "objective": Objective(primary_metric="best_val_acc"),
+              "trials": trials, "best_trial": f"{SWEEP}_trial_0",
+              "model": {"name": "digits-0123abcd", "version": 1,
+                        "properties": {"source_job": f"{SWEEP}_trial_0", "params": {"learning_rate": 0.02}}},
+              "onnx": {"name": "digits-0123abcd-onnx", "version": 1,
+                       "properties": {"opset": 18, "parity": {"max_abs_diff": 4.8e-6, "top1_agreement": 1.0,
+                                                              "samples": 256, "inputs": "validation images"}}},
+              "endpoint": {"name": "digits-0123abcd", "provisioning_state": "Succeeded", "traffic": {"blue": 100},
+                           "scoring_uri": "http://127.0.0.1:5001/score"}}
+    return SweepReport(**{**fields, **overrides})
+
+
+def test_the_plot_is_a_picture_of_every_trial_with_a_curve():
+    png = Image.open(io.BytesIO(plot_curves(report())))
+    assert png.format == "PNG" and png.size[0] > 400 and png.size[1] > 250
+    image = png.convert("RGB")
+    pixels = np.asarray(image).reshape(-1, 3)
+    colors = {tuple(p) for p in pixels[::7]}
+    assert len(colors) > 20, "a blank or single-colour image is not a plot"
+    blank = Image.open(io.BytesIO(plot_curves(report(trials=[])))).convert("RGB")
+    assert np.abs(np.asarray(blank, dtype=int)[:200].mean() - np.asarray(image, dtype=int)[:200].mean()) > 0.1
+
+
+def test_the_page_ranks_trials_marks_the_chosen_and_says_why_each_stopped():
+    page = render_html(report(), b"\x89PNG")
+    rows = page.split("<h2>Leaderboard</h2>")[1].split("</table>")[0].split("<tr")[2:]
+    assert [f"trial_{i}" in row for i, row in zip((0, 1, 2), rows, strict=True)] == [True] * 3
+    assert 'class="chosen"' in rows[0] and "0.8500" in rows[0]
+    assert "below 0.6" in rows[1] and "Canceled" in rows[1] and "CUDA out of memory" in rows[2]
+    assert "traceback" not in page  # one line of an error, not its whole log
+    assert "3 trials, 1 stopped early, 6 epochs run" in page
+    assert "digits-0123abcd:1" in page and "top-1 agreement 100.00%" in page and "blue 100%" in page
+    assert 'src="data:image/png;base64,iVBORw' in page
+
+
+def test_what_does_not_exist_yet_is_said_and_names_are_escaped():
+    page = render_html(report(sweep="<b>x</b>", model=None, onnx=None, endpoint=None), b"")
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    assert "not registered yet" in page and "not exported yet" in page and "deleted by cleanup" in page
+
+
+def test_save_writes_the_page_the_plot_and_the_data(tmp_path):
+    page = save(report(), tmp_path / "r")
+    assert page.name == "report.html" and (tmp_path / "r" / "curves.png").stat().st_size > 1000
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["trials"][1]["early_termination"]["interval"] == 2 and data["objective"]["goal"] == "maximize"
+
+
+def test_a_sweep_name_gives_back_its_runs_names():
+    names = RunNames.of("train_sweep_deploy", "manual__2026-11-22", "digits")
+    assert RunNames.of_sweep(names.sweep) == names
+    with pytest.raises(ValueError, match="sweep: 'digits-train' is not a pipeline run's sweep"):
+        RunNames.of_sweep("digits-train")
