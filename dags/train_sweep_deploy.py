@@ -26,12 +26,14 @@ from operators.preflight import check_run_params
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
 DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "digits")
+# A deployment's cadence without editing the DAG: a cron expression or preset; "none" for manual triggers only.
+SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
 P = "{{ params.%s }}"
 
 with DAG(
     dag_id="train_sweep_deploy",
     description="PyTorch lifecycle: train, sweep (Bandit), pick best, ONNX, deploy blue, clean up",
-    schedule="@weekly",
+    schedule=None if SCHEDULE.lower() == "none" else SCHEDULE,
     start_date=datetime(2026, 1, 5),
     catchup=False,
     max_active_runs=2,
@@ -59,7 +61,8 @@ with DAG(
         "keep_endpoint": Param(False, type="boolean", description="Keep the endpoint serving after the run."),
         "backend_conn_id": Param("mlrunway_default", type="string", minLength=1,
                                  description="Airflow connection of the backend; mlrunway_default is local."),
-        "instance_type": Param("", type="string", pattern="^(|[A-Za-z0-9_]+)$",
+        # Optional, so null: the trigger form marks a plain string required and will not submit it empty.
+        "instance_type": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9_]+$",
                                description="Azure: VM size of the blue deployment (empty: the connection's)."),
         "instance_count": Param(1, type="integer", minimum=1, maximum=20,
                                 description="Azure: instances of the blue deployment."),

@@ -1,5 +1,5 @@
 """The DAG under a real scheduler: `airflow standalone` (scheduler, triggerer, dag-processor, api-server,
-LocalExecutor) on PostgreSQL, a backfill of three weekly intervals plus the scheduled run, at most two at once.
+LocalExecutor) on PostgreSQL, a backfill of the latest three weekly intervals, at most two at once.
 
 Checks: every run succeeds; each has its own jobs, models and (deleted) endpoint; the sweeps waited in the
 triggerer (the task logs say DEFERRED, the trigger fired); the data interval reached train.py; nothing is left.
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,35 +21,11 @@ import pytest
 from mlrunway.airflow.summary import leftovers
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
+from tests.e2e.stack import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
 TINY = {"epochs": 2, "max_trials": 2, "max_concurrent_trials": 2, "delay_evaluation": 1}
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def database():
-    psycopg2 = pytest.importorskip("psycopg2")
-    name = f"mlrunway_e2e_{os.getpid()}"
-    try:
-        admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not running on 127.0.0.1:5432 ({exc})")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {name}")
-        cur.execute(f"CREATE DATABASE {name}")
-    yield f"{PG}/{name}"
-    with admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.close()
 
 
 def airflow(env: dict, *args: str) -> str:
@@ -58,11 +34,21 @@ def airflow(env: dict, *args: str) -> str:
     return done.stdout
 
 
+def latest_weekly_run(now: datetime) -> datetime:
+    """The logical date of @weekly's latest run by ``now``: Airflow 3 reads a cron schedule as a trigger
+    (CronTriggerTimetable), so that is the latest Sunday 00:00 UTC, today's on a Sunday."""
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight - timedelta(days=(midnight.weekday() + 1) % 7)
+
+
 def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits, tmp_path):
+    # Created paused, backfilled up to the latest run, then unpaused: the scheduler finds its latest run taken and
+    # adds none of its own (a scheduled run would take the DAG's production defaults: minutes more of this suite).
+    latest = latest_weekly_run(datetime.now(UTC))
     port = free_port()
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "AIRFLOW_HOME": str(tmp_path / "home"),
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database, "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5", "MLRUNWAY_WORKSPACE": str(tmp_path / "ws"),
            # As a deployment would: a task whose worker cannot reach the still-starting API server is retried,
@@ -79,13 +65,15 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
             assert time.monotonic() < deadline, "the DAG was never parsed"
             time.sleep(3)
         conf = json.dumps({**TINY, "data_dir": str(small_digits)})
-        airflow(env, "backfill", "create", "--dag-id", "train_sweep_deploy", "--from-date", "2026-10-26",
-                "--to-date", "2026-11-15", "--dag-run-conf", conf)
+        airflow(env, "backfill", "create", "--dag-id", "train_sweep_deploy", "--from-date",
+                (latest - timedelta(days=14)).date().isoformat(), "--to-date", latest.date().isoformat(),
+                "--dag-run-conf", conf)
+        airflow(env, "dags", "unpause", "train_sweep_deploy")
         deadline = time.monotonic() + 900
         while True:
             out = airflow(env, "dags", "list-runs", "train_sweep_deploy", "-o", "json")
             runs = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))
-            if len(runs) >= 4 and all(r["state"] in ("success", "failed") for r in runs):
+            if len(runs) >= 3 and all(r["state"] in ("success", "failed") for r in runs):
                 break
             assert time.monotonic() < deadline, f"runs still going after 15 min: {runs}"
             time.sleep(5)
@@ -98,7 +86,8 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
         log.close()
 
     backfills = sorted(r["run_id"] for r in runs if r["run_id"].startswith("backfill__"))
-    assert backfills == [f"backfill__2026-11-{d}T00:00:00+00:00" for d in ("01", "08", "15")]
+    assert backfills == [f"backfill__{(latest - timedelta(days=d)).isoformat()}" for d in (14, 7, 0)]
+    assert len(runs) == 3, "the latest run is the backfill's: the scheduler adds none of its own"
     assert {r["state"] for r in runs} == {"success"}, runs
 
     backend = LocalBackend.at(tmp_path / "ws")

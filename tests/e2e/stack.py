@@ -1,0 +1,108 @@
+"""A real Airflow deployment on this machine for the scale-out test: the CeleryExecutor, PostgreSQL as the
+metadata database, Redis as the broker; api-server, scheduler, dag-processor, triggerer and Celery workers as
+separate processes, each with its own log file."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import REPO
+
+BIN = Path(sys.executable).parent
+PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
+# Each Celery worker reports this as its tasks' hostname, so the test can tell two workers on one machine apart.
+HOSTNAME_MODULE = "import os\n\ndef name():\n    return os.environ['MLRUNWAY_TEST_WORKER']\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AirflowStack:
+    def __init__(self, home: Path, database: str, broker: str, extra_env: dict[str, str]) -> None:
+        self.home, self.port = home, free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "worker_hostname.py").write_text(HOSTNAME_MODULE)
+        self.env = {
+            **os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "AIRFLOW_HOME": str(home),
+            "PYTHONPATH": os.pathsep.join([str(home), str(REPO)]),
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
+            "AIRFLOW__CELERY__BROKER_URL": broker,
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database,
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__API__PORT": str(self.port), "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "1", "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
+            **extra_env,
+        }
+        self.password = secrets.token_urlsafe(12)
+        (home / "simple_auth_manager_passwords.json.generated").write_text(f'{{"admin": "{self.password}"}}')
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def cli(self, *args: str, timeout: float = 300) -> str:
+        done = subprocess.run([str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert done.returncode == 0, f"airflow {' '.join(args)}: {done.stderr[-3000:]}"
+        return done.stdout
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        log = open(self.home / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen([str(BIN / "airflow"), *args], env={**self.env, **(env or {})},
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self, name: str) -> str:
+        return (self.home / f"{name}.log").read_text(errors="replace")
+
+    def up(self, workers: int = 2) -> None:
+        self.cli("db", "migrate")
+        self.start("api-server", "api-server")
+        self.start("scheduler", "scheduler")
+        self.start("dag-processor", "dag-processor")
+        self.start("triggerer", "triggerer")
+        for index in range(workers):
+            worker = f"worker-{'ab'[index]}"
+            self.start(worker, "celery", "worker", "--celery-hostname", f"{worker}@%h", env={
+                "MLRUNWAY_TEST_WORKER": worker, "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.name"})
+        self.wait_http("/api/v2/monitor/health", 180)
+
+    def wait_http(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            for name, proc in self.procs.items():
+                assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{self.log(name)[-3000:]}"
+            try:
+                with urllib.request.urlopen(self.base_url + path, timeout=5):
+                    return
+            except OSError:
+                assert time.monotonic() < deadline, f"{path} did not answer in {timeout:.0f} s"
+                time.sleep(2)
+
+    def down(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
