@@ -39,8 +39,10 @@ class MlrunwayBaseOperator(BaseOperator):
         return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))
 
     def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
-        """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally."""
-        push_links(context, self.backend, self.backend_conn_id, kind, name, version)
+        """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally. Kept in
+        ``self.links``, which the link classes read as the task ends."""
+        self.links = {**getattr(self, "links", {}),
+                      **push_links(context, self.backend, self.backend_conn_id, kind, name, version)}
 
 
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):

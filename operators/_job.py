@@ -63,6 +63,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         name = self._job = event["job_name"]
+        self.link(context, self.link_kind, name)  # a resumed task is a new process: record its links again
         if event["status"] == "timeout":
             raise JobTimedOut(f"job {name}: {event['error']} (max_wait_s={self.max_wait_s:g})")
         return self._finish(context, self.backend.jobs.get(name))

@@ -60,6 +60,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         return self.step(endpoint, None, str(info.provisioning_state))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        self.link(context, "endpoint", event["endpoint"])  # a resumed task is a new process: record it again
         return self.step(event["endpoint"], event["deployment"], event["status"], event.get("error"))
 
     def step(self, endpoint: str, deployment: str | None, status: str, error: str | None = None) -> dict[str, Any]:

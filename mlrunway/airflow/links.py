@@ -4,8 +4,11 @@
 - Local: the pages the UI plugin serves inside the Airflow API server (``mlrunway/airflow/ui.py``): the job's
   MLflow run, the sweep report, the endpoint. The sweep report is shown on Azure too, built from the service.
 
-A task pushes a link's URL under the link's XCom key once it has created the thing; the link reads it back and
-Airflow shows it on the task's page. ``plugins/mlrunway_plugin.py`` registers the link classes.
+Airflow 3 asks a link for its URL once, in the worker as the task ends, and the UI shows what it stored. So the
+operator keeps the URLs of what it created in ``operator.links`` (a resumed task records them again) and the link
+reads them from there: no XCom lookup, so no "XCom not found" in the log of a task that has no such link. The
+URLs are also pushed as XComs under the links' keys at once: the run's "Sweep report" tab finds a running
+sweep's report through ``report_url``. ``plugins/mlrunway_plugin.py`` registers the link classes.
 """
 
 from __future__ import annotations
@@ -14,36 +17,35 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
-from airflow.sdk.execution_time.xcom import XCom
 
 UI_PREFIX = "/mlrunway"  # where the plugin mounts its FastAPI app
 
 
-class _PushedLink(BaseOperatorLink):
-    """A link whose URL the task pushed under ``key``; empty (not shown) until then."""
+class _RecordedLink(BaseOperatorLink):
+    """A link whose URL the operator recorded under ``key`` in ``operator.links``; empty (not shown) without."""
 
     key = ""
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return XCom.get_value(ti_key=ti_key, key=self.key) or ""
+        return (getattr(operator, "links", None) or {}).get(self.key, "")
 
 
-class StudioLink(_PushedLink):
+class StudioLink(_RecordedLink):
     name = "Azure ML studio"
     key = "studio_url"
 
 
-class MlflowRunLink(_PushedLink):
+class MlflowRunLink(_RecordedLink):
     name = "MLflow run"
     key = "mlflow_url"
 
 
-class SweepReportLink(_PushedLink):
+class SweepReportLink(_RecordedLink):
     name = "Sweep report"
     key = "report_url"
 
 
-class EndpointLink(_PushedLink):
+class EndpointLink(_RecordedLink):
     name = "Endpoint"
     key = "endpoint_url"
 

@@ -90,6 +90,15 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert saved["endpoint"]["traffic"] == {"blue": 100} and saved["onnx"]["properties"]["parity"] == parity
     assert results["sweep"]["report_url"] == results["cleanup"]["report_url"] == f"/mlrunway/report/mlrunway_default/{sweep}"
     assert results["train"]["mlflow_url"].endswith(f"/mlflow/mlrunway_default/{results['train']['job_name']}")
+    # What the UI shows: the links Airflow asked for as each task ended (stored as _link_<class> XComs).
+    shown = {task: {k.removeprefix("_link_"): v for k, v in pushed.items() if k.startswith("_link_") and v}
+             for task, pushed in results.items()}
+    assert shown.pop("pick_best") == shown.pop("export_onnx") == {}  # a local model has no page: the report shows it
+    assert shown == {"train": {"MlflowRunLink": results["train"]["mlflow_url"]},
+                     "sweep": {"MlflowRunLink": f"/mlrunway/mlflow/mlrunway_default/{sweep}",
+                               "SweepReportLink": results["sweep"]["report_url"]},
+                     "deploy_blue": {"EndpointLink": f"/mlrunway/endpoint/mlrunway_default/{deploy['endpoint']}"},
+                     "cleanup": {"SweepReportLink": results["cleanup"]["report_url"]}}
 
 
 def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, tmp_path, monkeypatch):
