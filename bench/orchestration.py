@@ -1,12 +1,16 @@
-"""Orchestration overhead: the DAG under Airflow against the same pipeline called through the core alone.
+"""Orchestration overhead: the demo DAG under Airflow against its jobs, and against the same pipeline called
+through the core alone.
 
-    .venv/bin/python bench/orchestration.py [--epochs 12] [--trials 4] [--repeat 5]
+    .venv/bin/python bench/orchestration.py [--epochs 20] [--trials 8] [--delay 10] [--repeat 5]
 
-- **Pipeline**: the same steps with the same settings twice on the local backend: once as plain calls into
-  ``mlrunway`` (submit and wait for train, the sweep, pick the best, export, deploy blue, clean up) and once
-  as ``airflow dags test train_sweep_deploy`` (a task process per task, XComs, deferral to triggers). The
-  overhead is the DAG's extra wall time over the plain run's. Each run's jobs' own run times (train and
-  sweep, from start to end of their processes) are shown too, since they vary from run to run.
+- **Pipeline**: the same steps with the same settings (by default the DAG's own, what ``make demo`` runs) twice
+  on the local backend: once as plain calls into ``mlrunway`` (submit and wait for train, the sweep, pick the
+  best, export, deploy blue, clean up) and once as ``airflow dags test train_sweep_deploy`` (XComs, deferral to
+  a trigger, the task runner's bookkeeping). Two overheads:
+  - **over the jobs** (the issue's measure): wall time against the train and sweep jobs' own run times, the
+    jobs on the critical path (from the start to the end of their processes). What is not a job counts as
+    overhead here: the CLI's start-up, each job's start-up in the backend, picking, the ONNX export, the deployment;
+  - **Airflow's**: the DAG's wall time over the plain run's, the cost of running the steps as Airflow tasks.
 - **Parse**: a fresh interpreter importing ``airflow.sdk`` alone, against one that then executes the DAG
   file (what the dag processor does), median of ``--repeat``.
 
@@ -85,9 +89,9 @@ def dag_run(workspace: Path, data: Path, args: argparse.Namespace, home: Path) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--trials", type=int, default=4)
-    parser.add_argument("--delay", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=20)  # the DAG's defaults: the demo
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--delay", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     from mlrunway.data import write_digits
@@ -101,12 +105,18 @@ def main() -> None:
         dag_wall, state = dag_run(tmp / "dag", data, args, tmp / "airflow")
         rows = [{"run": "core calls", "wall_s": plain_wall, "jobs_s": jobs_seconds(tmp / "plain"), "state": "success"},
                 {"run": "airflow dags test", "wall_s": dag_wall, "jobs_s": jobs_seconds(tmp / "dag"), "state": state}]
+    for row in rows:
+        row["over_jobs"] = f"{row['wall_s'] / row['jobs_s'] - 1:+.0%}"
     overhead = dag_wall / plain_wall - 1
-    print(table(rows, [("run", "pipeline"), ("state", "state"), ("wall_s", "wall s"), ("jobs_s", "train + sweep s")]))
-    print(f"orchestration overhead: {overhead:+.1%} of the plain run's wall time (target < 10%)")
+    over_jobs = dag_wall / rows[1]["jobs_s"] - 1
+    print(table(rows, [("run", "pipeline"), ("state", "state"), ("wall_s", "wall s"), ("jobs_s", "train + sweep jobs s"),
+                       ("over_jobs", "wall over jobs")]))
+    print(f"the DAG's wall time over its jobs' own: {over_jobs:+.1%} (target < 10%); Airflow's share: "
+          f"{dag_wall - plain_wall:+.1f} s, {overhead:+.1%} of the plain run's wall time")
     print(f"parse: import airflow.sdk {sdk:.3f} s; + the DAG file {dag:.3f} s; the DAG adds {dag - sdk:.3f} s "
           f"(target < 0.3 s)")
-    record("orchestration", args, rows, ("apache-airflow", "torch", "mlflow"), overhead=round(overhead, 4),
+    record("orchestration", args, rows, ("apache-airflow", "torch", "mlflow"), over_jobs=round(over_jobs, 4),
+           airflow_overhead=round(overhead, 4),
            parse={"import_airflow_sdk_s": round(sdk, 3), "with_dag_file_s": round(dag, 3), "added_s": round(dag - sdk, 3)})
     if state != "success":
         raise SystemExit("the DAG run failed")
