@@ -146,11 +146,13 @@ def _error(request: Any, status: int, code: str, message: str) -> HttpResponseIm
 
 
 class FakeAzureML(HttpTransport):
-    """The service. ``steps`` is how many GETs a job or an operation stays in each non-final state."""
+    """The service. ``steps`` is how many GETs a job or an operation stays in each non-final state;
+    ``retry_after_ms`` is the wait its long-running operations ask of a poller (the SDK's LROPoller obeys it)."""
 
     def __init__(self, root: Path, *, steps: int = 1) -> None:
         self.root = root
         self.steps = steps
+        self.retry_after_ms = 1
         self.requests: list[Recorded] = []
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
         self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
@@ -457,7 +459,7 @@ class FakeAzureML(HttpTransport):
             return _error(request, 404, "UserError", f"job {name} not found")
         self.job_script[name] = ["CancelRequested", "Canceled"]
         op = self._new_operation(then=lambda: self._set_status(name, "Canceled"))
-        return _response(request, 202, None, {"Location": op, "x-ms-retry-after-ms": "1"})
+        return _response(request, 202, None, {"Location": op, "x-ms-retry-after-ms": str(self.retry_after_ms)})
 
     # -- long-running operations ---------------------------------------------------------------------
     def _new_operation(self, then: Callable[[], None], result: Callable[[], Any] | None = None) -> str:
@@ -480,7 +482,7 @@ class FakeAzureML(HttpTransport):
         state = self.operations[op]
         if not self._advance(op):
             return _response(request, 200 if "Azure-AsyncOperation" in recorded.path else 202,
-                             {"status": "InProgress"}, {"x-ms-retry-after-ms": "1"})
+                             {"status": "InProgress"}, {"x-ms-retry-after-ms": str(self.retry_after_ms)})
         if state["error"]:
             return _response(request, 200, {"status": "Failed", "error": state["error"]})
         return _response(request, 200, {"status": "Succeeded"})
@@ -529,7 +531,7 @@ class FakeAzureML(HttpTransport):
         op = self._new_operation(then=finish)
         self.provisioning[path.lower()] = urlparse(op).path.rsplit("/", 1)[1]
         return _response(request, 201 if created else 200, resource,
-                         {"Azure-AsyncOperation": op, "x-ms-retry-after-ms": "1"})
+                         {"Azure-AsyncOperation": op, "x-ms-retry-after-ms": str(self.retry_after_ms)})
 
     def _delete_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
         path = self._arm(request).lower()
@@ -540,7 +542,7 @@ class FakeAzureML(HttpTransport):
             for key in [k for k in self.resources if k == path or k.startswith(path + "/")]:
                 del self.resources[key]
 
-        return _response(request, 202, None, {"Location": self._new_operation(then=gone), "x-ms-retry-after-ms": "1"})
+        return _response(request, 202, None, {"Location": self._new_operation(then=gone), "x-ms-retry-after-ms": str(self.retry_after_ms)})
 
     def _list_keys(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
         if self.resource("onlineEndpoints", name) is None:

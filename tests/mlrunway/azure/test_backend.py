@@ -187,11 +187,15 @@ def test_deployment_provisions_after_begin_returns_and_is_deleted_at_the_deadlin
     fake.steps = 3
     azure.models.register("m", str(trained_model))
     azure.endpoints.create_or_update("ep-bg")
+    # The SDK's poller, which begin leaves behind, checks the operation once, then waits as long as the service
+    # asks, as it would on Azure (with 1 ms, it raced this test's reads under load and finished the deployment).
+    fake.retry_after_ms = 60_000
     info = azure.endpoints.begin_create_or_update_deployment("ep-bg", "blue", model="m:1", code_dir=CODE)
     only(fake.sent("PUT", r"/onlineEndpoints/ep-bg/deployments/blue$"), "deployment PUT")
     assert info.provisioning_state is ProvisioningState.CREATING
     states = [azure.endpoints.get_deployment("ep-bg", "blue").provisioning_state for _ in range(5)]
     assert states[0] is ProvisioningState.CREATING and states[-1] is ProvisioningState.SUCCEEDED
+    fake.retry_after_ms = 1
 
     assert azure.endpoints.delete_deployment("ep-bg", "blue") is True
     only(fake.sent("DELETE", r"/onlineEndpoints/ep-bg/deployments/blue$"), "deployment DELETE")
