@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 DAG_ID = "train_sweep_deploy"
@@ -37,7 +38,9 @@ def run_results(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     return results
 
 
-def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: list[str]) -> str:
+def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: list[str],
+                   report: Path | None = None) -> str:
+    """The demo's lines, one per task that got that far; ``report`` is the run's saved sweep report."""
     sweep, pick = results.get("sweep", {}), results.get("pick_best", {})
     export, deploy, clean = results.get("export_onnx", {}), results.get("deploy_blue", {}), results.get("cleanup", {})
     parity = export.get("parity", {})
@@ -60,6 +63,8 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
         kept = clean.get("endpoint_kept")
         lines.append(f"cleanup: endpoint {'kept (keep_endpoint)' if kept else 'deleted'}; "
                      f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
+    if report is not None:
+        lines.append(f"report: {report} (in the Airflow UI: the run's Sweep report tab)")
     return "\n".join(lines)
 
 
@@ -85,9 +90,13 @@ def main() -> int:
     from mlrunway.local.workspace import Workspace
 
     dag_id = sys.argv[1] if len(sys.argv) > 1 else DAG_ID
+    from mlrunway.report import saved_report
+
     run_id, state = latest_run(dag_id)
     left = leftovers(str(Workspace.at().root))
-    print(format_summary(state, run_results(dag_id, run_id), left))
+    results = run_results(dag_id, run_id)
+    sweep = results.get("sweep", {}).get("sweep_name")
+    print(format_summary(state, results, left, saved_report(sweep) if sweep else None))
     return 0 if state == "success" and not left else 1
 
 
