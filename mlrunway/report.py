@@ -89,13 +89,9 @@ def _endpoint(backend: Any, name: str) -> dict[str, Any] | None:
 
 def plot_curves(report: SweepReport) -> bytes:
     """PNG of the primary metric per epoch, one line per trial; early-terminated trials end in an ``x``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure  # a Figure, not pyplot: no global state, safe in a server thread
     from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(8, 4.5), dpi=100)
+    fig = new_figure(figsize=(8, 4.5), dpi=100)
     ax = fig.subplots()
     for index, trial in enumerate(report.trials):
         if not trial.history:
@@ -117,9 +113,28 @@ def plot_curves(report: SweepReport) -> bytes:
         ax.legend(fontsize=8, loc="lower right" if report.objective.goal == "maximize" else "upper right")
     else:
         ax.text(0.5, 0.5, "no epoch logged yet", ha="center", va="center", transform=ax.transAxes)
+    return png_bytes(fig, bbox_inches="tight")
+
+
+def new_figure(**kwargs: Any) -> Any:
+    """A matplotlib Figure on the Agg backend: a Figure, not pyplot, so no global state, safe in a server thread."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
+def png_bytes(fig: Any, **savefig: Any) -> bytes:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
+    fig.savefig(buffer, format="png", **savefig)
     return buffer.getvalue()
+
+
+def img_tag(png: bytes, alt: str) -> str:
+    """The plot inline in a page (``img#curves``), so a saved page stands alone."""
+    return f'<img id="curves" alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
 def _short(name: str, index: int) -> str:
@@ -147,8 +162,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
         f"<p>Sweep <b>{e(report.sweep_status)}</b>: {len(report.trials)} trials, {stopped} stopped early, "
         f"{epochs} epochs run; {e(metric)} {e(report.objective.goal)}d.</p>",
         *([f"<p>The sweep stopped: {e(report.stopped_because)}</p>"] if report.stopped_because else []),
-        f'<img id="curves" alt="{e(metric)} per epoch of each trial" '
-        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">',
+        img_tag(png, f"{metric} per epoch of each trial"),
         "<h2>Leaderboard</h2>",
         f"<table><tr><th>#</th><th>trial</th><th>status</th><th>{e(metric)}</th><th>epochs</th>"
         f"<th>hyperparameters</th><th>why it stopped</th></tr>{''.join(rows)}</table>",

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
-from mlrunway.airflow.links import ALL_LINKS, push_links
+from mlrunway.airflow.links import ALL_LINKS, links_for
 from mlrunway.pipeline import RunNames, check_prefix
 
 T = TypeVar("T")
@@ -39,10 +39,15 @@ class MlrunwayBaseOperator(BaseOperator):
         return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))
 
     def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
-        """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally. Kept in
-        ``self.links``, which the link classes read as the task ends."""
-        self.links = {**getattr(self, "links", {}),
-                      **push_links(context, self.backend, self.backend_conn_id, kind, name, version)}
+        """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally."""
+        self.show_links(context, links_for(self.backend, self.backend_conn_id, kind, name, version))
+
+    def show_links(self, context: Context, links: dict[str, str]) -> None:
+        """Keep ``links`` (by key) in ``self.links``, which the link classes read as the task ends, and push each
+        as an XCom under its key at once (the run's "Sweep report" tab reads ``report_url``)."""
+        self.links = {**getattr(self, "links", {}), **links}
+        for key, url in links.items():
+            context["ti"].xcom_push(key=key, value=url)
 
 
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):

@@ -52,6 +52,5 @@ class CleanupOperator(MlrunwayBaseOperator):
             self.log.info("No sweep in this run: no report")
             return
         self.log.info("Sweep report saved: %s", page)
-        url = ui_path("report", self.backend_conn_id, names.sweep)
-        self.links = {SweepReportLink.key: url}  # the task's "Sweep report" link, to the saved report
-        context["ti"].xcom_push(key=SweepReportLink.key, value=url)  # the run's tab now finds the saved one
+        # The task's "Sweep report" link, to the saved report; the run's tab finds the saved one too.
+        self.show_links(context, {SweepReportLink.key: ui_path("report", self.backend_conn_id, names.sweep)})

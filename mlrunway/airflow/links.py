@@ -5,8 +5,8 @@
   MLflow run, the sweep report, the endpoint. The sweep report is shown on Azure too, built from the service.
 
 Airflow 3 asks a link for its URL once, in the worker as the task ends, and the UI shows what it stored. So the
-operator keeps the URLs of what it created in ``operator.links`` (a resumed task records them again) and the link
-reads them from there: no XCom lookup, so no "XCom not found" in the log of a task that has no such link. The
+operator keeps the URLs of what it created (``links_for``) in ``operator.links`` (``show_links`` of the operators'
+base; a resumed task records them again) and the link reads them from there: no XCom lookup, so no "XCom not found" in the log of a task that has no such link. The
 URLs are also pushed as XComs under the links' keys at once: the run's "Sweep report" tab finds a running
 sweep's report through ``report_url``. ``plugins/mlrunway_plugin.py`` registers the link classes.
 """
@@ -63,9 +63,8 @@ def ui_path(*parts: str) -> str:
     return base + UI_PREFIX + "/" + "/".join(quote(p, safe="") for p in parts)
 
 
-def push_links(context: Any, backend: Any, conn_id: str, kind: str, name: str,
-               version: int | str | None = None) -> dict[str, str]:
-    """Push the links of what the task created: ``kind`` is job, sweep, model or endpoint. Return them by key."""
+def links_for(backend: Any, conn_id: str, kind: str, name: str, version: int | str | None = None) -> dict[str, str]:
+    """The links of what a task created, by key: ``kind`` is job, sweep, model or endpoint."""
     links: dict[str, str] = {}
     studio = getattr(backend, "link", None)
     url = studio(kind, name, version) if studio is not None else None
@@ -77,6 +76,4 @@ def push_links(context: Any, backend: Any, conn_id: str, kind: str, name: str,
         links[MlflowRunLink.key] = ui_path("mlflow", conn_id, name)
     if backend.kind == "local" and kind == "endpoint":
         links[EndpointLink.key] = ui_path("endpoint", conn_id, name)
-    for key, value in links.items():
-        context["ti"].xcom_push(key=key, value=value)
     return links

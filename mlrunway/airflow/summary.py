@@ -88,10 +88,9 @@ def leftovers(workspace_root: str) -> list[str]:
 
 def main() -> int:
     from mlrunway.local.workspace import Workspace
-
-    dag_id = sys.argv[1] if len(sys.argv) > 1 else DAG_ID
     from mlrunway.report import saved_report
 
+    dag_id = sys.argv[1] if len(sys.argv) > 1 else DAG_ID
     run_id, state = latest_run(dag_id)
     left = leftovers(str(Workspace.at().root))
     results = run_results(dag_id, run_id)

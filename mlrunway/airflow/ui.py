@@ -13,7 +13,6 @@ dependency: plugin apps are not protected by default.
 from __future__ import annotations
 
 import html
-import io
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException
@@ -83,12 +82,19 @@ def run_report(dag_id: str, run_id: str) -> Any:
     return RedirectResponse(url)
 
 
-@app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
-def mlflow_run(conn_id: str, job: str) -> Any:
+def _local_backend(conn_id: str, elsewhere: str) -> Any:
+    """The connection's backend when it is local; a 404 that says where to look (``elsewhere``) when not."""
     backend = _backend(conn_id)
     if backend.kind != "local":
-        raise HTTPException(404, "MLflow runs of Azure ML jobs are on the job's studio page")
+        raise HTTPException(404, elsewhere)
+    return backend
+
+
+@app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def mlflow_run(conn_id: str, job: str) -> Any:
+    backend = _local_backend(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page")
     from mlrunway.local import tracking
+    from mlrunway.report import img_tag
 
     try:
         info = backend.jobs.get(job)
@@ -104,8 +110,7 @@ def mlflow_run(conn_id: str, job: str) -> Any:
     metrics = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td><td>{len(histories[k])}</td></tr>"
                       for k, v in sorted(run.data.metrics.items()))
     curves = [k for k, values in histories.items() if len(values) > 1]
-    plot = (f'<img id="curves" alt="metrics per step" src="data:image/png;base64,{_curves_png(histories, curves)}">'
-            if curves else "")
+    plot = img_tag(_curves_png(histories, curves), "metrics per step") if curves else ""
     body = (f"<h1>MLflow run of {html.escape(job)}</h1><p>{html.escape(info.kind)} job, {info.status.value}; run "
             f"{run.info.run_id} in experiment {run.info.experiment_id}; store {html.escape(backend.workspace.tracking_uri)}"
             f"</p>{plot}<h2>Params</h2><table>{params}</table><h2>Metrics (latest)</h2>"
@@ -113,31 +118,24 @@ def mlflow_run(conn_id: str, job: str) -> Any:
     return _page(job, body)
 
 
-def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> str:
-    import base64
+def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> bytes:
+    """One small plot per metric of ``keys``, three to a row."""
+    from mlrunway.report import new_figure, png_bytes
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(3.2 * min(len(keys), 3), 2.6 * ((len(keys) + 2) // 3)), dpi=100)
+    rows, columns = (len(keys) + 2) // 3, min(len(keys), 3)
+    fig = new_figure(figsize=(3.2 * columns, 2.6 * rows), dpi=100)
     for index, key in enumerate(keys):
-        ax = fig.add_subplot((len(keys) + 2) // 3, min(len(keys), 3), index + 1)
+        ax = fig.add_subplot(rows, columns, index + 1)
         ax.plot(range(1, len(histories[key]) + 1), histories[key])
         ax.set_title(key, fontsize=9)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return base64.b64encode(buffer.getvalue()).decode()
+    return png_bytes(fig)
 
 
 @app.get("/endpoint/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def endpoint(conn_id: str, name: str) -> Any:
-    backend = _backend(conn_id)
-    if backend.kind != "local":
-        raise HTTPException(404, "Azure ML endpoints are on their studio page")
+    backend = _local_backend(conn_id, "Azure ML endpoints are on their studio page")
     try:
         state = backend.endpoints.get(name)
     except NotFound as exc:

@@ -60,8 +60,8 @@ def test_azure_connection_without_a_workspace_names_the_field(monkeypatch):
         MlrunwayHook("aml").get_backend()
 
 
-def test_every_operator_has_the_links_and_pushes_each_backends_own(tmp_path):
-    from mlrunway.airflow.links import ALL_LINKS, push_links
+def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
+    from mlrunway.airflow.links import ALL_LINKS, links_for
     from mlrunway.local.backend import LocalBackend
     from operators import (
         CleanupOperator,
@@ -77,13 +77,6 @@ def test_every_operator_has_the_links_and_pushes_each_backends_own(tmp_path):
         assert op.operator_extra_links == ALL_LINKS
     assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint"]
 
-    class TI:
-        def __init__(self):
-            self.pushed = {}
-
-        def xcom_push(self, key, value):
-            self.pushed[key] = value
-
     class Studio:
         kind = "azure"
 
@@ -91,21 +84,15 @@ def test_every_operator_has_the_links_and_pushes_each_backends_own(tmp_path):
             return f"https://ml.azure.com/{kind}/{name}/{version}"
 
     local = LocalBackend.at(tmp_path)
-    ti = TI()
-    push_links({"ti": ti}, local, "mlrunway_default", "model", "m", 1)
-    assert ti.pushed == {}  # a local model has no page of its own: the report shows it
-    push_links({"ti": ti}, local, "mlrunway_default", "sweep", "d-0123abcd-sweep")
-    assert ti.pushed == {"report_url": "/mlrunway/report/mlrunway_default/d-0123abcd-sweep",
-                         "mlflow_url": "/mlrunway/mlflow/mlrunway_default/d-0123abcd-sweep"}
-    ti = TI()
-    push_links({"ti": ti}, local, "mlrunway_default", "endpoint", "d-0123abcd")
-    assert ti.pushed == {"endpoint_url": "/mlrunway/endpoint/mlrunway_default/d-0123abcd"}
-    ti = TI()
-    push_links({"ti": ti}, Studio(), "aml", "model", "m", 2)
-    assert ti.pushed == {"studio_url": "https://ml.azure.com/model/m/2"}
-    ti = TI()
-    push_links({"ti": ti}, Studio(), "aml", "sweep", "s")
-    assert ti.pushed == {"studio_url": "https://ml.azure.com/sweep/s/None", "report_url": "/mlrunway/report/aml/s"}
+    assert links_for(local, "mlrunway_default", "model", "m", 1) == {}  # a local model has no page: the report shows it
+    assert links_for(local, "mlrunway_default", "sweep", "d-0123abcd-sweep") == {
+        "report_url": "/mlrunway/report/mlrunway_default/d-0123abcd-sweep",
+        "mlflow_url": "/mlrunway/mlflow/mlrunway_default/d-0123abcd-sweep"}
+    assert links_for(local, "mlrunway_default", "endpoint", "d-0123abcd") == {
+        "endpoint_url": "/mlrunway/endpoint/mlrunway_default/d-0123abcd"}
+    assert links_for(Studio(), "aml", "model", "m", 2) == {"studio_url": "https://ml.azure.com/model/m/2"}
+    assert links_for(Studio(), "aml", "sweep", "s") == {"studio_url": "https://ml.azure.com/sweep/s/None",
+                                                       "report_url": "/mlrunway/report/aml/s"}
 
 
 def test_both_connection_types_are_registered_with_their_form_fields():
