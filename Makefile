@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup test test-fast demo data bench clean
+.PHONY: setup check test test-fast demo data bench clean
 
 setup: $(STAMP)
 
@@ -25,11 +25,16 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-test: $(STAMP)
+# Lint, then the layers (import-linter contracts in pyproject.toml) and types (mypy), then every test.
+check: $(STAMP)
 	$(PY) -m ruff check mlrunway operators dags plugins training tests bench
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m mypy
+
+test: check
 	$(PY) -m pytest
 
-test-fast: $(STAMP)
+test-fast: check
 	$(PY) -m pytest -m "not slow and not e2e"
 
 data: $(STAMP)

@@ -102,7 +102,7 @@ def peer_venv(folder: Path) -> Path:
 
 
 def free_port() -> int:
-    from mlrunway.local.launch import free_port as pick
+    from mlrunway.local.processes import free_port as pick
 
     return pick()
 
@@ -144,7 +144,7 @@ def start_fastapi(onnx_dir: Path, workers: int, log: Path) -> tuple[subprocess.P
 
 
 def stop(proc: subprocess.Popen) -> None:
-    from mlrunway.local.supervisor import terminate_group
+    from mlrunway.local.processes import terminate_group
 
     terminate_group(proc.pid, [proc], 10)
 
@@ -163,8 +163,8 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed as the load generator: apt-get install wrk")
+    from mlrunway.local.serving.endpoints import LocalEndpoints
     from mlrunway.local.workspace import Workspace
-    from mlrunway.serving.endpoints import LocalEndpoints
 
     azureml = peer_venv(args.peer_venv) if "azureml" in args.servers else None
     rows: list[dict] = []

@@ -1,80 +1,44 @@
-"""The lifecycle's steps over a backend: names from the run, pick the best trial, deploy blue, clean up.
+"""The lifecycle's steps over any ``Backend``: pick the best trial, deploy blue, clean up.
 
-Operators call these; they hold no Airflow. Every name a run creates derives from the DAG and the run, so two
-runs or a backfill never collide and a retried task finds what its earlier try created.
+Operators call these; they hold no Airflow. Every name a run creates derives from the DAG and the run
+(:class:`~mlrunway.backend.naming.RunNames`), so two runs or a backfill never collide and a retried task finds
+what its earlier try created.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.naming import RunNames
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, EndpointSettings, JobInfo, JobStatus
 from mlrunway.errors import EndpointError, JobFailed, NotFound
-from mlrunway.serving.state import check_endpoint_name
-from mlrunway.specs import _check
-from mlrunway.specs.sweep import Objective
+from mlrunway.specs import check
+from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import best_trial, trial_score
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunNames:
-    """Names of what one DAG run creates."""
-
-    prefix: str
-    run_key: str
-
-    @classmethod
-    def of(cls, dag_id: str, run_id: str, prefix: str) -> RunNames:
-        run_key = hashlib.sha256(f"{dag_id}/{run_id}".encode()).hexdigest()[:8]
-        names = cls(prefix, run_key)
-        check_endpoint_name(names.endpoint)  # the tightest rule: fail before any job starts
-        return names
-
-    @classmethod
-    def of_sweep(cls, sweep: str) -> RunNames:
-        """The names of the run whose sweep is ``sweep`` (``<prefix>-<run_key>-sweep``)."""
-        stem = sweep.removesuffix("-sweep")
-        prefix, _, run_key = stem.rpartition("-")
-        if stem == sweep or not prefix or len(run_key) != 8:
-            raise _check.fail("sweep", f"{sweep!r} is not a pipeline run's sweep", "use <prefix>-<8 hex>-sweep")
-        return cls(prefix, run_key)
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.prefix}-{self.run_key}"
-
-    @property
-    def train_job(self) -> str:
-        return f"{self.prefix}-{self.run_key}-train"
-
-    @property
-    def sweep(self) -> str:
-        return f"{self.prefix}-{self.run_key}-sweep"
-
-    @property
-    def model(self) -> str:
-        return f"{self.prefix}-{self.run_key}"
-
-
-def require_completed(info: Any, what: str) -> None:
+def require_completed(info: JobInfo, what: str) -> None:
     """Raise JobFailed with the job's own reason unless it completed."""
     if info.status is not JobStatus.COMPLETED:
         raise JobFailed(f"{what} {info.name} ended {info.status.value}: {info.error or 'no reason recorded'}")
 
 
-def pick_best(backend: Any, sweep_name: str, model_name: str) -> dict[str, Any]:
-    """Register the best trial's model with its hyperparameters and metric; return the reference."""
-    sweep = backend.jobs.sweep_result(sweep_name)
-    objective = Objective(**sweep["objective"])
-    best = best_trial(sweep["trials"], objective)
+def pick_best(backend: Backend, sweep_name: str, model_name: str) -> dict[str, Any]:
+    """Register the best trial's model with its hyperparameters and metric; return the reference.
+
+    The trials of the sweep's earlier attempts that completed count too (a retried sweep carries them over).
+    """
+    sweep = sweep_result(backend.jobs, sweep_name)
+    objective = sweep.objective
+    best = best_trial(sweep.trials, objective)
     if best is None:
         raise JobFailed(f"sweep {sweep_name}: no trial logged {objective.primary_metric!r}; nothing to register")
     metric = trial_score(best, objective)
@@ -113,24 +77,12 @@ def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
     return prediction
 
 
-def start_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path, *,
-               workers: int = 2, instance_type: str | None = None, instance_count: int | None = None) -> Any:
-    """Start provisioning `blue` with the model on an existing endpoint; return its DeploymentInfo at once.
-
-    ``workers`` sizes the local server; ``instance_type`` and ``instance_count`` the Azure deployment.
-    """
-    return backend.endpoints.begin_create_or_update_deployment(
-        endpoint, "blue", **_blue(backend, model_name, model_version, code_dir, workers=workers,
-                                  instance_type=instance_type, instance_count=instance_count))
+def start_blue(backend: Backend, endpoint: str, settings: DeploymentSettings) -> DeploymentInfo:
+    """Start provisioning `blue` with the settings' model on an existing endpoint; return at once."""
+    return backend.endpoints.begin_create_or_update_deployment(endpoint, "blue", settings)
 
 
-def _blue(backend: Any, model_name: str, model_version: int, code_dir: str | Path, **sizing: Any) -> dict[str, Any]:
-    """The deployment's settings, as both backends take them."""
-    model = backend.models.get(model_name, model_version)
-    return {"model_dir": model.path, "code_dir": code_dir, "model": f"{model_name}:{model_version}", **sizing}
-
-
-def promote_blue(backend: Any, endpoint: str, model_name: str, model_version: int,
+def promote_blue(backend: Backend, endpoint: str, model_name: str, model_version: int,
                  data_dir: str | Path) -> dict[str, Any]:
     """Smoke-test the provisioned `blue` by header with a real validation image, then give it 100% of traffic.
 
@@ -150,22 +102,19 @@ def promote_blue(backend: Any, endpoint: str, model_name: str, model_version: in
             "smoke_label": prediction["label"], "smoke_truth": truth, "smoke_probability": prediction["probability"]}
 
 
-def deploy_blue(backend: Any, endpoint: str, model_name: str, model_version: int, code_dir: str | Path,
-                data_dir: str | Path, *, workers: int = 2, instance_type: str | None = None,
-                instance_count: int | None = None, timeout_s: float = 3600.0) -> dict[str, Any]:
+def deploy_blue(backend: Backend, endpoint: str, settings: DeploymentSettings, data_dir: str | Path, *,
+                endpoint_settings: EndpointSettings | None = None, timeout_s: float = 3600.0) -> dict[str, Any]:
     """Safe rollout, waiting here: the endpoint, `blue` with no traffic, a smoke test by header, then 100%."""
-    backend.endpoints.create_or_update(endpoint, workers=workers)
-    backend.endpoints.create_or_update_deployment(
-        endpoint, "blue", timeout_s=timeout_s, **_blue(backend, model_name, model_version, code_dir, workers=workers,
-                                                       instance_type=instance_type, instance_count=instance_count))
-    return promote_blue(backend, endpoint, model_name, model_version, data_dir)
+    backend.endpoints.create_or_update(endpoint, endpoint_settings)
+    backend.endpoints.create_or_update_deployment(endpoint, "blue", settings, timeout_s=timeout_s)
+    return promote_blue(backend, endpoint, settings.model_name, settings.model_version, data_dir)
 
 
-def cleanup(backend: Any, names: RunNames, *, delete_endpoint: bool = True,
-            archive: list[tuple[str, int]] = ()) -> dict[str, Any]:
-    """Delete what the run created; what is already gone counts as done. Stray jobs of the run are canceled."""
-    stray = [j.name for j in backend.jobs.list() if j.name.startswith(f"{names.prefix}-{names.run_key}")
-             and not j.status.is_terminal()]
+def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
+            archive: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
+    """Delete what the run created; what is already gone counts as done. Stray jobs of the run (every
+    attempt's) are canceled."""
+    stray = [j.name for j in backend.jobs.list(f"{names.prefix}-{names.run_key}") if not j.status.is_terminal()]
     for name in stray:
         backend.jobs.cancel(name, reason="cleanup: the pipeline run ended")
     deleted = backend.endpoints.delete(names.endpoint) if delete_endpoint else False
@@ -185,6 +134,6 @@ def cleanup(backend: Any, names: RunNames, *, delete_endpoint: bool = True,
 
 def check_prefix(prefix: str) -> str:
     if not isinstance(prefix, str) or not prefix or len(prefix) > 23:
-        raise _check.fail("endpoint_prefix", f"{prefix!r} must be 1 to 23 characters",
+        raise check.fail("endpoint_prefix", f"{prefix!r} must be 1 to 23 characters",
                           "leave room for the run's 9-character suffix within Azure's 32")
     return prefix

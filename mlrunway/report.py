@@ -21,10 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.attempts import latest_attempt
+from mlrunway.backend.naming import RunNames, base_name
+from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import TrialInfo
 from mlrunway.errors import NotFound
-from mlrunway.pipeline import RunNames
 from mlrunway.specs.sweep import Objective
+from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import rank, trial_score
 
 HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
@@ -52,18 +55,21 @@ class SweepReport:
         return data
 
 
-def collect(backend: Any, names: RunNames) -> SweepReport:
-    """The run's report as it stands now. Raises NotFound until the run's sweep exists."""
-    result = backend.jobs.sweep_result(names.sweep)
-    objective = Objective(**result["objective"])
-    status = result.get("status") or backend.jobs.get(names.sweep).status.value
-    return SweepReport(sweep=names.sweep, sweep_status=str(status), objective=objective, trials=result["trials"],
-                       best_trial=result.get("best_trial"), stopped_because=result.get("stopped_because"),
-                       model=_model(backend, names.model, names.sweep), onnx=_model(backend, f"{names.model}-onnx"),
+def collect(backend: Backend, names: RunNames) -> SweepReport:
+    """The run's report as it stands now, from the newest attempt of its sweep (with the trials earlier attempts
+    completed). Raises NotFound until the run's sweep exists."""
+    latest = latest_attempt(backend.jobs, names.sweep)
+    if latest is None:
+        raise NotFound(f"sweep {names.sweep!r} does not exist yet")
+    result = sweep_result(backend.jobs, latest.name)
+    return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
+                       trials=list(result.trials), best_trial=result.best_trial,
+                       stopped_because=result.stopped_because,
+                       model=_model(backend, names.model, latest.name), onnx=_model(backend, f"{names.model}-onnx"),
                        endpoint=_endpoint(backend, names.endpoint))
 
 
-def _model(backend: Any, name: str, sweep: str | None = None) -> dict[str, Any] | None:
+def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, Any] | None:
     """The newest version of ``name`` (of this sweep, when given), as a plain dict."""
     try:
         versions = backend.models.list(name)
@@ -77,14 +83,13 @@ def _model(backend: Any, name: str, sweep: str | None = None) -> dict[str, Any] 
     return {"name": latest.name, "version": int(latest.version), "properties": dict(latest.properties or {})}
 
 
-def _endpoint(backend: Any, name: str) -> dict[str, Any] | None:
+def _endpoint(backend: Backend, name: str) -> dict[str, Any] | None:
     try:
         endpoint = backend.endpoints.get(name)
     except NotFound:
         return None
-    state = endpoint.provisioning_state  # Azure's is an enum: its value, not its name
-    return {"name": name, "provisioning_state": str(getattr(state, "value", state)),
-            "traffic": dict(endpoint.traffic or {}), "scoring_uri": endpoint.scoring_uri}
+    return {"name": name, "provisioning_state": endpoint.provisioning_state.value,
+            "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
 
 
 def plot_curves(report: SweepReport) -> bytes:
@@ -219,27 +224,21 @@ def save(report: SweepReport, folder: str | Path) -> Path:
     return page
 
 
-def reports_root(workspace_root: str | Path | None = None) -> Path:
-    """Where saved reports live, one folder per sweep: ``<workspace>/reports`` (both backends)."""
-    from mlrunway.local.workspace import Workspace
-
-    return Workspace.at(workspace_root).root / "reports"
-
-
-def save_run_report(backend: Any, names: RunNames, root: str | Path | None = None) -> Path | None:
-    """Save the run's report under ``<root>/<sweep>/`` and, where the backend keeps job artifacts (local),
-    as artifacts of the sweep's MLflow run under ``report/``. None when the run has no sweep."""
+def save_run_report(backend: Backend, names: RunNames, root: str | Path) -> Path | None:
+    """Save the run's report under ``<root>/<sweep>/`` and, where the backend keeps job artifacts
+    (``capabilities.artifacts``), as artifacts of the sweep's run under ``report/``. None when the run has no
+    sweep."""
     try:
         report = collect(backend, names)
     except NotFound:
         return None
-    page = save(report, Path(root) / names.sweep if root else reports_root() / names.sweep)
-    keep = getattr(backend.jobs, "log_artifacts", None)
-    if keep is not None:
-        keep(names.sweep, page.parent, "report")
+    page = save(report, Path(root) / names.sweep)
+    if backend.capabilities.artifacts:
+        backend.jobs.log_artifacts(report.sweep, page.parent, "report")
     return page
 
 
-def saved_report(sweep: str, root: str | Path | None = None) -> Path | None:
-    page = (Path(root) if root else reports_root()) / sweep / HTML_FILE
+def saved_report(sweep: str, root: str | Path) -> Path | None:
+    """The saved report of the run whose sweep is ``sweep`` (any attempt's name), if cleanup saved one."""
+    page = Path(root) / base_name(sweep) / HTML_FILE
     return page if page.is_file() else None

@@ -12,7 +12,9 @@ from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.airflow.links import ALL_LINKS, links_for
-from mlrunway.pipeline import RunNames, check_prefix
+from mlrunway.backend.naming import RunNames
+from mlrunway.backend.protocol import Backend
+from mlrunway.pipeline import check_prefix
 
 T = TypeVar("T")
 
@@ -32,7 +34,7 @@ class MlrunwayBaseOperator(BaseOperator):
         self.name_prefix = name_prefix
 
     @cached_property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         return MlrunwayHook(self.backend_conn_id).get_backend()
 
     def names(self, context: Context) -> RunNames:

@@ -3,8 +3,9 @@
 ``deferrable=True`` (the default) submits the job, then frees the worker slot: a ``JobTrigger`` polls it in
 the triggerer and resumes the task in ``execute_complete``. ``deferrable=False`` polls in the worker through
 Airflow's ``ResumableJobMixin``, which keeps the job's name in the task state store so that a retry after a
-worker crash reconnects to it. Either way the name derives from the DAG run, so a retry or re-run submits
-nothing new: the backend hands back the job already under that name.
+worker crash reconnects to it. Either way the name derives from the DAG run, so a retry or re-run re-attaches
+to a Queued, Running or Completed job and submits nothing; after a Failed or Canceled one it submits the next
+attempt (``<name>-a2``...: :mod:`mlrunway.backend.attempts`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin
 
-from mlrunway.airflow.triggers import JobTrigger
+from mlrunway.airflow.triggers import JobTrigger, Outcome
+from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobInfo, JobStatus
-from mlrunway.errors import JobTimedOut, NotFound
+from mlrunway.errors import JobFailed, JobTimedOut
 from operators._base import MlrunwayWaitingOperator
 
 
@@ -37,8 +39,8 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         return (start.isoformat(), end.isoformat()) if start is not None and end is not None else None
 
-    def submit(self, name: str, context: Context) -> None:
-        """Submit the job as ``name`` (the backend returns the existing job when there is one)."""
+    def submit(self, name: str, context: Context) -> JobInfo:
+        """Submit the job as ``name`` (an attempt of the run's job) and return it."""
         raise NotImplementedError
 
     def progress(self, name: str) -> Callable[[JobInfo], None] | None:
@@ -63,9 +65,13 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         name = self._job = event["job_name"]
+        outcome = Outcome(event["outcome"])
         self.link(context, self.link_kind, name)  # a resumed task is a new process: record its links again
-        if event["status"] == "timeout":
+        if outcome is Outcome.TIMEOUT:
             raise JobTimedOut(f"job {name}: {event['error']} (max_wait_s={self.max_wait_s:g})")
+        if outcome is Outcome.ERROR:
+            raise JobFailed(f"job {name}: waiting on it failed: {event['error']}")
+        self.log.info("%s ended %s", name, JobStatus(event["status"]).value)
         return self._finish(context, self.backend.jobs.get(name))
 
     def _finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
@@ -75,15 +81,13 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
 
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def submit_job(self, context: Context) -> str:
-        """Submit the run's job, or re-attach to the one already under its name (a retry, a re-run, a worker
-        that died): looked up by name, so a re-attach costs one call and submits nothing."""
-        name = self.job_name(context)
-        self._job = name  # for on_kill, which gets no context
-        try:
-            info = self.backend.jobs.get(name)
-            self.log.info("Re-attaching to %s, already %s: nothing new is submitted", name, info.status.value)
-        except NotFound:
-            self.submit(name, context)
+        """Submit the run's job, or re-attach to its newest attempt (a retry, a re-run, a worker that died)
+        unless that attempt ended Failed or Canceled: then submit the next attempt. Returns the job's name."""
+        attempt = self.attempt = submit_or_reattach(self.backend.jobs, self.job_name(context),
+                                                    lambda n: self.submit(n, context))
+        if attempt.action is not Action.SUBMITTED:
+            self.log.info(attempt.describe())
+        name = self._job = attempt.job.name  # for on_kill, which gets no context
         self.link(context, self.link_kind, name)
         return name
 
@@ -96,11 +100,10 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
     def is_job_succeeded(self, status: str) -> bool:
         return status == JobStatus.COMPLETED.value
 
-    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
         info = self.backend.jobs.wait(external_id, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
                                       on_poll=self.progress(external_id))
         self._result = self.finish(context, info)
-        return self._result
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         result = getattr(self, "_result", None)

@@ -7,7 +7,9 @@ from typing import Any
 
 from airflow.sdk import Context, TriggerRule
 
+from mlrunway.airflow.hook import reports_folder
 from mlrunway.airflow.links import SweepReportLink, ui_path
+from mlrunway.backend.naming import RunNames
 from mlrunway.errors import JobFailed
 from mlrunway.pipeline import cleanup
 from mlrunway.report import save_run_report
@@ -40,11 +42,11 @@ class CleanupOperator(MlrunwayBaseOperator):
             raise JobFailed(f"cleanup finished ({done}), but upstream tasks failed: {', '.join(failed)}")
         return done
 
-    def save_report(self, context: Context, names: Any) -> None:
+    def save_report(self, context: Context, names: RunNames) -> None:
         """The sweep report as the run ends, the endpoint still up: the run's artifact. A report that cannot be
         built is logged and does not stop the cleanup: the run's models and jobs stand without it."""
         try:
-            page = save_run_report(self.backend, names)
+            page = save_run_report(self.backend, names, reports_folder())
         except Exception:
             self.log.exception("The sweep report of %s could not be saved; cleaning up regardless", names.sweep)
             return

@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway.airflow.triggers import DeploymentTrigger
-from mlrunway.backend.types import ProvisioningState
-from mlrunway.errors import EndpointError
+from mlrunway.airflow.triggers import DeploymentTrigger, Outcome
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
+from mlrunway.errors import EndpointError, NotFound
 from mlrunway.pipeline import deploy_blue, promote_blue, start_blue
 from operators._base import MlrunwayWaitingOperator
 
@@ -28,9 +28,13 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param model_version: its version.
     :param code_dir: folder holding score.py.
     :param data_dir: ImageFolder data; the smoke image comes from val/.
-    :param workers: server workers (local backend).
+    :param workers: server workers of a local endpoint.
     :param instance_type: VM size of the deployment (Azure; default: the connection's).
-    :param instance_count: instances of the deployment (Azure; default: the connection's).
+    :param instance_count: instances of the deployment (Azure; default: the connection's); locally, the
+        server workers the deployment needs (default: ``workers``).
+
+    Killed while it waits (marked failed, timed out), the task deletes `blue` if it is still provisioning: a
+    deployment with no traffic yet serves nobody. The run's cleanup deletes the endpoint.
     """
 
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
@@ -44,32 +48,49 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.instance_type, self.instance_count = instance_type, instance_count
 
-    def sizing(self) -> dict[str, Any]:
-        return {"workers": self.workers, "instance_type": self.instance_type or None,
-                "instance_count": int(self.instance_count) if self.instance_count else None}
+    def settings(self) -> DeploymentSettings:
+        return DeploymentSettings(model=f"{self.model_name}:{int(self.model_version)}", code_dir=str(self.code_dir),
+                                  instance_type=self.instance_type or None,
+                                  instance_count=int(self.instance_count) if self.instance_count else None)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        endpoint = self.names(context).endpoint
+        endpoint = self._endpoint = self.names(context).endpoint
         self.link(context, "endpoint", endpoint)
         if not self.deferrable:
-            return deploy_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir,
-                               self.data_dir, timeout_s=self.max_wait_s, **self.sizing())
-        self.backend.endpoints.begin_create_or_update(endpoint, workers=self.workers)
-        info = self.settle(lambda: self.backend.endpoints.get(endpoint),
-                           lambda i: ProvisioningState(i.provisioning_state).is_terminal())
-        return self.step(endpoint, None, str(info.provisioning_state))
+            return deploy_blue(self.backend, endpoint, self.settings(), self.data_dir,
+                               endpoint_settings=EndpointSettings(workers=self.workers), timeout_s=self.max_wait_s)
+        self.backend.endpoints.begin_create_or_update(endpoint, EndpointSettings(workers=self.workers))
+        info = self.settle(lambda: self.backend.endpoints.get(endpoint), lambda i: i.provisioning_state.is_terminal())
+        return self.step(endpoint, None, info.provisioning_state)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        self.link(context, "endpoint", event["endpoint"])  # a resumed task is a new process: record it again
-        return self.step(event["endpoint"], event["deployment"], event["status"], event.get("error"))
+        endpoint = self._endpoint = event["endpoint"]
+        self.link(context, "endpoint", endpoint)  # a resumed task is a new process: record it again
+        what = f"deployment {endpoint}/{event['deployment']}" if event["deployment"] else f"endpoint {endpoint}"
+        outcome = Outcome(event["outcome"])
+        if outcome is Outcome.TIMEOUT:
+            raise EndpointError(f"{what}: {event['error']} (max_wait_s={self.max_wait_s:g})")
+        if outcome is Outcome.ERROR:
+            raise EndpointError(f"{what}: waiting on it failed: {event['error']}")
+        return self.step(endpoint, event["deployment"], ProvisioningState(event["status"]), event.get("error"))
 
-    def step(self, endpoint: str, deployment: str | None, status: str, error: str | None = None) -> dict[str, Any]:
+    def on_kill(self) -> None:
+        """The task was killed while `blue` provisioned: delete it (it has no traffic yet); one that already
+        serves is left to the run's cleanup."""
+        endpoint = getattr(self, "_endpoint", None)
+        if endpoint is None:
+            return
+        try:
+            if not self.backend.endpoints.get_deployment(endpoint, "blue").provisioning_state.is_terminal():
+                self.backend.endpoints.delete_deployment(endpoint, "blue")
+        except NotFound:
+            pass
+
+    def step(self, endpoint: str, deployment: str | None, state: ProvisioningState,
+             error: str | None = None) -> dict[str, Any]:
         """Where the rollout stands: wait while the endpoint or `blue` provisions, fail on a failure, else go on:
         from the endpoint to `blue`, from `blue` to the smoke test and the traffic."""
         what = f"deployment {endpoint}/{deployment}" if deployment else f"endpoint {endpoint}"
-        if status == "timeout":
-            raise EndpointError(f"{what}: {error} (max_wait_s={self.max_wait_s:g})")
-        state = ProvisioningState(status)
         if not state.is_terminal():
             self.log.info("%s is %s; waiting in the triggerer", what, state.value)
             self.defer(trigger=DeploymentTrigger(self.backend_conn_id, endpoint, deployment, self.poll_interval_s,
@@ -77,8 +98,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         if state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(error or f"{what} ended {state.value}")
         if deployment is None:
-            start_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.code_dir, **self.sizing())
+            start_blue(self.backend, endpoint, self.settings())
             info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, "blue"),
                                lambda i: i.provisioning_state.is_terminal())
-            return self.step(endpoint, info.name, info.provisioning_state.value, info.error)
+            return self.step(endpoint, info.name, info.provisioning_state, info.error)
         return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir)

@@ -40,12 +40,13 @@ class TrainModelOperator(MlrunwayJobOperator):
     def job_name(self, context: Context) -> str:
         return self.names(context).train_job
 
-    def submit(self, name: str, context: Context) -> None:
+    def submit(self, name: str, context: Context) -> JobInfo:
         spec = train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs),
                          learning_rate=float(self.learning_rate), momentum=float(self.momentum),
                          experiment_name=self.experiment_name, data_interval=self.data_interval(context))
-        self.backend.jobs.submit(name, spec)
+        info = self.backend.jobs.submit(name, spec)
         self.log.info("Training job %s submitted", name)
+        return info
 
     def progress(self, name: str) -> LogFollower:
         return LogFollower(self, name)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mlrunway.backend.types import DeploymentSettings
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.workspace import Workspace
 
@@ -89,3 +90,12 @@ def small_digits(digits: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
             for image in sorted(cls.iterdir())[:2]:
                 shutil.copy(image, small / split / cls.name / image.name)
     return small
+
+
+def deployment(workspace: Workspace, model_dir: Path, code_dir: Path, *, model_name: str = "model",
+               **settings: object) -> DeploymentSettings:
+    """Register ``model_dir`` in the workspace's registry and return settings that deploy it with ``code_dir``."""
+    from mlrunway.local.registry import LocalModels
+
+    model = LocalModels(workspace).register(model_name, model_dir)
+    return DeploymentSettings(model=f"{model.name}:{model.version}", code_dir=str(code_dir), **settings)  # type: ignore[arg-type]

@@ -8,11 +8,14 @@ no set-up.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.registry import BackendKind, connect
 from mlrunway.errors import SpecError
 
 DEFAULT_CONN_ID = "mlrunway_default"
@@ -30,30 +33,33 @@ class MlrunwayHook(BaseHook):
         super().__init__()
         self.backend_conn_id = backend_conn_id
 
-    def get_conn(self) -> Any:
+    def get_conn(self) -> Backend:
         return self.get_backend()
 
-    def get_backend(self) -> Any:
-        from mlrunway.local.backend import LocalBackend
-
+    def get_backend(self) -> Backend:
+        """The backend the connection names (:mod:`mlrunway.backend.registry`), imported only now."""
         try:
             conn = self.get_connection(self.backend_conn_id)
         except AirflowNotFoundException as exc:
             if self.backend_conn_id == DEFAULT_CONN_ID:
-                return LocalBackend.at()
+                return connect(BackendKind.LOCAL.conn_type, {})
             raise SpecError(
                 f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
                 f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
             ) from exc
-        if conn.conn_type == "mlrunway_local":
-            extra = conn.extra_dejson
-            return LocalBackend.at(extra.get("workspace") or extra.get("extra__mlrunway_local__workspace") or None)
-        if conn.conn_type == "azure_ml":
-            from mlrunway.azure.backend import AzureBackend
+        try:
+            kind = BackendKind.of_conn_type(conn.conn_type or "")
+        except SpecError as exc:
+            raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: {exc}") from exc
+        fields = azure_fields(conn.extra_dejson) if kind is BackendKind.AZURE else dict(conn.extra_dejson)
+        return kind.factory().from_connection(fields, conn.password or None)
 
-            return AzureBackend.from_connection(azure_fields(conn.extra_dejson), conn.password or None)
-        raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: connection type {conn.conn_type!r} is not a "
-                        "backend; use mlrunway_local or azure_ml")
+
+def reports_folder() -> Path:
+    """Where the runs' sweep reports are saved, on every backend: ``<local workspace>/reports``."""
+    from mlrunway.local.workspace import Workspace
+
+    return Workspace.at().root / "reports"
 
 
 def azure_fields(extra: dict[str, Any]) -> dict[str, Any]:

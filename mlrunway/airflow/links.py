@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
+from mlrunway.backend.protocol import Backend
+
 UI_PREFIX = "/mlrunway"  # where the plugin mounts its FastAPI app
 
 
@@ -63,17 +65,17 @@ def ui_path(*parts: str) -> str:
     return base + UI_PREFIX + "/" + "/".join(quote(p, safe="") for p in parts)
 
 
-def links_for(backend: Any, conn_id: str, kind: str, name: str, version: int | str | None = None) -> dict[str, str]:
-    """The links of what a task created, by key: ``kind`` is job, sweep, model or endpoint."""
+def links_for(backend: Backend, conn_id: str, kind: str, name: str,
+              version: int | str | None = None) -> dict[str, str]:
+    """The links of what a task created, by key: ``kind`` is job, sweep, model or endpoint. A backend with a
+    UI of its own links there; one without gets the plugin's MLflow and endpoint pages instead."""
     links: dict[str, str] = {}
-    studio = getattr(backend, "link", None)
-    url = studio(kind, name, version) if studio is not None else None
-    if url:
+    if backend.capabilities.studio and (url := backend.link(kind, name, version)):
         links[StudioLink.key] = url
     if kind == "sweep":
         links[SweepReportLink.key] = ui_path("report", conn_id, name)
-    if backend.kind == "local" and kind in ("job", "sweep"):
+    if not backend.capabilities.studio and kind in ("job", "sweep"):
         links[MlflowRunLink.key] = ui_path("mlflow", conn_id, name)
-    if backend.kind == "local" and kind == "endpoint":
+    if not backend.capabilities.studio and kind == "endpoint":
         links[EndpointLink.key] = ui_path("endpoint", conn_id, name)
     return links

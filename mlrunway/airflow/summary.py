@@ -68,8 +68,8 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
     return "\n".join(lines)
 
 
-MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.serving.server",
-           "mlrunway.serving.provision")
+MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.local.serving.server",
+           "mlrunway.local.serving.provision")
 
 
 def leftovers(workspace_root: str) -> list[str]:
@@ -87,6 +87,7 @@ def leftovers(workspace_root: str) -> list[str]:
 
 
 def main() -> int:
+    from mlrunway.airflow.hook import reports_folder
     from mlrunway.local.workspace import Workspace
     from mlrunway.report import saved_report
 
@@ -95,7 +96,7 @@ def main() -> int:
     left = leftovers(str(Workspace.at().root))
     results = run_results(dag_id, run_id)
     sweep = results.get("sweep", {}).get("sweep_name")
-    print(format_summary(state, results, left, saved_report(sweep) if sweep else None))
+    print(format_summary(state, results, left, saved_report(sweep, reports_folder()) if sweep else None))
     return 0 if state == "success" and not left else 1
 
 

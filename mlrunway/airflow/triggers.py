@@ -1,9 +1,9 @@
 """Triggers that wait in the triggerer, so Train, Sweep and DeployBlue free their worker slot.
 
 One base loop, ``BackendTrigger``: each poll runs the backend's blocking call in a thread; the first terminal
-state fires the one event ``{status, error, ...ids}``; at the deadline the trigger stops the remote work
-and fires ``status: timeout``. Subclasses say what to wait on and what stopping it means. Triggers hold only
-names and numbers, so they serialize.
+state fires the one event ``{outcome: ended, status, error, ...ids}``; at the deadline the trigger stops the
+remote work and fires ``outcome: timeout``; an exception fires ``outcome: error`` with its sentence. Subclasses
+say what to wait on and what stopping it means. Triggers hold only names and numbers, so they serialize.
 
 A user who marks a deferred task failed (or clears it) reaches ``on_kill``, which Airflow 3.3 calls in the
 triggerer for user actions only, never on a triggerer restart: a job is canceled there. The run's cleanup
@@ -13,6 +13,7 @@ task cancels any job of the run that is still running, as a second net.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +21,16 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mlrunway.airflow.hook import MlrunwayHook
-from mlrunway.backend.types import ProvisioningState
+from mlrunway.backend.protocol import Backend
+
+
+class Outcome(enum.StrEnum):
+    """How a trigger's wait ended: what it waited on reached a terminal status, the deadline passed, or the
+    wait itself failed (the backend raised)."""
+
+    ENDED = "ended"
+    TIMEOUT = "timeout"
+    ERROR = "error"
 
 
 class BackendTrigger(BaseTrigger):
@@ -38,11 +48,11 @@ class BackendTrigger(BaseTrigger):
         """The names that identify what is waited on; they go into ``serialize`` and every event."""
         raise NotImplementedError
 
-    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+    def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         """Blocking: the status, whether it is terminal, and the error that goes with it."""
         raise NotImplementedError
 
-    def stop(self, backend: Any, reason: str) -> str:
+    def stop(self, backend: Backend, reason: str) -> str:
         """Blocking: stop the remote work at the deadline; say what was done, for the event's message."""
         raise NotImplementedError
 
@@ -53,10 +63,17 @@ class BackendTrigger(BaseTrigger):
             "deadline": self.deadline,
         }
 
-    async def backend(self) -> Any:
+    async def backend(self) -> Backend:
         return await asyncio.to_thread(MlrunwayHook(self.backend_conn_id).get_backend)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            event = await self._wait()
+        except Exception as exc:  # noqa: BLE001 - the operator raises the sentence; the triggerer must not die
+            event = {"outcome": Outcome.ERROR.value, "status": None, "error": f"{type(exc).__name__}: {exc}"}
+        yield TriggerEvent({**self.ids(), **event})
+
+    async def _wait(self) -> dict[str, Any]:
         backend = await self.backend()
         while True:
             # The operator checked just before deferring: the first look comes one interval later, which also
@@ -64,12 +81,11 @@ class BackendTrigger(BaseTrigger):
             await asyncio.sleep(self.poll_interval_s)
             status, terminal, error = await asyncio.to_thread(self.poll, backend)
             if terminal:
-                yield TriggerEvent({**self.ids(), "status": status, "error": error})
-                return
+                return {"outcome": Outcome.ENDED.value, "status": status, "error": error}
             if self.deadline is not None and time.time() > self.deadline:
                 done = await asyncio.to_thread(self.stop, backend, "the task's maximum wait passed")
-                yield TriggerEvent({**self.ids(), "status": "timeout", "error": f"still {status} at the deadline; {done}"})
-                return
+                return {"outcome": Outcome.TIMEOUT.value, "status": status,
+                        "error": f"still {status} at the deadline; {done}"}
 
 
 class JobTrigger(BackendTrigger):
@@ -86,11 +102,11 @@ class JobTrigger(BackendTrigger):
     def ids(self) -> dict[str, Any]:
         return {"job_name": self.job_name}
 
-    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+    def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         info = backend.jobs.get(self.job_name)
         return info.status.value, info.status.is_terminal(), info.error
 
-    def stop(self, backend: Any, reason: str) -> str:
+    def stop(self, backend: Backend, reason: str) -> str:
         backend.jobs.cancel(self.job_name, reason)
         return "it was canceled"
 
@@ -115,15 +131,15 @@ class DeploymentTrigger(BackendTrigger):
     def ids(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "deployment": self.deployment}
 
-    def poll(self, backend: Any) -> tuple[str, bool, str | None]:
+    def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         if self.deployment is None:
-            state, error = ProvisioningState(backend.endpoints.get(self.endpoint).provisioning_state), None
+            state, error = backend.endpoints.get(self.endpoint).provisioning_state, None
         else:
             info = backend.endpoints.get_deployment(self.endpoint, self.deployment)
             state, error = info.provisioning_state, info.error
         return state.value, state.is_terminal(), error
 
-    def stop(self, backend: Any, reason: str) -> str:
+    def stop(self, backend: Backend, reason: str) -> str:
         """Azure cannot cancel a provisioning: delete the deployment (it has no traffic yet); an endpoint is left
         to the run's cleanup task, which deletes it with whatever it holds."""
         if self.deployment is None:

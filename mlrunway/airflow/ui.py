@@ -3,8 +3,11 @@
 - ``report/<conn_id>/<sweep>``: the sweep report (``mlrunway.report``): the saved one once the run's cleanup
   wrote it, else built live from the backend, so a sweep can be watched while it runs;
 - ``runs/<dag_id>/<run_id>``: the report of a DAG run (the "Sweep report" tab of the run's page);
-- ``mlflow/<conn_id>/<job>``: a local job's MLflow run: params, metrics and their curves;
-- ``endpoint/<conn_id>/<name>``: a local endpoint's state, deployments and traffic (never its keys).
+- ``mlflow/<conn_id>/<job>``: a job's MLflow run: params, metrics and their curves;
+- ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys).
+
+The last two stand in for a backend's own UI: where it has one (``capabilities.studio``, Azure ML studio),
+they answer 404 and the task's studio link is the way there.
 
 Every page needs a signed-in Airflow user allowed to read DAG runs, checked by Airflow's own security
 dependency: plugin apps are not protected by default.
@@ -18,6 +21,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
+from mlrunway.backend.protocol import Backend
 from mlrunway.errors import MlrunwayError, NotFound
 
 app = FastAPI(title="mlrunway", description="Sweep reports, MLflow runs and endpoints of mlrunway's pipeline runs")
@@ -32,7 +36,7 @@ def can_read_runs() -> Any:
     return Depends(requires_access_dag("GET", DagAccessEntity.RUN))
 
 
-def _backend(conn_id: str) -> Any:
+def _backend(conn_id: str) -> Backend:
     from mlrunway.airflow.hook import MlrunwayHook
 
     try:
@@ -50,10 +54,11 @@ def _page(title: str, body: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/{sweep}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def sweep_report(conn_id: str, sweep: str) -> Any:
-    from mlrunway.pipeline import RunNames
+    from mlrunway.airflow.hook import reports_folder
+    from mlrunway.backend.naming import RunNames
     from mlrunway.report import collect, plot_curves, render_html, saved_report
 
-    saved = saved_report(sweep)
+    saved = saved_report(sweep, reports_folder())
     if saved is not None:
         return FileResponse(saved, media_type="text/html")
     try:
@@ -82,18 +87,17 @@ def run_report(dag_id: str, run_id: str) -> Any:
     return RedirectResponse(url)
 
 
-def _local_backend(conn_id: str, elsewhere: str) -> Any:
-    """The connection's backend when it is local; a 404 that says where to look (``elsewhere``) when not."""
+def _backend_without_studio(conn_id: str, elsewhere: str) -> Backend:
+    """The connection's backend when it has no UI of its own; a 404 that says where to look when it has."""
     backend = _backend(conn_id)
-    if backend.kind != "local":
+    if backend.capabilities.studio:
         raise HTTPException(404, elsewhere)
     return backend
 
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def mlflow_run(conn_id: str, job: str) -> Any:
-    backend = _local_backend(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page")
-    from mlrunway.local import tracking
+    backend = _backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page")
     from mlrunway.report import img_tag
 
     try:
@@ -102,19 +106,17 @@ def mlflow_run(conn_id: str, job: str) -> Any:
         raise HTTPException(404, str(exc)) from exc
     if not info.mlflow_run_id:
         raise HTTPException(404, f"job {job} has no MLflow run")
-    client = tracking.client(backend.workspace)
-    run = client.get_run(info.mlflow_run_id)
-    histories = {key: tracking.metric_history(client, run.info.run_id, key) for key in sorted(run.data.metrics)}
-    params = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                     for k, v in sorted(run.data.params.items()))
+    latest = backend.jobs.metrics(job)
+    histories = {key: list(backend.jobs.metric_history(job, key)) for key in sorted(latest)}
+    params = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+                     for k, v in sorted(backend.jobs.params(job).items()))
     metrics = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td><td>{len(histories[k])}</td></tr>"
-                      for k, v in sorted(run.data.metrics.items()))
+                      for k, v in sorted(latest.items()))
     curves = [k for k, values in histories.items() if len(values) > 1]
     plot = img_tag(_curves_png(histories, curves), "metrics per step") if curves else ""
     body = (f"<h1>MLflow run of {html.escape(job)}</h1><p>{html.escape(info.kind)} job, {info.status.value}; run "
-            f"{run.info.run_id} in experiment {run.info.experiment_id}; store {html.escape(backend.workspace.tracking_uri)}"
-            f"</p>{plot}<h2>Params</h2><table>{params}</table><h2>Metrics (latest)</h2>"
-            f"<table><tr><th>metric</th><th>value</th><th>steps</th></tr>{metrics}</table>")
+            f"{html.escape(info.mlflow_run_id)}</p>{plot}<h2>Params</h2><table>{params}</table>"
+            f"<h2>Metrics (latest)</h2><table><tr><th>metric</th><th>value</th><th>steps</th></tr>{metrics}</table>")
     return _page(job, body)
 
 
@@ -135,16 +137,17 @@ def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> bytes:
 
 @app.get("/endpoint/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def endpoint(conn_id: str, name: str) -> Any:
-    backend = _local_backend(conn_id, "Azure ML endpoints are on their studio page")
+    backend = _backend_without_studio(conn_id, "Azure ML endpoints are on their studio page")
     try:
-        state = backend.endpoints.get(name)
+        info = backend.endpoints.get(name)
+        deployments = backend.endpoints.list_deployments(name)
     except NotFound as exc:
         raise HTTPException(404, f"{exc} (deleted by its run's cleanup, or never created)") from exc
     rows = "".join(
-        f"<tr><td>{html.escape(d.name)}</td><td>{html.escape(d.model)}</td><td>v{d.version}</td>"
-        f"<td>{html.escape(d.provisioning_state)}</td><td>{state.traffic.get(d.name, 0)}%</td></tr>"
-        for d in state.deployments.values())
-    body = (f"<h1>Endpoint {html.escape(name)}</h1><p>{html.escape(state.provisioning_state)}, {state.auth_mode} auth, "
-            f"scoring URI {html.escape(state.scoring_uri)}, {state.workers} workers</p><table><tr><th>deployment</th>"
-            f"<th>model</th><th>version</th><th>state</th><th>traffic</th></tr>{rows}</table>")
+        f"<tr><td>{html.escape(d.name)}</td><td>{html.escape(d.model)}</td>"
+        f"<td>{html.escape(d.provisioning_state.value)}</td><td>{info.traffic.get(d.name, 0)}%</td></tr>"
+        for d in deployments)
+    body = (f"<h1>Endpoint {html.escape(name)}</h1><p>{html.escape(info.provisioning_state.value)}, "
+            f"{html.escape(info.auth_mode)} auth, scoring URI {html.escape(info.scoring_uri)}</p><table><tr>"
+            f"<th>deployment</th><th>model</th><th>state</th><th>traffic</th></tr>{rows}</table>")
     return _page(name, body)

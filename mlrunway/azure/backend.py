@@ -7,11 +7,11 @@ credential for what the SDK has no public call for (metric histories, a job's lo
 
 from __future__ import annotations
 
+import builtins
 import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,25 @@ from azure.core.pipeline.policies import BearerTokenCredentialPolicy, RetryPolic
 from azure.core.rest import HttpRequest
 
 from mlrunway.azure.entities import command_job, sweep_job
-from mlrunway.backend.types import DeploymentInfo, JobInfo, JobStatus, ProvisioningState, TrialInfo
+from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.types import (
+    DeploymentInfo,
+    DeploymentSettings,
+    EndpointInfo,
+    EndpointSettings,
+    JobInfo,
+    JobStatus,
+    ModelVersion,
+    ProvisioningState,
+    SweepResult,
+    TrialInfo,
+)
 from mlrunway.backend.waiting import wait_for_job, wait_provisioned
-from mlrunway.errors import EndpointError, NotFound
-from mlrunway.local.registry import ModelVersion
-from mlrunway.serving.state import check_endpoint_name
-from mlrunway.specs import _check
+from mlrunway.early_termination import applies_at
+from mlrunway.errors import EndpointError, NotFound, NotSupportedOnBackend
+from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
-from mlrunway.specs.sweep import SweepSpec
+from mlrunway.specs.sweep import Objective, SweepSpec
 
 # Azure ML's job states onto ours: everything before the script runs is Queued; wind-down states still Running.
 _STATUS = {
@@ -60,14 +71,6 @@ def job_status(azure_status: str | None) -> JobStatus:
     return _STATUS.get(azure_status or "NotStarted", JobStatus.RUNNING)
 
 
-@dataclass(frozen=True)
-class EndpointInfo:
-    name: str
-    scoring_uri: str
-    traffic: dict[str, int]
-    provisioning_state: str
-
-
 class AzureBackend:
     """:param compute: compute cluster for jobs and sweep trials.
     :param instance_type: VM size of online deployments; ``instance_count`` instances each.
@@ -76,6 +79,7 @@ class AzureBackend:
     """
 
     kind = "azure"
+    capabilities = Capabilities(artifacts=False, studio=True)
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str = "cpu-cluster",
                  instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
@@ -106,7 +110,7 @@ class AzureBackend:
         client = MLClient(cred, ref.subscription_id, ref.resource_group, ref.workspace_name, show_progress=False,
                           **client_kwargs)
         count = fields.get("instance_count") or 1
-        _check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
+        check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
         return cls(client, cred, compute=fields.get("compute") or "cpu-cluster",
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
                    environment=fields.get("environment") or None, cache_dir=fields.get("cache_dir") or None,
@@ -192,7 +196,7 @@ class AzureJobs:
         return self._create(name, sweep_job, sweep)
 
     def _create(self, name: str, entity: Any, spec: Any) -> JobInfo:
-        _check.job_name("job.name", name)
+        check.job_name("job.name", name)
         if (existing := self._find(name)) is not None:
             return existing
         job = entity(spec, name=name, compute=self.backend.compute, environment=self.backend.environment)
@@ -204,8 +208,9 @@ class AzureJobs:
             raise NotFound(f"job {name!r} does not exist in workspace {self.ml.workspace_name}")
         return info
 
-    def list(self) -> list[JobInfo]:
-        return [self._info(job) for job in self.ml.jobs.list()]
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]:
+        """The workspace's jobs whose names start with ``prefix``."""
+        return [self._info(job) for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)]
 
     def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
         """``jobs.begin_cancel``, then wait until the job has stopped; a job already ended is left as it is."""
@@ -221,7 +226,7 @@ class AzureJobs:
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 10.0, on_poll: Any = None) -> JobInfo:
         return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
 
-    def logs(self, name: str, stream: str = "stdout") -> list[str]:
+    def logs(self, name: str, stream: str = "stdout") -> builtins.list[str]:
         """The job's ``user_logs/std_log.txt`` so far (what the script printed)."""
         files = (self.backend.run_history(name) or {}).get("logFiles") or {}
         url = files.get("user_logs/std_log.txt")
@@ -234,6 +239,18 @@ class AzureJobs:
         """The latest value of each metric the job logged to MLflow."""
         return self._run_data(name)[1]
 
+    def params(self, name: str) -> dict[str, Any]:
+        """The params the job logged to MLflow (numbers where they are)."""
+        return self._run_data(name)[0]
+
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
+        return self.history(name, metric)
+
+    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
+        """Not on Azure ML (``Capabilities.artifacts`` is False): files stay where they were written."""
+        raise NotSupportedOnBackend(f"job {name}: keeping files as run artifacts is not supported on Azure ML; "
+                                    "check backend.capabilities.artifacts first")
+
     def _run_data(self, run_id: str) -> tuple[dict[str, Any], dict[str, float]]:
         """The MLflow run's params (as numbers where they are) and latest metrics, from one ``runs/get``."""
         data = ((self.backend.mlflow("runs/get", run_id=run_id) or {}).get("run") or {}).get("data") or {}
@@ -244,7 +261,7 @@ class AzureJobs:
         points = (self.backend.mlflow("metrics/get-history", run_id=run_id, metric_key=metric) or {}).get("metrics", [])
         return tuple(p["value"] for p in sorted(points, key=lambda p: (p.get("step", 0), p.get("timestamp", 0))))
 
-    def sweep_result(self, name: str) -> dict[str, Any]:
+    def sweep_result(self, name: str) -> SweepResult:
         """The sweep's trials from the service (child jobs, their MLflow params and metric histories)."""
         try:
             sweep = self.ml.jobs.get(name)
@@ -252,24 +269,38 @@ class AzureJobs:
             raise NotFound(f"sweep {name!r} does not exist in the workspace") from exc
         if sweep.type != "sweep":
             raise NotFound(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
-        metric, goal = sweep.objective.primary_metric, sweep.objective.goal.lower()
+        objective = Objective(primary_metric=sweep.objective.primary_metric, goal=sweep.objective.goal.lower())
         swept_status = job_status(sweep.status)
         trials = []
         for child in self.ml.jobs.list(parent_job_name=name):
+            if child is None:  # the SDK yields None for a job it cannot parse
+                continue
             status = job_status(child.status)
             params, metrics = self._run_data(child.name)
-            history = self.history(child.name, metric)
-            stopped = status is JobStatus.CANCELED and swept_status is not JobStatus.CANCELED and bool(history)
-            trials.append(TrialInfo(
-                name=child.name, params=params, status=status, history=history,
-                metrics=metrics,
-                early_termination={"reason": f"canceled by the sweep's {sweep.early_termination.type} policy "
-                                             f"after {len(history)} intervals", "interval": len(history)}
-                if stopped and sweep.early_termination else None,
-            ))
+            history = self.history(child.name, objective.primary_metric)
+            stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
+                else (None, None)
+            trials.append(TrialInfo(name=child.name, params=params, status=status, history=history, metrics=metrics,
+                                    early_termination=stop, error=error))
         best = (sweep.properties or {}).get("best_child_run_id")
-        return {"objective": {"primary_metric": metric, "goal": goal}, "trials": trials, "best_trial": best,
-                "status": swept_status.value}
+        return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
+                           stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)
+
+
+def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int) -> tuple[dict[str, Any] | None, str | None]:
+    """A canceled trial's label, from the evidence the service leaves: stopped by the policy only when it was
+    canceled at an interval where the policy applies in a sweep that was not itself canceled."""
+    policy = sweep.early_termination
+    if swept_status is JobStatus.CANCELED:
+        return None, "canceled: the sweep was canceled"
+    if policy is not None and intervals and applies_at(policy.evaluation_interval or 1, policy.delay_evaluation or 0,
+                                                       intervals):
+        return {"reason": f"canceled by the sweep's {policy.type} policy at interval {intervals}",
+                "interval": intervals}, None
+    timeout = getattr(sweep.limits, "trial_timeout", None)
+    cause = f"the trial timeout ({timeout} s), the sweep's timeout or a user" if timeout else \
+        "the sweep's timeout or a user"
+    return None, f"canceled after {intervals} intervals, where no early-termination policy applies: {cause}"
 
 
 def _number(text: str) -> Any:
@@ -300,7 +331,7 @@ class AzureModels:
         else:
             source = str(Path(base, path) if base is not None else Path(path))
             if not Path(source).exists():
-                raise _check.fail("model.path", f"{source} does not exist", "pass the model's file or folder")
+                raise check.fail("model.path", f"{source} does not exist", "pass the model's file or folder")
         versions = [m.version for m in self.list(name)]
         model = Model(name=name, version=str(max(versions, default=0) + 1), path=source, type="custom_model",
                       tags=dict(tags or {}), description=description,
@@ -316,7 +347,7 @@ class AzureModels:
         except ResourceNotFoundError as exc:
             raise NotFound(f"model {name}:{version} does not exist in workspace {self.ml.workspace_name}") from exc
 
-    def list(self, name: str | None = None) -> list[ModelVersion]:
+    def list(self, name: str | None = None) -> builtins.list[ModelVersion]:
         try:
             return sorted((self._record(m) for m in self.ml.models.list(name)), key=lambda m: m.version)
         except ResourceNotFoundError:
@@ -353,6 +384,15 @@ def _maybe_json(value: str) -> Any:
         return value
 
 
+def _model_ref(model: Any) -> str:
+    """``name:version`` of a deployment's model, whether the SDK gives an asset id or a reference."""
+    text = str(getattr(model, "id", None) or model or "")
+    if "/models/" in text:  # azureml://.../models/<name>/versions/<version> or an ARM id
+        tail = text.split("/models/", 1)[1].split("/")
+        return f"{tail[0]}:{tail[2]}" if len(tail) >= 3 else tail[0]
+    return text.removeprefix("azureml:")
+
+
 class AzureEndpoints:
     def __init__(self, backend: AzureBackend, *, poll_s: float = 10.0) -> None:
         self.backend = backend
@@ -360,8 +400,13 @@ class AzureEndpoints:
         self.poll_s = poll_s
 
     def _info(self, endpoint: Any) -> EndpointInfo:
-        return EndpointInfo(endpoint.name, endpoint.scoring_uri, dict(endpoint.traffic or {}),
-                            endpoint.provisioning_state)
+        return EndpointInfo(name=endpoint.name, scoring_uri=endpoint.scoring_uri, traffic=dict(endpoint.traffic or {}),
+                            mirror_traffic=dict(endpoint.mirror_traffic or {}), auth_mode=endpoint.auth_mode or "key",
+                            provisioning_state=ProvisioningState(endpoint.provisioning_state))
+
+    def get_keys(self, name: str) -> dict[str, str]:
+        keys = self.ml.online_endpoints.get_keys(name)
+        return {"primary": keys.primary_key, "secondary": keys.secondary_key}
 
     def get(self, name: str) -> EndpointInfo:
         try:
@@ -369,9 +414,10 @@ class AzureEndpoints:
         except ResourceNotFoundError as exc:
             raise NotFound(f"endpoint {name} does not exist") from exc
 
-    def begin_create_or_update(self, name: str, **_local_only: Any) -> EndpointInfo:
-        """Send a ``ManagedOnlineEndpoint`` with key auth (an existing one keeps its traffic); don't wait."""
-        check_endpoint_name(name)
+    def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        """Send a ``ManagedOnlineEndpoint`` with key auth (an existing one keeps its traffic); don't wait.
+        ``settings.workers`` sizes a local server: an Azure endpoint sizes each deployment instead."""
+        check.endpoint_name(name)
         endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
         try:
             endpoint.traffic = self.ml.online_endpoints.get(name).traffic
@@ -380,26 +426,22 @@ class AzureEndpoints:
         self.ml.online_endpoints.begin_create_or_update(endpoint)
         return self.get(name)
 
-    def create_or_update(self, name: str, **_local_only: Any) -> EndpointInfo:
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
         self.begin_create_or_update(name)
         return self._info(wait_provisioned(lambda: self.ml.online_endpoints.get(name), f"endpoint {name}",
                                            poll_s=self.poll_s))
 
-    def begin_create_or_update_deployment(self, endpoint: str, name: str, *, model: str, code_dir: str | Path,
-                                          scoring_script: str = "score.py", instance_type: str | None = None,
-                                          instance_count: int | None = None,
-                                          environment_variables: dict[str, str] | None = None,
-                                          **_local_only: Any) -> DeploymentInfo:
-        """Send a ``ManagedOnlineDeployment`` of ``model`` (``name:version``) with score.py; don't wait."""
-        model_name, _, version = model.partition(":")
+    def begin_create_or_update_deployment(self, endpoint: str, name: str,
+                                          settings: DeploymentSettings) -> DeploymentInfo:
+        """Send a ``ManagedOnlineDeployment`` of the settings' model with its scoring script; don't wait."""
         deployment = ManagedOnlineDeployment(
-            name=name, endpoint_name=endpoint, model=f"azureml:{model_name}:{version}",
-            code_configuration=CodeConfiguration(code=str(code_dir), scoring_script=scoring_script),
+            name=name, endpoint_name=endpoint, model=f"azureml:{settings.model_name}:{settings.model_version}",
+            code_configuration=CodeConfiguration(code=settings.code_dir, scoring_script=settings.scoring_script),
             environment=Environment(image=INFERENCE_IMAGE, conda_file=SCORING_CONDA),
-            instance_type=instance_type or self.backend.instance_type,
-            instance_count=instance_count or self.backend.instance_count,
-            environment_variables=dict(environment_variables or {}),
+            instance_type=settings.instance_type or self.backend.instance_type,
+            instance_count=settings.instance_count or self.backend.instance_count,
+            environment_variables=dict(settings.environment_variables),
         )
         try:
             self.ml.online_deployments.begin_create_or_update(deployment)
@@ -407,10 +449,10 @@ class AzureEndpoints:
             raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
         return self.get_deployment(endpoint, name)
 
-    def create_or_update_deployment(self, endpoint: str, name: str, *, timeout_s: float = 3600.0,
-                                    **settings: Any) -> DeploymentInfo:
+    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
+                                    timeout_s: float = 3600.0) -> DeploymentInfo:
         """As ``begin_create_or_update_deployment``, then wait; a failure raises with the deployment's log."""
-        info = self.begin_create_or_update_deployment(endpoint, name, **settings)
+        info = self.begin_create_or_update_deployment(endpoint, name, settings)
         if not info.provisioning_state.is_terminal():
             info = wait_provisioned(lambda: self.get_deployment(endpoint, name), f"deployment {endpoint}/{name}",
                                     timeout=timeout_s, poll_s=self.poll_s)
@@ -429,7 +471,12 @@ class AzureEndpoints:
         if state in (ProvisioningState.FAILED, ProvisioningState.CANCELED):
             error = (f"deployment {endpoint}/{name} {state.value.lower()}\n--- its log ---\n"
                      f"{self.get_logs(endpoint, name, lines=50)}")
-        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=state, error=error)
+        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=state, error=error,
+                              model=_model_ref(deployment.model))
+
+    def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]:
+        return [self.get_deployment(endpoint, d.name)
+                for d in self.ml.online_deployments.list(endpoint_name=endpoint) if d is not None]
 
     def delete_deployment(self, endpoint: str, name: str) -> bool:
         """``online_deployments.begin_delete`` and wait (Azure cannot cancel a provisioning otherwise); False when it
@@ -458,7 +505,7 @@ class AzureEndpoints:
         since the SDK keeps that header between calls); without, a POST to the scoring URI, so traffic decides.
         """
         if (request_file is None) == (payload is None):
-            raise _check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
+            raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
         with tempfile.TemporaryDirectory() as scratch:
             if request_file is None:
                 request_file = Path(scratch) / "request.json"
@@ -485,3 +532,8 @@ class AzureEndpoints:
             return False
         self.ml.online_endpoints.begin_delete(name).result()
         return True
+
+
+def _satisfies_protocol(backend: AzureBackend) -> Backend:
+    """mypy proves here that AzureBackend is a ``Backend`` (a mismatch fails ``make test``)."""
+    return backend

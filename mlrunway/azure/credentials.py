@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 KINDS = ("default", "client_secret", "certificate", "managed_identity", "workload_identity")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -29,9 +29,9 @@ def workspace_ref(fields: Mapping[str, Any]) -> WorkspaceRef:
     """The workspace's three names, each required: a missing one is an error, never ``None``."""
     for name in ("subscription_id", "resource_group", "workspace_name"):
         if not fields.get(name):
-            raise _check.fail(f"azure_ml connection.{name}", "is missing", f"set {name} on the Airflow connection")
+            raise check.fail(f"azure_ml connection.{name}", "is missing", f"set {name} on the Airflow connection")
     if not _UUID.match(fields["subscription_id"]):
-        raise _check.fail("azure_ml connection.subscription_id", f"{fields['subscription_id']!r} is not a GUID",
+        raise check.fail("azure_ml connection.subscription_id", f"{fields['subscription_id']!r} is not a GUID",
                           "copy the subscription ID from the Azure portal")
     return WorkspaceRef(fields["subscription_id"], fields["resource_group"], fields["workspace_name"])
 
@@ -39,7 +39,7 @@ def workspace_ref(fields: Mapping[str, Any]) -> WorkspaceRef:
 def _required(fields: Mapping[str, Any], kind: str, *names: str) -> list[str]:
     missing = [n for n in names if not fields.get(n)]
     if missing:
-        raise _check.fail(f"azure_ml connection.{missing[0]}", f"is needed for credential {kind!r}",
+        raise check.fail(f"azure_ml connection.{missing[0]}", f"is needed for credential {kind!r}",
                           f"set {', '.join(missing)} on the connection")
     return [fields[n] for n in names]
 
@@ -49,7 +49,7 @@ def credential(fields: Mapping[str, Any], secret: str | None = None) -> Any:
     import azure.identity as identity
 
     kind = fields.get("credential") or "default"
-    _check.one_of("azure_ml connection.credential", kind, KINDS)
+    check.one_of("azure_ml connection.credential", kind, KINDS)
     client_id = fields.get("client_id") or None
     if kind == "default":
         return identity.DefaultAzureCredential(managed_identity_client_id=client_id)
@@ -61,7 +61,7 @@ def credential(fields: Mapping[str, Any], secret: str | None = None) -> Any:
     tenant, client = _required(fields, kind, "tenant_id", "client_id")
     if kind == "client_secret":
         if not secret:
-            raise _check.fail("azure_ml connection.password", "holds no client secret",
+            raise check.fail("azure_ml connection.password", "holds no client secret",
                               "put the service principal's secret in the connection's password")
         return identity.ClientSecretCredential(tenant_id=tenant, client_id=client, client_secret=secret)
     (path,) = _required(fields, kind, "certificate_path")

@@ -15,8 +15,8 @@ from azure.ai.ml import PyTorchDistribution as AzPyTorch
 from azure.ai.ml import TensorFlowDistribution as AzTensorFlow
 from azure.ai.ml import sweep as azsweep
 from azure.ai.ml.entities import Command
+from azure.ai.ml.entities._builders.sweep import Sweep
 from azure.ai.ml.entities._job.sweep.sampling_algorithm import RandomSamplingAlgorithm
-from azure.ai.ml.entities._job.sweep.sweep_job import SweepJob
 
 from mlrunway.specs import policies as ours
 from mlrunway.specs import search_space as space
@@ -74,13 +74,14 @@ def expression(expr: space.SearchExpression) -> Any:
     if isinstance(expr, space.Randint):
         return azsweep.Randint(upper=expr.upper)
     if isinstance(expr, (space.Normal, space.LogNormal)):
-        cls = azsweep.Normal if isinstance(expr, space.Normal) else azsweep.LogNormal
-        return cls(mu=expr.mu, sigma=expr.sigma)
+        normal: type[azsweep.Normal] = azsweep.Normal if isinstance(expr, space.Normal) else azsweep.LogNormal
+        return normal(mu=expr.mu, sigma=expr.sigma)
     if isinstance(expr, (space.QUniform, space.QLogUniform)):
-        cls = azsweep.QUniform if isinstance(expr, space.QUniform) else azsweep.QLogUniform
-        return cls(min_value=expr.min_value, max_value=expr.max_value, q=expr.q)
-    cls = azsweep.Uniform if isinstance(expr, space.Uniform) else azsweep.LogUniform
-    return cls(min_value=expr.min_value, max_value=expr.max_value)
+        quantized: type[azsweep.QUniform] = azsweep.QUniform if isinstance(expr, space.QUniform) else azsweep.QLogUniform
+        # The SDK annotates q as int; the REST spec and the service take any positive number.
+        return quantized(min_value=expr.min_value, max_value=expr.max_value, q=expr.q)  # type: ignore[arg-type]
+    uniform: type[azsweep.Uniform] = azsweep.Uniform if isinstance(expr, space.Uniform) else azsweep.LogUniform
+    return uniform(min_value=expr.min_value, max_value=expr.max_value)
 
 
 def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
@@ -97,13 +98,13 @@ def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
 
 
 def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None,
-              environment: str | None = None) -> SweepJob:
+              environment: str | None = None) -> Sweep:
     """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
     trial = command_job(spec.trial, compute=compute, environment=environment)
     sampling: Any = spec.sampling_algorithm
     if spec.sampling_algorithm == "random" and spec.seed is not None:
         sampling = RandomSamplingAlgorithm(seed=spec.seed, rule="random")
-    job = trial(**{k: expression(v) for k, v in spec.search_space.items()}).sweep(
+    job: Sweep = trial(**{k: expression(v) for k, v in spec.search_space.items()}).sweep(
         compute=compute or spec.trial.compute,
         sampling_algorithm=sampling,
         primary_metric=spec.objective.primary_metric,

@@ -1,10 +1,16 @@
-"""Backend-neutral records: status enums with their terminal sets, a job, a sweep trial, a deployment."""
+"""Backend-neutral records: what crosses the ``Backend`` protocol, the same fields on every backend.
+
+Status enums with their terminal sets; a job, a sweep trial, a sweep's result, a model version, an endpoint
+(never its keys), a deployment and the settings a deployment is made with.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from mlrunway.specs.sweep import Objective
 
 
 class JobStatus(enum.StrEnum):
@@ -39,11 +45,64 @@ class ProvisioningState(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class DeploymentInfo:
-    """Where a deployment's provisioning stands; ``error`` holds the reason and its log's tail on failure."""
+    """Where a deployment's provisioning stands; ``error`` holds the reason and its log's tail on failure.
+
+    ``model`` is the registered model it serves (``name:version``), empty when the backend does not say.
+    """
 
     endpoint: str
     name: str
     provisioning_state: ProvisioningState
+    error: str | None = None
+    model: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentSettings:
+    """What a deployment is made of, on both backends.
+
+    :param model: the registered model to serve, ``name:version``.
+    :param code_dir: the folder holding the scoring script.
+    :param scoring_script: the script's file name in ``code_dir`` (``init()`` and ``run(raw_data)``).
+    :param environment_variables: for the scoring process.
+    :param instance_type: Azure's VM size (default: the connection's); the local backend runs on this machine.
+    :param instance_count: Azure's instance count (default: the connection's); locally, scoring workers.
+    """
+
+    model: str
+    code_dir: str
+    scoring_script: str = "score.py"
+    environment_variables: dict[str, str] = field(default_factory=dict)
+    instance_type: str | None = None
+    instance_count: int | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.model.partition(":")[0]
+
+    @property
+    def model_version(self) -> int:
+        return int(self.model.partition(":")[2])
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointSettings:
+    """An online endpoint's own settings. ``workers`` is how many server processes a local endpoint runs; an
+    Azure endpoint sizes each deployment instead (``DeploymentSettings.instance_type``/``instance_count``)."""
+
+    workers: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointInfo:
+    """An online endpoint as both backends report it: never its keys (``endpoints.get_keys`` has them)."""
+
+    name: str
+    scoring_uri: str
+    traffic: dict[str, int]
+    provisioning_state: ProvisioningState
+    mirror_traffic: dict[str, int] = field(default_factory=dict)
+    auth_mode: str = "key"
     error: str | None = None
 
 
@@ -91,3 +150,40 @@ class TrialInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialInfo:
         return cls(**{**data, "status": JobStatus(data["status"]), "history": tuple(data.get("history", ()))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepResult:
+    """A sweep's record so far, the same fields on both backends from the sweep's first second.
+
+    ``best_trial`` is the backend's choice when it made one; ``stopped_because`` says why the sweep stopped
+    before its trials ran out (a timeout, a cancel); ``carried_over`` names the trials an earlier attempt
+    completed that this one kept (see :mod:`mlrunway.backend.attempts`).
+    """
+
+    name: str
+    status: JobStatus
+    objective: Objective
+    trials: tuple[TrialInfo, ...] = ()
+    best_trial: str | None = None
+    stopped_because: str | None = None
+    error: str | None = None
+    carried_over: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelVersion:
+    """One registered version of a model: where its files are, and what was recorded with it."""
+
+    name: str
+    version: int
+    path: str
+    format: str = "custom"
+    tags: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    created: float = 0.0
+    archived: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))

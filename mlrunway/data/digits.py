@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -40,18 +40,18 @@ def check_image_folder(field: str, root: str | Path) -> list[str]:
     """Check ImageFolder layout (train/ and val/, one folder per class, images inside); return the classes."""
     root = Path(root)
     if not root.is_dir():
-        raise _check.fail(field, f"folder {str(root)!r} does not exist", "pass a folder with train/ and val/ inside")
+        raise check.fail(field, f"folder {str(root)!r} does not exist", "pass a folder with train/ and val/ inside")
     classes: list[str] | None = None
     for part in ("train", "val"):
         split = root / part
         found = sorted(p.name for p in split.iterdir() if p.is_dir()) if split.is_dir() else []
         if not found:
-            raise _check.fail(field, f"{split} has no class folders", "lay data out as <root>/{train,val}/<class>/<image>")
+            raise check.fail(field, f"{split} has no class folders", "lay data out as <root>/{train,val}/<class>/<image>")
         empty = [c for c in found if not any(f.suffix.lower() in IMAGE_SUFFIXES for f in (split / c).iterdir())]
         if empty:
-            raise _check.fail(field, f"class folder {split / empty[0]} holds no images", f"add {', '.join(IMAGE_SUFFIXES)} files")
+            raise check.fail(field, f"class folder {split / empty[0]} holds no images", f"add {', '.join(IMAGE_SUFFIXES)} files")
         if classes is not None and found != classes:
-            raise _check.fail(field, f"train/ classes {classes} differ from val/ classes {found}", "use the same class folders in both")
+            raise check.fail(field, f"train/ classes {classes} differ from val/ classes {found}", "use the same class folders in both")
         classes = found
     assert classes is not None
     return classes

@@ -14,30 +14,40 @@ from mlrunway.early_termination import bandit, median, truncation
 from mlrunway.early_termination._common import Goal, Termination
 from mlrunway.specs.policies import BanditPolicy, EarlyTerminationPolicy, MedianStoppingPolicy
 
-__all__ = ["Termination", "evaluate", "evaluation_points"]
+__all__ = ["Termination", "applies_at", "evaluate", "evaluation_points"]
+
+
+def _first_point(evaluation_interval: int, delay_evaluation: int) -> int:
+    return max(evaluation_interval, -(-delay_evaluation // evaluation_interval) * evaluation_interval)
 
 
 def evaluation_points(policy: EarlyTerminationPolicy, up_to: int) -> Iterator[int]:
     """Intervals (1-based) at which the policy is applied, up to ``up_to``."""
-    step = policy.evaluation_interval
-    first = max(step, -(-policy.delay_evaluation // step) * step)
-    yield from range(first, up_to + 1, step)
+    first = _first_point(policy.evaluation_interval, policy.delay_evaluation)
+    yield from range(first, up_to + 1, policy.evaluation_interval)
+
+
+def applies_at(evaluation_interval: int, delay_evaluation: int, interval: int) -> bool:
+    """Whether a policy with these settings is applied at ``interval`` (1-based): the evidence that a trial
+    canceled there may have been stopped by it, and that one canceled elsewhere was not."""
+    first = _first_point(evaluation_interval, delay_evaluation)
+    return interval >= first and (interval - first) % evaluation_interval == 0
 
 
 def evaluate(
     policy: EarlyTerminationPolicy, histories: Mapping[str, Sequence[float]], goal: Goal
 ) -> dict[str, Termination]:
     """Return the trials that must stop, each with the first interval at which the policy stops it."""
-    if isinstance(policy, BanditPolicy):
-        decide = bandit.decide_at
-    elif isinstance(policy, MedianStoppingPolicy):
-        decide = median.decide_at
-    else:
-        decide = truncation.decide_at
     longest = max((len(h) for h in histories.values()), default=0)
     stopped: dict[str, Termination] = {}
     for k in evaluation_points(policy, longest):
         active = {t: h[:k] for t, h in histories.items() if len(h) >= k and t not in stopped}
-        if active:
-            stopped.update(decide(policy, active, goal, k, histories))  # type: ignore[arg-type]
+        if not active:
+            continue
+        if isinstance(policy, BanditPolicy):
+            stopped.update(bandit.decide_at(policy, active, goal, k, histories))
+        elif isinstance(policy, MedianStoppingPolicy):
+            stopped.update(median.decide_at(policy, active, goal, k, histories))
+        else:
+            stopped.update(truncation.decide_at(policy, active, goal, k, histories))
     return stopped

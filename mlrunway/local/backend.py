@@ -4,20 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.registry import LocalModels
+from mlrunway.local.serving.endpoints import LocalEndpoints
 from mlrunway.local.workspace import Workspace
-from mlrunway.serving.endpoints import LocalEndpoints
 
 
 @dataclass
 class LocalBackend:
+    """Jobs as supervised processes, MLflow tracking and a model registry in a folder, endpoints on 127.0.0.1."""
+
     workspace: Workspace
     jobs: LocalJobs = field(init=False)
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
+    capabilities: Capabilities = Capabilities(artifacts=True, studio=False)
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
@@ -25,13 +30,23 @@ class LocalBackend:
         self.endpoints = LocalEndpoints(self.workspace)
 
     @classmethod
+    def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> LocalBackend:
+        """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one."""
+        return cls.at(fields.get("workspace") or fields.get("extra__mlrunway_local__workspace") or None)
+
+    @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:
         return cls(Workspace.at(root))
 
-    def job_outputs(self, job_name: str) -> Path:
-        """Where a job's ``./outputs`` files are (Azure: ``azureml://jobs/<name>/outputs/artifacts/paths/outputs/``)."""
-        return Path(self.jobs.get(job_name).outputs or "")
+    def job_outputs(self, job_name: str) -> str:
+        """The folder of a job's ``./outputs`` files (Azure: ``azureml://jobs/<name>/outputs/artifacts/paths/outputs/``)."""
+        return self.jobs.get(job_name).outputs or ""
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""
         return None
+
+
+def _satisfies_protocol(backend: LocalBackend) -> Backend:
+    """mypy proves here that LocalBackend is a ``Backend`` (a mismatch fails ``make test``)."""
+    return backend

@@ -7,6 +7,7 @@ the process that submitted it and is found again by name.
 
 from __future__ import annotations
 
+import builtins
 import shutil
 import subprocess
 import sys
@@ -19,14 +20,15 @@ from typing import Any
 
 import psutil
 
-from mlrunway.backend.types import JobInfo, JobStatus, TrialInfo
+from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local._files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
-from mlrunway.local.supervisor import JobState, group_alive, terminate_group
+from mlrunway.local.processes import group_alive, terminate_group
+from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import _check
+from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
@@ -44,7 +46,7 @@ class LocalJobs:
     # -- submit -----------------------------------------------------------------------------------
     def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None) -> JobInfo:
         """Start ``spec`` as job ``name``, or return the job already under that name."""
-        _check.job_name("job.name", name)
+        check.job_name("job.name", name)
         if (existing := self._find(name)) is not None:
             return existing
         check_runnable(spec)
@@ -54,7 +56,7 @@ class LocalJobs:
 
     def submit_sweep(self, name: str, sweep: SweepSpec, *, poll_s: float = 1.0) -> JobInfo:
         """Start a sweep: a parent job whose controller process runs and judges the trials every ``poll_s``."""
-        _check.job_name("sweep.name", name)
+        check.job_name("sweep.name", name)
         if (existing := self._find(name)) is not None:
             return existing
         if sweep.sampling_algorithm == "bayesian":
@@ -117,10 +119,12 @@ class LocalJobs:
             raise NotFound(f"job {name!r} does not exist in workspace {self.workspace.root}")
         return info
 
-    def list(self) -> list[JobInfo]:
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]:
+        """The workspace's jobs whose names start with ``prefix`` (all of them by default)."""
         if not self.workspace.jobs.exists():
             return []
-        names = sorted(p.name for p in self.workspace.jobs.iterdir() if (p / "status.json").exists())
+        names = sorted(p.name for p in self.workspace.jobs.iterdir()
+                       if p.name.startswith(prefix) and (p / "status.json").exists())
         return [self.get(n) for n in names]
 
     def _find(self, name: str) -> JobInfo | None:
@@ -159,9 +163,8 @@ class LocalJobs:
         """
         info = self._stop(name, reason)
         if info.kind == "sweep":
-            for trial in self.list():
-                if trial.name.startswith(f"{name}_trial_"):
-                    self._stop(trial.name, reason)
+            for trial in self.list(f"{name}_trial_"):
+                self._stop(trial.name, reason)
         return info
 
     def _stop(self, name: str, reason: str) -> JobInfo:
@@ -197,7 +200,7 @@ class LocalJobs:
     def logs(self, name: str, stream: str = "stdout", *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
         """Yield the job's log lines; with ``follow``, keep yielding until the job ends."""
         self.get(name)
-        path = self.workspace.job_dir(name) / "logs" / f"{_check.one_of('stream', stream, ('stdout', 'stderr'))}.log"
+        path = self.workspace.job_dir(name) / "logs" / f"{check.one_of('stream', stream, ('stdout', 'stderr'))}.log"
         position, pending = 0, ""
         while True:
             done = self.get(name).status.is_terminal()
@@ -221,6 +224,20 @@ class LocalJobs:
         run_id = self.get(name).mlflow_run_id
         return tracking.latest_metrics(tracking.client(self.workspace), run_id) if run_id else {}
 
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
+        """Every value the job logged of ``metric``, in step order."""
+        from mlrunway.local import tracking
+
+        run_id = self.get(name).mlflow_run_id
+        return tuple(tracking.metric_history(tracking.client(self.workspace), run_id, metric)) if run_id else ()
+
+    def params(self, name: str) -> dict[str, Any]:
+        """The params the job logged to its MLflow run."""
+        from mlrunway.local import tracking
+
+        run_id = self.get(name).mlflow_run_id
+        return dict(tracking.client(self.workspace).get_run(run_id).data.params) if run_id else {}
+
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
         """Keep ``folder``'s files as artifacts of the job's MLflow run, under ``artifact_path``."""
         from mlrunway.local import tracking
@@ -230,16 +247,19 @@ class LocalJobs:
             raise NotFound(f"job {name}: has no MLflow run to keep artifacts in")
         tracking.client(self.workspace).log_artifacts(run_id, str(folder), artifact_path)
 
-    def sweep_result(self, name: str) -> dict[str, Any]:
-        """The sweep's record so far: ``trials`` (TrialInfo), ``best_trial``, ``stopped_because``, ``error``."""
-        if not (self.workspace.job_dir(name) / "job.json").exists():
-            raise NotFound(f"sweep {name!r} does not exist in workspace {self.workspace.root}")
+    def sweep_result(self, name: str) -> SweepResult:
+        """The sweep's record so far, from the controller's ``sweep.json`` (empty until its first write)."""
+        info = self.get(name)
         job = JobState(self.workspace.job_dir(name)).job()
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
         path = self.workspace.job_dir(name) / "outputs" / "sweep.json"
-        data = read_json(path) if path.exists() else {"trials": [], "best_trial": None}
-        return {**data, "trials": [TrialInfo.from_dict(t) for t in data["trials"]]}
+        data = read_json(path) if path.exists() else {}
+        return SweepResult(
+            name=name, status=info.status, objective=SweepSpec.from_dict(job["sweep"]).objective,
+            trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
+            stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
+        )
 
 
 def _supervisor_alive(status: dict[str, Any]) -> bool:
@@ -256,7 +276,7 @@ def _supervisor_alive(status: dict[str, Any]) -> bool:
 def _existing_folder(field: str, path: str) -> Path:
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
-        raise _check.fail(field, f"folder {path!r} does not exist", "pass the folder that holds the training script")
+        raise check.fail(field, f"folder {path!r} does not exist", "pass the folder that holds the training script")
     return folder
 
 
@@ -267,7 +287,7 @@ def _absolute_inputs(spec: CommandJobSpec) -> dict[str, Any]:
             path = Path(value.path).expanduser().resolve()
             kind_ok = path.is_dir() if value.type == "uri_folder" else path.is_file()
             if not kind_ok:
-                raise _check.fail(
+                raise check.fail(
                     f"command_job.inputs.{name}", f"{value.type} {value.path!r} does not exist",
                     "pass an existing path or fix the input's type",
                 )

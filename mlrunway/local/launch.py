@@ -16,13 +16,13 @@ import json
 import re
 import shlex
 import shutil
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlrunway.errors import NotSupportedOnBackend
+from mlrunway.local.processes import free_port
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec, Input, MpiDistribution, PyTorchDistribution
 
 _PYTHONS = {"python", "python3", f"python3.{sys.version_info.minor}"}
@@ -65,12 +65,6 @@ def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping
     if argv and argv[0] in _PYTHONS:
         argv[0] = sys.executable
     return argv
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[ProcessLaunch]:

@@ -7,38 +7,23 @@ lock, so concurrent registrations get distinct versions and a reader never sees 
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import shutil
 import stat
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
 from mlrunway.local._files import locked, read_json, write_json
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelVersion:
-    name: str
-    version: int
-    path: str
-    format: str = "custom"
-    tags: dict[str, str] = field(default_factory=dict)
-    properties: dict[str, Any] = field(default_factory=dict)
-    description: str = ""
-    created: float = 0.0
-    archived: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
 
 
 def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.path") -> Path:
@@ -46,15 +31,15 @@ def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.
     root = Path(base).resolve()
     target = (root / path).resolve()
     if target != root and root not in target.parents:
-        raise _check.fail(field_name, f"{str(path)!r} escapes {root}", "pass a path inside the folder, without '..'")
+        raise check.fail(field_name, f"{str(path)!r} escapes {root}", "pass a path inside the folder, without '..'")
     if not target.exists():
-        raise _check.fail(field_name, f"{target} does not exist", "pass the model's file or folder")
+        raise check.fail(field_name, f"{target} does not exist", "pass the model's file or folder")
     if target.is_dir():
         for dirpath, dirnames, filenames in os.walk(target):
             for entry in (*dirnames, *filenames):
                 link = Path(dirpath) / entry
                 if link.is_symlink() and root not in link.resolve().parents:
-                    raise _check.fail(field_name, f"symlink {link} points outside {root}", "copy the file in instead")
+                    raise check.fail(field_name, f"symlink {link} points outside {root}", "copy the file in instead")
     return target
 
 
@@ -68,7 +53,7 @@ class LocalModels:
     ) -> ModelVersion:
         """Copy ``path`` (a file or folder; inside ``base`` when given) as the next version of ``name``."""
         if not isinstance(name, str) or not _MODEL_NAME.match(name):
-            raise _check.fail("model.name", f"{name!r} is not a valid model name", "use letters, digits, '-', '_' or '.'")
+            raise check.fail("model.name", f"{name!r} is not a valid model name", "use letters, digits, '-', '_' or '.'")
         source = resolve_inside(base, path) if base is not None else resolve_inside(Path(path).resolve().parent, Path(path).name)
         folder = self.workspace.models / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,16 +79,16 @@ class LocalModels:
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:
         """One version, or the latest one not archived when ``version`` is None or 'latest'."""
         versions = self._versions(name)
-        if version in (None, "latest"):
+        if version is None or version == "latest":
             live = [v for v in versions if not self._read(name, v).archived]
             if not live:
                 raise NotFound(f"model {name!r} has no version in workspace {self.workspace.root}")
             version = live[-1]
-        if int(version) not in versions:  # type: ignore[arg-type]
+        if int(version) not in versions:
             raise NotFound(f"model {name!r} has no version {version}; it has {versions or 'none'}")
-        return self._read(name, int(version))  # type: ignore[arg-type]
+        return self._read(name, int(version))
 
-    def list(self, name: str | None = None) -> list[ModelVersion]:
+    def list(self, name: str | None = None) -> builtins.list[ModelVersion]:
         if not self.workspace.models.exists():
             return []
         names = [name] if name else sorted(p.name for p in self.workspace.models.iterdir() if p.is_dir())
@@ -124,7 +109,7 @@ class LocalModels:
             write_json(folder / "model.json", {**model.to_dict(), "archived": True})
         return self._read(name, model.version)
 
-    def _versions(self, name: str) -> list[int]:
+    def _versions(self, name: str) -> builtins.list[int]:
         folder = self.workspace.models / name
         if not folder.is_dir():
             return []

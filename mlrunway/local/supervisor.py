@@ -15,15 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from mlrunway.local import tracking
 from mlrunway.local._files import locked, read_json, write_json
 from mlrunway.local.launch import ProcessLaunch, plan
+from mlrunway.local.processes import POLL_S, terminate_group
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.job import CommandJobSpec
 
-POLL_S = 0.2
 STDERR_TAIL_LINES = 20
 
 
@@ -80,46 +78,6 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
                                  stdout=out, stderr=err, process_group=group)
             )
     return procs
-
-
-def terminate_group(pgid: int, procs: list[subprocess.Popen[bytes]] | None, grace_s: float) -> None:
-    """SIGTERM the group, then SIGKILL whatever is left of it after ``grace_s``."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        # poll() first: group_alive() reaps our children, and a Popen whose child it reaped reads exit code 0.
-        if (procs is None or all(p.poll() is not None for p in procs)) and not group_alive(pgid):
-            return
-        time.sleep(POLL_S)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in the group; our own exited children are reaped on the way."""
-    try:
-        while os.waitpid(-pgid, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
 
 
 def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,

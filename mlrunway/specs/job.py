@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 __all__ = [
     "CommandJobSpec",
@@ -34,9 +34,9 @@ class Input:
     type: Literal["uri_folder", "uri_file"] = "uri_folder"
 
     def __post_init__(self) -> None:
-        _check.one_of("input.type", self.type, ("uri_folder", "uri_file"))
+        check.one_of("input.type", self.type, ("uri_folder", "uri_file"))
         if not isinstance(self.path, str) or not self.path:
-            raise _check.fail("input.path", f"{self.path!r} is empty", "pass a folder or file path")
+            raise check.fail("input.path", f"{self.path!r} is empty", "pass a folder or file path")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +54,7 @@ class PyTorchDistribution:
     process_count_per_instance: int = 1
 
     def __post_init__(self) -> None:
-        _check.positive_int("distribution.process_count_per_instance", self.process_count_per_instance)
+        check.positive_int("distribution.process_count_per_instance", self.process_count_per_instance)
 
     @property
     def processes_per_instance(self) -> int:
@@ -69,7 +69,7 @@ class MpiDistribution:
     process_count_per_instance: int = 1
 
     def __post_init__(self) -> None:
-        _check.positive_int("distribution.process_count_per_instance", self.process_count_per_instance)
+        check.positive_int("distribution.process_count_per_instance", self.process_count_per_instance)
 
     @property
     def processes_per_instance(self) -> int:
@@ -85,8 +85,8 @@ class TensorFlowDistribution:
     parameter_server_count: int = 0
 
     def __post_init__(self) -> None:
-        _check.positive_int("distribution.worker_count", self.worker_count)
-        _check.positive_int("distribution.parameter_server_count", self.parameter_server_count, minimum=0)
+        check.positive_int("distribution.worker_count", self.worker_count)
+        check.positive_int("distribution.parameter_server_count", self.parameter_server_count, minimum=0)
 
     @property
     def processes_per_instance(self) -> int:
@@ -105,7 +105,7 @@ def distribution_from_dict(data: Mapping[str, Any] | None) -> Distribution | Non
     """Rebuild a distribution from ``to_dict`` output (``{"kind": ..., ...}``)."""
     if data is None:
         return None
-    kind = _check.one_of("distribution.kind", data.get("kind"), tuple(_DISTRIBUTIONS))
+    kind = check.one_of("distribution.kind", data.get("kind"), tuple(_DISTRIBUTIONS))
     return _DISTRIBUTIONS[kind](**data)
 
 
@@ -113,7 +113,7 @@ def _literal_or_input(name: str, value: Any) -> Literal_ | Input:
     if isinstance(value, Mapping):
         value = Input(**value)
     if not isinstance(value, (str, int, float, bool, Input)):
-        raise _check.fail(
+        raise check.fail(
             f"inputs.{name}", f"{type(value).__name__} is not an input", "pass a str, int, float, bool or Input"
         )
     return value
@@ -150,28 +150,28 @@ class CommandJobSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.code, str) or not self.code:
-            raise _check.fail("command_job.code", "is empty", "pass the folder that holds the training script")
+            raise check.fail("command_job.code", "is empty", "pass the folder that holds the training script")
         if not isinstance(self.command, str) or not self.command.strip():
-            raise _check.fail("command_job.command", "is empty", "pass the command line, e.g. 'python train.py'")
+            raise check.fail("command_job.command", "is empty", "pass the command line, e.g. 'python train.py'")
         inputs = {name: _literal_or_input(name, value) for name, value in self.inputs.items()}
         outputs = {name: Output(**o) if isinstance(o, Mapping) else o for name, o in self.outputs.items()}
         for name in (*inputs, *outputs):
             if not _IO_NAME.match(name):
-                raise _check.fail(f"command_job.inputs/outputs.{name}", "is not an identifier", "use [A-Za-z_][A-Za-z0-9_]*")
+                raise check.fail(f"command_job.inputs/outputs.{name}", "is not an identifier", "use [A-Za-z_][A-Za-z0-9_]*")
         for section, name in PLACEHOLDER.findall(self.command):
             declared = inputs if section == "inputs" else outputs
             if name not in declared:
-                raise _check.fail(
+                raise check.fail(
                     "command_job.command",
                     f"${{{{{section}.{name}}}}} has no matching {section[:-1]}",
                     f"declare {section}={{'{name}': ...}} or remove the placeholder",
                 )
         bad_env = [k for k, v in self.environment_variables.items() if not isinstance(v, str)]
         if bad_env:
-            raise _check.fail(f"command_job.environment_variables.{bad_env[0]}", "is not a string", "pass strings only")
-        _check.positive_int("command_job.instance_count", self.instance_count)
-        _check.job_name("command_job.experiment_name", self.experiment_name)
-        _check.optional_seconds("command_job.timeout", self.timeout)
+            raise check.fail(f"command_job.environment_variables.{bad_env[0]}", "is not a string", "pass strings only")
+        check.positive_int("command_job.instance_count", self.instance_count)
+        check.job_name("command_job.experiment_name", self.experiment_name)
+        check.optional_seconds("command_job.timeout", self.timeout)
         object.__setattr__(self, "inputs", MappingProxyType(inputs))
         object.__setattr__(self, "outputs", MappingProxyType(outputs))
         object.__setattr__(self, "environment_variables", MappingProxyType(dict(self.environment_variables)))

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 __all__ = [
     "BanditPolicy",
@@ -21,8 +21,8 @@ __all__ = [
 
 
 def _intervals(name: str, evaluation_interval: Any, delay_evaluation: Any) -> None:
-    _check.positive_int(f"{name}.evaluation_interval", evaluation_interval)
-    _check.positive_int(f"{name}.delay_evaluation", delay_evaluation, minimum=0)
+    check.positive_int(f"{name}.evaluation_interval", evaluation_interval)
+    check.positive_int(f"{name}.delay_evaluation", delay_evaluation, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,13 +38,13 @@ class BanditPolicy:
     def __post_init__(self) -> None:
         _intervals("bandit", self.evaluation_interval, self.delay_evaluation)
         if (self.slack_factor is None) == (self.slack_amount is None):
-            raise _check.fail(
+            raise check.fail(
                 "bandit", "needs exactly one of slack_factor and slack_amount", "pass one, e.g. slack_factor=0.15"
             )
         for name in ("slack_factor", "slack_amount"):
             value = getattr(self, name)
-            if value is not None and _check.number(f"bandit.{name}", value) <= 0:
-                raise _check.fail(f"bandit.{name}", f"{value} is not positive", f"pass {name} > 0")
+            if value is not None and check.number(f"bandit.{name}", value) <= 0:
+                raise check.fail(f"bandit.{name}", f"{value} is not positive", f"pass {name} > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,7 @@ class TruncationSelectionPolicy:
 
     def __post_init__(self) -> None:
         _intervals("truncation_selection", self.evaluation_interval, self.delay_evaluation)
-        _check.positive_int("truncation_selection.truncation_percentage", self.truncation_percentage, maximum=99)
+        check.positive_int("truncation_selection.truncation_percentage", self.truncation_percentage, maximum=99)
 
 
 EarlyTerminationPolicy = BanditPolicy | MedianStoppingPolicy | TruncationSelectionPolicy
@@ -79,10 +79,10 @@ _KINDS: dict[str, type] = {"bandit": BanditPolicy, "median_stopping": MedianStop
 
 
 def policy_from_dict(data: Mapping[str, Any] | EarlyTerminationPolicy | None) -> EarlyTerminationPolicy | None:
-    if data is None or isinstance(data, tuple(_KINDS.values())):
-        return data  # type: ignore[return-value]
-    kind = _check.one_of("early_termination.kind", data.get("kind"), tuple(_KINDS))  # type: ignore[union-attr]
+    if data is None or isinstance(data, (BanditPolicy, MedianStoppingPolicy, TruncationSelectionPolicy)):
+        return data
+    kind = check.one_of("early_termination.kind", data.get("kind"), tuple(_KINDS))
     try:
         return _KINDS[kind](**data)
     except TypeError as exc:
-        raise _check.fail("early_termination", f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep") from exc
+        raise check.fail("early_termination", f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep") from exc

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mlrunway.errors import SpecError
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
 __all__ = [
     "Choice",
@@ -36,9 +36,9 @@ class _Expression:
 
 
 def _bounds(field: str, low: Any, high: Any) -> None:
-    low, high = _check.number(f"{field}.min_value", low), _check.number(f"{field}.max_value", high)
+    low, high = check.number(f"{field}.min_value", low), check.number(f"{field}.max_value", high)
     if low >= high:
-        raise _check.fail(field, f"min_value {low} is not less than max_value {high}", "swap or widen the bounds")
+        raise check.fail(field, f"min_value {low} is not less than max_value {high}", "swap or widen the bounds")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +48,7 @@ class Choice(_Expression):
 
     def validate(self, field: str) -> None:
         if not isinstance(self.values, (tuple, list)) or not self.values:
-            raise _check.fail(field, "Choice has no values", "pass at least one value, e.g. Choice(values=[16, 32])")
+            raise check.fail(field, "Choice has no values", "pass at least one value, e.g. Choice(values=[16, 32])")
         object.__setattr__(self, "values", tuple(self.values))
 
 
@@ -77,8 +77,8 @@ class LogUniform(_Expression):
     def from_range(cls, low: float, high: float) -> LogUniform:
         """Build from the values' own range, e.g. ``from_range(1e-4, 1e-1)`` for a learning rate."""
         for name, value in (("low", low), ("high", high)):
-            if _check.number(f"LogUniform.from_range.{name}", value) <= 0:
-                raise _check.fail(f"LogUniform.from_range.{name}", f"log of non-positive {value}", "pass values > 0")
+            if check.number(f"LogUniform.from_range.{name}", value) <= 0:
+                raise check.fail(f"LogUniform.from_range.{name}", f"log of non-positive {value}", "pass values > 0")
         return cls(min_value=math.log(low), max_value=math.log(high))
 
 
@@ -91,8 +91,8 @@ class QUniform(_Expression):
 
     def validate(self, field: str) -> None:
         _bounds(field, self.min_value, self.max_value)
-        if _check.number(f"{field}.q", self.q) <= 0:
-            raise _check.fail(f"{field}.q", f"{self.q} is not positive", "pass a step q > 0")
+        if check.number(f"{field}.q", self.q) <= 0:
+            raise check.fail(f"{field}.q", f"{self.q} is not positive", "pass a step q > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,9 +113,9 @@ class Normal(_Expression):
     sigma: float
 
     def validate(self, field: str) -> None:
-        _check.number(f"{field}.mu", self.mu)
-        if _check.number(f"{field}.sigma", self.sigma) <= 0:
-            raise _check.fail(f"{field}.sigma", f"{self.sigma} is not positive", "pass sigma > 0")
+        check.number(f"{field}.mu", self.mu)
+        if check.number(f"{field}.sigma", self.sigma) <= 0:
+            raise check.fail(f"{field}.sigma", f"{self.sigma} is not positive", "pass sigma > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,12 +136,12 @@ class Randint(_Expression):
     upper: int
 
     def validate(self, field: str) -> None:
-        _check.positive_int(f"{field}.upper", self.upper)
+        check.positive_int(f"{field}.upper", self.upper)
 
 
 SearchExpression = Choice | Uniform | LogUniform | QUniform | QLogUniform | Normal | LogNormal | Randint
 _KINDS: dict[str, type] = {
-    cls.kind: cls  # type: ignore[attr-defined]
+    cls.kind: cls
     for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint)
 }
 
@@ -151,12 +151,12 @@ def expression_from_dict(field: str, data: Mapping[str, Any] | SearchExpression)
     if isinstance(data, tuple(_KINDS.values())):
         return data  # type: ignore[return-value]
     if not isinstance(data, Mapping):
-        raise _check.fail(field, f"{data!r} is not a search expression", "pass e.g. Uniform(min_value=0.001, max_value=0.1)")
-    kind = _check.one_of(f"{field}.kind", data.get("kind"), tuple(_KINDS))
+        raise check.fail(field, f"{data!r} is not a search expression", "pass e.g. Uniform(min_value=0.001, max_value=0.1)")
+    kind = check.one_of(f"{field}.kind", data.get("kind"), tuple(_KINDS))
     try:
         return _KINDS[kind](**data)
     except TypeError as exc:
-        raise _check.fail(field, f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep for its arguments") from exc
+        raise check.fail(field, f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep for its arguments") from exc
     except SpecError as exc:
         raise SpecError(f"{field}.{exc}") from exc
 
@@ -170,5 +170,5 @@ def to_dict(expr: SearchExpression) -> dict[str, Any]:
 
 def grid_values(field: str, expr: SearchExpression) -> Sequence[Any]:
     if not isinstance(expr, Choice):
-        raise _check.fail(field, f"grid sampling needs Choice, got {expr.kind}", "use Choice or sampling_algorithm='random'")
+        raise check.fail(field, f"grid sampling needs Choice, got {expr.kind}", "use Choice or sampling_algorithm='random'")
     return expr.values

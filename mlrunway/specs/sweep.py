@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from mlrunway.errors import SpecError
-from mlrunway.specs import _check
+from mlrunway.specs import check
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.policies import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
@@ -28,8 +28,8 @@ class Objective:
 
     def __post_init__(self) -> None:
         if not isinstance(self.primary_metric, str) or not self.primary_metric.strip():
-            raise _check.fail("sweep.objective.primary_metric", "is empty", "pass the metric name the script logs")
-        _check.one_of("sweep.objective.goal", self.goal, ("maximize", "minimize"))
+            raise check.fail("sweep.objective.primary_metric", "is empty", "pass the metric name the script logs")
+        check.one_of("sweep.objective.goal", self.goal, ("maximize", "minimize"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,12 +42,12 @@ class SweepLimits:
     trial_timeout: float | None = None
 
     def __post_init__(self) -> None:
-        _check.positive_int("sweep.limits.max_total_trials", self.max_total_trials, maximum=1000)
+        check.positive_int("sweep.limits.max_total_trials", self.max_total_trials, maximum=1000)
         if self.max_concurrent_trials is None:
             object.__setattr__(self, "max_concurrent_trials", self.max_total_trials)
-        _check.positive_int("sweep.limits.max_concurrent_trials", self.max_concurrent_trials, maximum=1000)
-        _check.optional_seconds("sweep.limits.timeout", self.timeout)
-        _check.optional_seconds("sweep.limits.trial_timeout", self.trial_timeout)
+        check.positive_int("sweep.limits.max_concurrent_trials", self.max_concurrent_trials, maximum=1000)
+        check.optional_seconds("sweep.limits.timeout", self.timeout)
+        check.optional_seconds("sweep.limits.trial_timeout", self.trial_timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,26 +70,26 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         if not self.search_space:
-            raise _check.fail("sweep.search_space", "is empty", "pass at least one input to search over")
+            raise check.fail("sweep.search_space", "is empty", "pass at least one input to search over")
         space = {name: expression_from_dict(f"sweep.search_space.{name}", e) for name, e in self.search_space.items()}
         used = {name for section, name in PLACEHOLDER.findall(self.trial.command) if section == "inputs"}
         for name in space:
             if name not in used:
-                raise _check.fail(
+                raise check.fail(
                     f"sweep.search_space.{name}",
                     "never reaches the trial's command line",
                     f"add an argument such as --{name.replace('_', '-')} ${{{{inputs.{name}}}}} to the command",
                 )
-        _check.one_of("sweep.sampling_algorithm", self.sampling_algorithm, SAMPLING)
+        check.one_of("sweep.sampling_algorithm", self.sampling_algorithm, SAMPLING)
         if self.seed is not None:
-            _check.positive_int("sweep.seed", self.seed, minimum=0)
+            check.positive_int("sweep.seed", self.seed, minimum=0)
         if self.sampling_algorithm == "grid":
             from mlrunway.specs.search_space import grid_values
 
             for name, expr in space.items():
                 grid_values(f"sweep.search_space.{name}", expr)
         if self.limits.max_concurrent_trials > self.limits.max_total_trials:  # type: ignore[operator]
-            raise _check.fail(
+            raise check.fail(
                 "sweep.limits.max_concurrent_trials",
                 f"{self.limits.max_concurrent_trials} is more than max_total_trials {self.limits.max_total_trials}",
                 "lower it to at most max_total_trials",

@@ -20,9 +20,9 @@ import urllib.request
 import pytest
 
 from mlrunway.airflow.summary import leftovers
+from mlrunway.backend.naming import RunNames
 from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import RunNames
 from tests.conftest import REPO
 from tests.e2e.stack import AirflowStack
 
@@ -136,7 +136,7 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
     # The worker deferred; the triggerer (only it runs triggers) wrote its lines into the task's log.
     assert "Pausing task as DEFERRED" in task_log
     assert re.search(rf"trigger {DAG}/{re.escape(run_id)}/sweep/-1/1 \(ID \d+\) starting", task_log)
-    assert re.search(rf"Trigger fired event.*'job_name': '{names.sweep}', 'status': 'Completed'", task_log)
+    assert re.search(rf"Trigger fired event.*'job_name': '{names.sweep}', 'outcome': 'ended', 'status': 'Completed'", task_log)
 
     assert width > 400, "the report's plot did not render as a picture"
     assert "Sweep report: " + names.sweep in report_text and "stopped early" in report_text

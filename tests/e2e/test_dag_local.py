@@ -59,7 +59,7 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert results["train"]["status"] == "Completed" and results["train"]["metrics"]["best_val_acc"] > 0.3
     logged = list(backend.jobs.logs(results["train"]["job_name"]))
     assert any(line.startswith("data interval ") for line in logged), "the run's data interval reached train.py"
-    trials = backend.jobs.sweep_result(results["sweep"]["sweep_name"])["trials"]
+    trials = backend.jobs.sweep_result(results["sweep"]["sweep_name"]).trials
     assert len(trials) == results["sweep"]["trials"] == 4
     stopped = {t.name: t.early_termination for t in trials if t.early_termination}
     assert stopped and sorted(stopped) == sorted(results["sweep"]["stopped_early"])

@@ -113,7 +113,7 @@ def test_killing_the_sweep_task_cancels_the_sweep_and_its_trials(small_digits, t
     name = op.submit_job(context)
     backend = LocalBackend.at(tmp_path / "ws")
     deadline = time.monotonic() + 60
-    while len(backend.jobs.sweep_result(name)["trials"]) < 2 and time.monotonic() < deadline:
+    while len(backend.jobs.sweep_result(name).trials) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)  # both trials started
     op.on_kill()
     assert backend.jobs.get(name).status is JobStatus.CANCELED

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from mlrunway.airflow.summary import leftovers
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import NotFound
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import RunNames
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -78,7 +78,7 @@ def test_a_worker_killed_mid_sweep_is_followed_by_a_try_that_reattaches(airflow_
 
     after = backend.jobs.get(sweep)
     assert after.status is JobStatus.COMPLETED and after.created == before.created
-    trials = {t.name: t for t in backend.jobs.sweep_result(sweep)["trials"]}
+    trials = {t.name: t for t in backend.jobs.sweep_result(sweep).trials}
     assert len(trials) == 3
     for trial in ended:  # what had ended before the kill stands as it was
         assert trials[trial.name] == trial
@@ -91,7 +91,7 @@ def wait_for_an_ended_trial(backend: LocalBackend, sweep: str, worker: subproces
     while time.monotonic() < deadline:
         assert worker.poll() is None, "the first try ended before it could be killed"
         try:
-            ended = [t for t in backend.jobs.sweep_result(sweep)["trials"] if t.status.is_terminal()]
+            ended = [t for t in backend.jobs.sweep_result(sweep).trials if t.status.is_terminal()]
         except (NotFound, OSError, ValueError):  # not submitted yet, or sweep.json not yet written
             ended = []
         if ended:

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from mlrunway.backend.naming import RunNames
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import RunNames, cleanup, deploy_blue
+from mlrunway.pipeline import cleanup, deploy_blue
 from tests.conftest import write_script
 
 
@@ -41,12 +43,13 @@ def test_a_failed_smoke_test_fails_the_deploy_and_leaves_traffic_alone(tmp_path,
     (model / "signature.json").write_text(json.dumps({
         "classes": [str(i) for i in range(10)], "inputs": [{"name": "input", "shape": [None, 1, 8, 8], "dtype": "float32"}],
         "preprocessing": {"color": "L", "size": [8, 8], "scale": 1 / 255, "mean": 0.5, "std": 0.5}}))
-    backend.models.register("digits-onnx", model, format="onnx")
+    onnx = backend.models.register("digits-onnx", model, format="onnx")
     code = write_script(tmp_path / "code", WRONG_ANSWER, "score.py")
     names = RunNames.of("dag", "run-1", "smoke")
     try:
         with pytest.raises(EndpointError, match="smoke test: .*'label': 'cat'.* is not a valid prediction"):
-            deploy_blue(backend, names.endpoint, "digits-onnx", 1, code, digits, workers=1)
+            deploy_blue(backend, names.endpoint, DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(code)),
+                        digits, endpoint_settings=EndpointSettings(workers=1))
         assert backend.endpoints.get(names.endpoint).traffic == {}  # blue never got traffic
     finally:
         first = cleanup(backend, names)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.pipeline import RunNames
 from mlrunway.report import SweepReport, plot_curves, render_html, save
 from mlrunway.specs.sweep import Objective
 

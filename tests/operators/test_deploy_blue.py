@@ -12,9 +12,9 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from mlrunway.airflow.triggers import DeploymentTrigger
+from mlrunway.backend.naming import RunNames
 from mlrunway.errors import EndpointError
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import RunNames
 from operators import DeployBlueOperator
 from tests.conftest import REPO
 from tests.mlrunway.airflow.test_triggers import first_event
@@ -87,10 +87,10 @@ def test_blocking_mode_waits_in_the_worker(backend, digits):
 @pytest.mark.parametrize(
     ("event", "match"),
     [
-        pytest.param({"status": "Failed", "error": "score.py init() raised; log tail: KeyError"},
+        pytest.param({"outcome": "ended", "status": "Failed", "error": "score.py init() raised; log tail: KeyError"},
                      "score.py init\\(\\) raised; log tail: KeyError", id="failed"),
-        pytest.param({"status": "Canceled", "error": None}, f"deployment {ENDPOINT}/blue ended Canceled", id="canceled"),
-        pytest.param({"status": "timeout", "error": "still Creating at the deadline; it was deleted"},
+        pytest.param({"outcome": "ended", "status": "Canceled", "error": None}, f"deployment {ENDPOINT}/blue ended Canceled", id="canceled"),
+        pytest.param({"outcome": "timeout", "status": "Creating", "error": "still Creating at the deadline; it was deleted"},
                      f"deployment {ENDPOINT}/blue: still Creating at the deadline; it was deleted \\(max_wait_s=60\\)",
                      id="timeout"),
     ],

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from mlrunway.backend.fake import FakeBackend
+from mlrunway.backend.protocol import Capabilities
 from mlrunway.errors import SpecError
 
 
@@ -77,8 +79,8 @@ def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
         assert op.operator_extra_links == ALL_LINKS
     assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint"]
 
-    class Studio:
-        kind = "azure"
+    class Studio(FakeBackend):  # a backend with a UI of its own, as Azure ML's studio
+        capabilities = Capabilities(studio=True)
 
         def link(self, kind, name, version=None):
             return f"https://ml.azure.com/{kind}/{name}/{version}"

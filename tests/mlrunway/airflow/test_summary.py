@@ -18,5 +18,5 @@ def test_the_summary_names_the_saved_report_and_what_is_left_running():
     assert lines == ["run: success", "sweep: 8 trials, 2 stopped early by Bandit, 100 epochs",
                      "cleanup: endpoint deleted; nothing left running",
                      f"report: {report} (in the Airflow UI: the run's Sweep report tab)"]
-    left = format_summary("failed", RESULTS, ["pid 7: python -m mlrunway.serving.server"])
-    assert left.splitlines()[-1] == "cleanup: endpoint deleted; LEFT RUNNING: pid 7: python -m mlrunway.serving.server"
+    left = format_summary("failed", RESULTS, ["pid 7: python -m mlrunway.local.serving.server"])
+    assert left.splitlines()[-1] == "cleanup: endpoint deleted; LEFT RUNNING: pid 7: python -m mlrunway.local.serving.server"

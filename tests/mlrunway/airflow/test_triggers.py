@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.types import EndpointSettings, JobStatus
 from mlrunway.local.backend import LocalBackend
 from mlrunway.specs import CommandJobSpec
-from tests.conftest import write_script
+from tests.conftest import deployment, write_script
 
 
 def first_event(trigger):
@@ -58,7 +58,7 @@ def test_trigger_cancels_the_job_at_its_deadline(tmp_path, monkeypatch):
 
     backend = start_job(tmp_path, monkeypatch, "j-slow", "import time\ntime.sleep(300)\n")
     event = first_event(JobTrigger("mlrunway_default", "j-slow", poll_interval_s=0.2, deadline=time.time() + 2))
-    assert event["status"] == "timeout" and "canceled" in event["error"]
+    assert event["outcome"] == "timeout" and "canceled" in event["error"]
     assert backend.jobs.get("j-slow").status is JobStatus.CANCELED
 
 
@@ -88,17 +88,17 @@ def test_job_trigger_on_kill_cancels_the_job(tmp_path, monkeypatch):
 @pytest.mark.parametrize("tag", ["good", "broken"])
 def test_deployment_trigger_fires_when_provisioning_ends_and_carries_the_failure(tmp_path, monkeypatch, tag):
     from mlrunway.airflow.triggers import DeploymentTrigger
-    from tests.mlrunway.serving.test_provision import GATED_SCORE
+    from tests.mlrunway.local.serving.test_provision import GATED_SCORE
 
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
     endpoints = LocalBackend.at(tmp_path / "ws").endpoints
-    endpoints.create_or_update("trig-ep", workers=1)
+    endpoints.create_or_update("trig-ep", EndpointSettings(workers=1))
     (tmp_path / "model").mkdir()
     (tmp_path / "gate").touch()
     try:
-        endpoints.begin_create_or_update_deployment(
-            "trig-ep", "blue", model_dir=tmp_path / "model", code_dir=write_script(tmp_path / "code", GATED_SCORE, "score.py"),
-            environment_variables={"TAG": tag, "GATE": str(tmp_path / "gate")})
+        endpoints.begin_create_or_update_deployment("trig-ep", "blue", deployment(
+            endpoints.workspace, tmp_path / "model", write_script(tmp_path / "code", GATED_SCORE, "score.py"),
+            environment_variables={"TAG": tag, "GATE": str(tmp_path / "gate")}))
         event = first_event(DeploymentTrigger("mlrunway_default", "trig-ep", "blue", poll_interval_s=0.1))
     finally:
         endpoints.delete("trig-ep")
@@ -112,20 +112,21 @@ def test_deployment_trigger_fires_when_provisioning_ends_and_carries_the_failure
 @pytest.mark.slow
 def test_deployment_trigger_deletes_the_deployment_at_its_deadline(tmp_path, monkeypatch):
     from mlrunway.airflow.triggers import DeploymentTrigger
-    from tests.mlrunway.serving.test_provision import GATED_SCORE
+    from tests.mlrunway.local.serving.test_provision import GATED_SCORE
 
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
     endpoints = LocalBackend.at(tmp_path / "ws").endpoints
-    endpoints.create_or_update("late-ep", workers=1)
+    endpoints.create_or_update("late-ep", EndpointSettings(workers=1))
     (tmp_path / "model").mkdir()
     try:
         endpoints.begin_create_or_update_deployment(  # the gate never opens: provisioning outlives the deadline
-            "late-ep", "blue", model_dir=tmp_path / "model", code_dir=write_script(tmp_path / "code", GATED_SCORE, "score.py"),
-            environment_variables={"TAG": "v1", "GATE": str(tmp_path / "gate")})
+            "late-ep", "blue", deployment(
+                endpoints.workspace, tmp_path / "model", write_script(tmp_path / "code", GATED_SCORE, "score.py"),
+                environment_variables={"TAG": "v1", "GATE": str(tmp_path / "gate")}))
         event = first_event(DeploymentTrigger("mlrunway_default", "late-ep", "blue", poll_interval_s=0.1,
                                               deadline=time.time() + 1))
-        assert event["status"] == "timeout" and event["error"] == "still Creating at the deadline; it was deleted"
-        assert "blue" not in endpoints.get("late-ep").deployments
+        assert event["outcome"] == "timeout" and event["error"] == "still Creating at the deadline; it was deleted"
+        assert "blue" not in endpoints.state("late-ep").deployments
         assert not (tmp_path / "ws" / "endpoints" / "late-ep" / "deployments" / "blue").exists()
     finally:
         endpoints.delete("late-ep")

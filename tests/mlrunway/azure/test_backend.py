@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlrunway import pipeline
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound
 from mlrunway.onnx_export import export_registered
 from mlrunway.report import collect, plot_curves, render_html
@@ -111,12 +111,14 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert body["limits"]["maxTotalTrials"] == 3
 
     result = azure.jobs.sweep_result("mlr-run-sweep")
-    trials = {t.name: t for t in result["trials"]}
-    assert result["best_trial"] == "mlr-run-sweep_1"
+    trials = {t.name: t for t in result.trials}
+    assert result.best_trial == "mlr-run-sweep_1"
     assert trials["mlr-run-sweep_1"].params == {"learning_rate": 0.05, "momentum": 0.8}
     assert trials["mlr-run-sweep_1"].history == (0.62, 0.80, 0.91)
     assert trials["mlr-run-sweep_2"].status is JobStatus.CANCELED
-    assert "bandit policy after 1 intervals" in trials["mlr-run-sweep_2"].early_termination["reason"]
+    # Canceled after 1 interval, where Bandit (delay_evaluation=10) cannot act: not labelled as its decision.
+    assert trials["mlr-run-sweep_2"].early_termination is None
+    assert "canceled after 1 intervals, where no early-termination policy applies" in trials["mlr-run-sweep_2"].error
     assert fake.sent("GET", r"/history/v1\.0/subscriptions/.*/runs/mlr-run-sweep/children$")
 
     picked = pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")
@@ -134,8 +136,9 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     onnx_files = {k.rsplit("/", 1)[1] for k in fake.blobs if "/onnx/" in k}
     assert onnx_files == {"model.onnx", "signature.json"}
 
-    deployed = pipeline.deploy_blue(azure, "mlr-run", onnx.name, onnx.version, CODE, small_digits,
-                                    instance_type="Standard_DS3_v2", instance_count=1)
+    settings = DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(CODE),
+                                  instance_type="Standard_DS3_v2", instance_count=1)
+    deployed = pipeline.deploy_blue(azure, "mlr-run", settings, small_digits)
     endpoint_puts = fake.sent("PUT", r"/onlineEndpoints/mlr-run$")
     assert endpoint_puts[0].json()["properties"]["authMode"] == "Key"
     assert endpoint_puts[-1].json()["properties"]["traffic"] == {"blue": 100}
@@ -159,7 +162,7 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert (report.sweep_status, report.best_trial, report.model["version"]) == ("Completed", "mlr-run-sweep_1", 1)
     assert report.onnx["properties"]["parity"]["samples"] == parity["samples"]
     assert report.endpoint["traffic"] == {"blue": 100} and report.endpoint["provisioning_state"] == "Succeeded"
-    assert "3 trials, 1 stopped early, 7 epochs run" in render_html(report, plot_curves(report))
+    assert "3 trials, 0 stopped early, 7 epochs run" in render_html(report, plot_curves(report))
 
     done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
     assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]
@@ -174,7 +177,7 @@ def test_failed_deployment_surfaces_its_logs_and_leaves_traffic(fake, azure, tmp
     azure.endpoints.create_or_update("ep-fail")
     fake.deployment_failure = "ResourceNotReady: User container has crashed or terminated: ModuleNotFoundError"
     with pytest.raises(EndpointError, match="(?s)failed.*its log.*ModuleNotFoundError"):
-        azure.endpoints.create_or_update_deployment("ep-fail", "blue", model="m:1", code_dir=CODE)
+        azure.endpoints.create_or_update_deployment("ep-fail", "blue", DeploymentSettings(model="m:1", code_dir=str(CODE)))
     only(fake.sent("POST", r"/deployments/blue/getLogs$"), "getLogs")
     assert fake.resource("onlineEndpoints", "ep-fail")["properties"].get("traffic") in (None, {})
 
@@ -190,7 +193,8 @@ def test_deployment_provisions_after_begin_returns_and_is_deleted_at_the_deadlin
     # The SDK's poller, which begin leaves behind, checks the operation once, then waits as long as the service
     # asks, as it would on Azure (with 1 ms, it raced this test's reads under load and finished the deployment).
     fake.retry_after_ms = 60_000
-    info = azure.endpoints.begin_create_or_update_deployment("ep-bg", "blue", model="m:1", code_dir=CODE)
+    info = azure.endpoints.begin_create_or_update_deployment("ep-bg", "blue",
+                                                     DeploymentSettings(model="m:1", code_dir=str(CODE)))
     only(fake.sent("PUT", r"/onlineEndpoints/ep-bg/deployments/blue$"), "deployment PUT")
     assert info.provisioning_state is ProvisioningState.CREATING
     states = [azure.endpoints.get_deployment("ep-bg", "blue").provisioning_state for _ in range(5)]
@@ -221,3 +225,29 @@ def test_links_point_at_studio(azure) -> None:
     assert azure.link("job", "j") == f"https://ml.azure.com/runs/j?{wsid}"
     assert azure.link("model", "m", 3) == f"https://ml.azure.com/model/m:3/details?{wsid}"
     assert azure.link("endpoint", "e") == f"https://ml.azure.com/endpoints/realtime/e/detail?{wsid}"
+
+
+@pytest.mark.parametrize(("delay", "intervals", "sweep_status", "stopped"), [
+    pytest.param(10, 1, JobStatus.COMPLETED, False, id="before-delay-evaluation"),
+    pytest.param(1, 1, JobStatus.COMPLETED, True, id="at-an-evaluation-point"),
+    pytest.param(2, 3, JobStatus.COMPLETED, True, id="after-the-delay-every-interval"),
+    pytest.param(1, 2, JobStatus.CANCELED, False, id="the-sweep-itself-was-canceled"),
+])
+def test_a_canceled_trial_is_the_policys_decision_only_where_the_policy_applies(delay, intervals, sweep_status, stopped):
+    """The service does not say why a trial was canceled: the evidence is the interval it reached."""
+    from azure.ai.ml.sweep import BanditPolicy, SweepJobLimits
+
+    from mlrunway.azure.backend import _why_canceled
+
+    class Sweep:  # the two attributes of the SDK's SweepJob that the label reads, as the SDK's own entities
+        early_termination = BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=delay)
+        limits = SweepJobLimits(trial_timeout=600)
+
+    label, error = _why_canceled(Sweep(), sweep_status, intervals)
+    assert (label is not None) is stopped and (error is None) is stopped
+    if stopped:
+        assert label == {"reason": f"canceled by the sweep's bandit policy at interval {intervals}", "interval": intervals}
+    elif sweep_status is JobStatus.CANCELED:
+        assert error == "canceled: the sweep was canceled"
+    else:
+        assert error.endswith("no early-termination policy applies: the trial timeout (600 s), the sweep's timeout or a user")

@@ -50,7 +50,7 @@ def test_sweep_stops_exactly_the_trials_the_reference_computation_stops(jobs, tm
     info = jobs.wait("curves", poll_s=0.5)
     assert info.status is JobStatus.COMPLETED, info.error
     result = jobs.sweep_result("curves")
-    trials = {names[int(t.name.rsplit("_", 1)[1])]: t for t in result["trials"]}
+    trials = {names[int(t.name.rsplit("_", 1)[1])]: t for t in result.trials}
 
     reference = {name: stop.interval for name, stop in evaluate(POLICY, CURVES, "maximize").items()}
     assert reference == {"slow": 2, "fade": 3}
@@ -61,7 +61,7 @@ def test_sweep_stops_exactly_the_trials_the_reference_computation_stops(jobs, tm
         expected = JobStatus.CANCELED if name in reference else JobStatus.COMPLETED
         assert jobs.get(trial.name).status is expected
     assert "early termination at interval 2" in jobs.get(trials["slow"].name).error
-    assert result["best_trial"] == trials["good"].name
+    assert result.best_trial == trials["good"].name
 
     store = tracking.client(jobs.workspace)
     parent = info.mlflow_run_id
@@ -77,7 +77,7 @@ def test_all_trials_failing_fails_the_sweep_with_their_errors(jobs, tmp_path):
     assert info.status is JobStatus.FAILED
     assert "no trial produced the primary metric" in info.error or "curve asked for a crash" in info.error
     result = jobs.sweep_result("broken")
-    assert [t.status for t in result["trials"]] == [JobStatus.FAILED, JobStatus.FAILED]
+    assert [t.status for t in result.trials] == [JobStatus.FAILED, JobStatus.FAILED]
     assert "curve asked for a crash at step 1" in result["error"]
 
 
@@ -85,13 +85,13 @@ def test_canceling_a_sweep_cancels_its_trials_and_leaves_no_process(jobs, tmp_pa
     code = write_script(tmp_path / "code", CURVE_SCRIPT)
     jobs.submit_sweep("stopme", curve_sweep(code, [CURVES["good"], CURVES["fine"]], pause=5, policy=None), poll_s=0.3)
     deadline = time.monotonic() + 60
-    while len(jobs.sweep_result("stopme")["trials"]) < 2 or any(
-        jobs.get(t.name).status is not JobStatus.RUNNING for t in jobs.sweep_result("stopme")["trials"]
+    while len(jobs.sweep_result("stopme").trials) < 2 or any(
+        jobs.get(t.name).status is not JobStatus.RUNNING for t in jobs.sweep_result("stopme").trials
     ):
         assert time.monotonic() < deadline
         time.sleep(0.3)
     assert jobs.cancel("stopme").status is JobStatus.CANCELED
-    trials = jobs.sweep_result("stopme")["trials"]
+    trials = jobs.sweep_result("stopme").trials
     for trial in trials:
         info = jobs.wait(trial.name, timeout=30, poll_s=0.2)
         assert info.status is JobStatus.CANCELED and info.error == "the sweep was canceled"

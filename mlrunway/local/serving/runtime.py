@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from mlrunway.serving.state import STATE_FILE, DeploymentState, EndpointState
+from mlrunway.local.serving.state import STATE_FILE, DeploymentState, EndpointState
 
 _INIT_LOCK = threading.Lock()
 

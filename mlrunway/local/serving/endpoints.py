@@ -1,14 +1,15 @@
 """Local online endpoints: create, deploy, route traffic, invoke and delete, as ``ml_client.online_endpoints`` does.
 
-Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.serving.app`) on 127.0.0.1 and a free
+Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.local.serving.app`) on 127.0.0.1 and a free
 port, tracked under ``<workspace>/endpoints/<name>/``. A deployment is provisioned in a separate process
-(score.py imported, ``init()`` run, see :mod:`mlrunway.serving.provision`); only a deployment that provisions
+(score.py imported, ``init()`` run, see :mod:`mlrunway.local.serving.provision`); only a deployment that provisions
 joins the endpoint. Delete stops provisioning and the server (SIGTERM, then SIGKILL), checks the port is free
 and removes the state.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import shutil
 import subprocess
@@ -20,23 +21,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from mlrunway.backend.types import DeploymentInfo, ProvisioningState
+from mlrunway.backend.types import (
+    DeploymentInfo,
+    DeploymentSettings,
+    EndpointInfo,
+    EndpointSettings,
+    ProvisioningState,
+)
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local._files import locked
-from mlrunway.local.launch import free_port
-from mlrunway.local.supervisor import group_alive, terminate_group
-from mlrunway.local.workspace import Workspace
-from mlrunway.serving import provision
-from mlrunway.serving.state import (
+from mlrunway.local.processes import free_port, group_alive, reap, terminate_group, wait_port_free
+from mlrunway.local.registry import LocalModels
+from mlrunway.local.serving import provision
+from mlrunway.local.serving.state import (
     DeploymentState,
     EndpointState,
-    check_endpoint_name,
     check_traffic,
     new_key,
 )
-from mlrunway.specs import _check
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs import check
+from mlrunway.specs.check import endpoint_name as check_endpoint_name
 
 START_TIMEOUT_S = 60.0
 
@@ -49,12 +54,18 @@ class LocalEndpoints:
         return self.workspace.endpoints / check_endpoint_name(name)
 
     # -- endpoints ---------------------------------------------------------------------------------
-    def create_or_update(self, name: str, *, workers: int = 2, request_timeout_ms: int = 5000,
-                         max_concurrent_requests_per_worker: int = 64) -> EndpointState:
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None, *, request_timeout_ms: int = 5000,
+                         max_concurrent_requests_per_worker: int = 64) -> EndpointInfo:
         """Create the endpoint and start its server, or return the running one (settings updated)."""
+        return self.info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
+                                                max_concurrent_requests_per_worker))
+
+    def _create_or_update(self, name: str, settings: EndpointSettings, request_timeout_ms: int,
+                          max_concurrent_requests_per_worker: int) -> EndpointState:
         folder = self._dir(name)
-        _check.positive_int("endpoint.workers", workers, maximum=64)
-        _check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
+        workers = settings.workers
+        check.positive_int("endpoint.workers", workers, maximum=64)
+        check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
         if (folder / "endpoint.json").exists():
             with locked(provision.state_lock(folder)):
                 state = EndpointState.load(folder)
@@ -68,16 +79,16 @@ class LocalEndpoints:
                               max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
         return self._start(folder, state)
 
-    def begin_create_or_update(self, name: str, **settings: Any) -> EndpointState:
+    def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         """As ``create_or_update``: a local server answers within seconds, so it returns Succeeded."""
-        return self.create_or_update(name, **settings)
+        return self.create_or_update(name, settings)
 
     def _start(self, folder: Path, state: EndpointState) -> EndpointState:
         state.port = free_port()
         state.save(folder)
         (folder / "logs").mkdir(exist_ok=True)
         with open(folder / "logs" / "server.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "mlrunway.serving.server", str(folder)], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.server", str(folder)], stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, start_new_session=True)
         state.pid = proc.pid
         state.save(folder)
@@ -89,15 +100,26 @@ class LocalEndpoints:
             time.sleep(0.1)
         return state
 
-    def get(self, name: str) -> EndpointState:
+    def get(self, name: str) -> EndpointInfo:
+        return self.info(self.state(name))
+
+    def state(self, name: str) -> EndpointState:
+        """The endpoint's whole saved state, keys included: for this backend's own server and tests."""
         folder = self._dir(name)
         if not (folder / "endpoint.json").exists():
             raise NotFound(f"endpoint {name!r} does not exist in workspace {self.workspace.root}")
         return EndpointState.load(folder)
 
-    def list(self) -> list[EndpointState]:
+    @staticmethod
+    def info(state: EndpointState) -> EndpointInfo:
+        return EndpointInfo(name=state.name, scoring_uri=state.scoring_uri, traffic=dict(state.traffic),
+                            mirror_traffic=dict(state.mirror_traffic), auth_mode=state.auth_mode,
+                            provisioning_state=ProvisioningState(state.provisioning_state))
+
+    def list(self) -> builtins.list[EndpointInfo]:
         root = self.workspace.endpoints
-        return [EndpointState.load(p) for p in sorted(root.iterdir()) if (p / "endpoint.json").exists()] if root.exists() else []
+        folders = sorted(root.iterdir()) if root.exists() else []
+        return [self.info(EndpointState.load(p)) for p in folders if (p / "endpoint.json").exists()]
 
     def delete(self, name: str) -> bool:
         """Stop the server, free the port, remove the state; False when it was already gone."""
@@ -110,37 +132,39 @@ class LocalEndpoints:
             state = EndpointState.load(folder)
             if state.pid:
                 terminate_group(state.pid, None, 10)
-                _reap(state.pid)
-            _wait_port_free(state.port)
+                reap(state.pid)
+            if not wait_port_free(state.port):
+                raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
         shutil.rmtree(folder)
         return True
 
     def get_keys(self, name: str) -> dict[str, str]:
-        return dict(self.get(name).keys)
+        return dict(self.state(name).keys)
 
     def regenerate_keys(self, name: str, key_type: str = "primary") -> dict[str, str]:
-        _check.one_of("key_type", key_type, ("primary", "secondary"))
+        check.one_of("key_type", key_type, ("primary", "secondary"))
         with locked(provision.state_lock(self._dir(name))):
-            state = self.get(name)
+            state = self.state(name)
             state.keys[key_type] = new_key()
             state.save(self._dir(name))
         return dict(state.keys)
 
     # -- deployments -------------------------------------------------------------------------------
-    def begin_create_or_update_deployment(self, endpoint: str, name: str, **settings: Any) -> DeploymentInfo:
+    def begin_create_or_update_deployment(self, endpoint: str, name: str,
+                                          settings: DeploymentSettings) -> DeploymentInfo:
         """Start provisioning a deployment (a new version when it exists) and return at once; traffic is left
         as it is and the serving version goes on serving until the new one joins (:mod:`provision`).
 
-        ``settings`` are ``_start_provisioning``'s; Azure's sizing (``instance_type``, ``instance_count``) has no
-        meaning here and is ignored.
+        The model comes from this workspace's registry; ``instance_count`` is the server workers it needs
+        (default: the endpoint's); ``instance_type`` has no meaning on one machine and is not used.
         """
-        self._start_provisioning(endpoint, name, **settings)
+        self._start_provisioning(endpoint, name, settings)
         return self.get_deployment(endpoint, name)
 
-    def create_or_update_deployment(self, endpoint: str, name: str, *, timeout_s: float = 300.0,
-                                    **settings: Any) -> DeploymentState:
+    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
+                                    timeout_s: float = 300.0) -> DeploymentInfo:
         """Provision a deployment and wait for it; a failing ``init()`` raises EndpointError with its log."""
-        process = self._start_provisioning(endpoint, name, **settings)
+        process = self._start_provisioning(endpoint, name, settings)
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -149,20 +173,20 @@ class LocalEndpoints:
         if info.provisioning_state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(f"deployment {name} of endpoint {endpoint} failed to provision "
                                 f"({info.provisioning_state.value}): {info.error}")
-        return self.get(endpoint).deployments[name]
+        return info
 
-    def _start_provisioning(self, endpoint: str, name: str, *, model_dir: str | Path, code_dir: str | Path,
-                            scoring_script: str = "score.py", model: str = "", workers: int = 1,
-                            environment_variables: dict[str, str] | None = None,
-                            **_azure_only: Any) -> subprocess.Popen[bytes]:
-        state = self.get(endpoint)
-        check_endpoint_name(name)
-        _check.positive_int("deployment.workers", workers, maximum=64)
+    def _start_provisioning(self, endpoint: str, name: str, settings: DeploymentSettings) -> subprocess.Popen[bytes]:
+        state = self.state(endpoint)
+        check_endpoint_name(name, "deployment.name")
+        workers = settings.instance_count or state.workers
+        check.positive_int("deployment.instance_count", workers, maximum=64)
+        code_dir, scoring_script = Path(settings.code_dir), settings.scoring_script
+        model_dir = LocalModels(self.workspace).get(settings.model_name, settings.model_version).path
         if not (Path(code_dir) / scoring_script).is_file():
-            raise _check.fail("deployment.scoring_script", f"{Path(code_dir) / scoring_script} does not exist",
+            raise check.fail("deployment.scoring_script", f"{Path(code_dir) / scoring_script} does not exist",
                               "pass the folder that holds score.py and the script's name")
         if not Path(model_dir).is_dir():
-            raise _check.fail("deployment.model", f"model folder {model_dir} does not exist", "pass a registered model")
+            raise check.fail("deployment.model", f"model folder {model_dir} does not exist", "pass a registered model")
         folder = self._dir(endpoint)
         provision.stop(folder, name)  # a newer request supersedes one still under way
         record = provision.read(folder, name)
@@ -172,31 +196,41 @@ class LocalEndpoints:
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
         deployment = DeploymentState(name=name, version=version, model_dir=str(Path(model_dir).resolve()),
-                                     code_dir=str(home / "code"), scoring_script=scoring_script, model=model,
-                                     workers=workers, environment_variables=dict(environment_variables or {}))
+                                     code_dir=str(home / "code"), scoring_script=scoring_script, model=settings.model,
+                                     workers=workers, environment_variables=dict(settings.environment_variables))
         return provision.start(folder, deployment)
 
     def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
         """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled)."""
-        state = self.get(endpoint)
+        state = self.state(endpoint)
         progress = provision.current(self._dir(endpoint), name)
+        serving = state.deployments.get(name)
+        model = serving.model if serving else ""
         if progress is None:
-            if name not in state.deployments:
+            if serving is None:
                 raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")
-            return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=ProvisioningState.SUCCEEDED)
-        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=progress[0], error=progress[1])
+            return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=ProvisioningState.SUCCEEDED,
+                                  model=model)
+        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=progress[0], error=progress[1],
+                              model=model)
+
+    def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]:
+        """The endpoint's deployments: those serving, and those still provisioning."""
+        folder = self._dir(endpoint)
+        names = set(self.state(endpoint).deployments) | {p.parent.name for p in folder.glob(f"deployments/*/{provision.RECORD}")}
+        return [self.get_deployment(endpoint, name) for name in sorted(names)]
 
     def delete_deployment(self, endpoint: str, name: str) -> bool:
         """Stop its provisioning if under way and remove it; one with traffic is refused."""
         folder = self._dir(endpoint)
         stopped = provision.stop(folder, name)
         with locked(provision.state_lock(folder)):
-            state = self.get(endpoint)
+            state = self.state(endpoint)
             if name not in state.deployments:
                 shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
                 return stopped
             if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
-                raise _check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
+                raise check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
                                   "set its traffic and mirror traffic to 0 first")
             del state.deployments[name]
             state.traffic.pop(name, None)
@@ -205,14 +239,15 @@ class LocalEndpoints:
         shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
         return True
 
-    def set_traffic(self, endpoint: str, traffic: dict[str, int], mirror_traffic: dict[str, int] | None = None) -> EndpointState:
+    def set_traffic(self, endpoint: str, traffic: dict[str, int],
+                    mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         with locked(provision.state_lock(self._dir(endpoint))):
-            state = self.get(endpoint)
+            state = self.state(endpoint)
             mirror = dict(mirror_traffic if mirror_traffic is not None else state.mirror_traffic)
             check_traffic(dict(traffic), mirror, state.deployments)
             state.traffic, state.mirror_traffic = dict(traffic), mirror
             state.save(self._dir(endpoint))
-        return state
+        return self.info(state)
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         self.get(endpoint)
@@ -223,9 +258,9 @@ class LocalEndpoints:
                deployment: str | None = None, timeout_s: float = 30.0) -> str:
         """POST to the scoring URI with the primary key; return the body, as ``online_endpoints.invoke`` does."""
         if (request_file is None) == (payload is None):
-            raise _check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
+            raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
         body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
-        state = self.get(endpoint)
+        state = self.state(endpoint)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"}
         if deployment:
             headers["azureml-model-deployment"] = deployment
@@ -243,21 +278,6 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-def _reap(pid: int) -> None:
-    try:
-        psutil.Process(pid).wait(timeout=5)
-    except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
-        pass
-
-
-def _wait_port_free(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp")):
-        if time.monotonic() > deadline:
-            raise EndpointError(f"port {port} is still in use after the endpoint's server was stopped")
-        time.sleep(0.1)
 
 
 def _tail(path: Path, lines: int = 30) -> str:

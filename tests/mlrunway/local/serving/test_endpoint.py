@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mlrunway.backend.types import EndpointSettings
 from mlrunway.data.images import load_labeled
 from mlrunway.errors import EndpointError, SpecError
-from mlrunway.serving.endpoints import LocalEndpoints
-from tests.conftest import REPO, write_script
+from mlrunway.local.serving.endpoints import LocalEndpoints
+from tests.conftest import REPO, deployment, write_script
 
 pytestmark = pytest.mark.slow
 TRAINING = REPO / "training"
@@ -57,10 +58,11 @@ def endpoints(workspace):
 @pytest.fixture
 def live(endpoints, onnx_model):
     """An endpoint with `blue` serving the exported digits model at 100%."""
-    state = endpoints.create_or_update("digits-ep", workers=2)
-    endpoints.create_or_update_deployment("digits-ep", "blue", model_dir=onnx_model, code_dir=TRAINING, model="digits-onnx:1")
+    endpoints.create_or_update("digits-ep", EndpointSettings(workers=2))
+    endpoints.create_or_update_deployment("digits-ep", "blue",
+                                          deployment(endpoints.workspace, onnx_model, TRAINING, model_name="digits-onnx"))
     endpoints.set_traffic("digits-ep", {"blue": 100})
-    return endpoints.get("digits-ep") if state else None
+    return endpoints.state("digits-ep")
 
 
 def auth(state, key: str = "primary") -> dict[str, str]:
@@ -75,8 +77,9 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     assert len(predictions) == 8 and all(len(p["probabilities"]) == 10 for p in predictions)
     assert sum(p["label"] == want for p, want in zip(predictions, labels, strict=True)) >= 6  # a real model answers
 
-    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING, workers=3)
-    assert endpoints.get("digits-ep").workers == 3
+    endpoints.create_or_update_deployment("digits-ep", "green",
+                                          deployment(endpoints.workspace, onnx_model, TRAINING, instance_count=3))
+    assert endpoints.state("digits-ep").workers == 3
     wait_until(lambda: len(psutil.Process(live.pid).children()) >= 3)  # uvicorn added a worker (SIGTTIN)
     endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
     single, _ = image_payload(digits, onnx_model)
@@ -157,11 +160,13 @@ def run(raw):
 
 
 def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_goes_on(endpoints, tmp_path):
-    state = endpoints.create_or_update("flaky-ep", workers=1, request_timeout_ms=500)
+    endpoints.create_or_update("flaky-ep", EndpointSettings(workers=1), request_timeout_ms=500)
     model = tmp_path / "model"
     model.mkdir()
-    endpoints.create_or_update_deployment("flaky-ep", "blue", model_dir=model, code_dir=write_script(tmp_path / "code", FLAKY_SCORE, "score.py"))
+    endpoints.create_or_update_deployment("flaky-ep", "blue", deployment(
+        endpoints.workspace, model, write_script(tmp_path / "code", FLAKY_SCORE, "score.py")))
     endpoints.set_traffic("flaky-ep", {"blue": 100})
+    state = endpoints.state("flaky-ep")
 
     status, headers, text = post(state.scoring_uri, b'{"boom": true}', auth(state))
     error_id = json.loads(text)["error_id"]
@@ -179,11 +184,13 @@ def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_
 
 
 def test_deployment_whose_init_fails_is_refused_with_its_log_and_changes_nothing(endpoints, tmp_path):
-    endpoints.create_or_update("broken-ep", workers=1)
+    endpoints.create_or_update("broken-ep", EndpointSettings(workers=1))
     code = write_script(tmp_path / "code", "def init():\n    raise FileNotFoundError('model.onnx is missing')\ndef run(raw):\n    return raw", "score.py")
+    model = tmp_path / "model"
+    model.mkdir()
     with pytest.raises(EndpointError, match="(?s)deployment blue of endpoint broken-ep failed to provision.*model.onnx is missing"):
-        endpoints.create_or_update_deployment("broken-ep", "blue", model_dir=tmp_path, code_dir=code)
-    assert endpoints.get("broken-ep").deployments == {}
+        endpoints.create_or_update_deployment("broken-ep", "blue", deployment(endpoints.workspace, model, code))
+    assert endpoints.state("broken-ep").deployments == {}
     with pytest.raises(SpecError, match="endpoint.traffic.blue: names no deployment"):
         endpoints.set_traffic("broken-ep", {"blue": 100})
 
@@ -200,16 +207,16 @@ def test_traffic_moves_and_redeploys_drop_no_request_in_flight(endpoints, live, 
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for thread in threads:
         thread.start()
-    endpoints.create_or_update_deployment("digits-ep", "green", model_dir=onnx_model, code_dir=TRAINING)
+    endpoints.create_or_update_deployment("digits-ep", "green", deployment(endpoints.workspace, onnx_model, TRAINING))
     endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
-    endpoints.create_or_update_deployment("digits-ep", "blue", model_dir=onnx_model, code_dir=TRAINING)  # version 2
+    endpoints.create_or_update_deployment("digits-ep", "blue", deployment(endpoints.workspace, onnx_model, TRAINING))  # version 2
     endpoints.set_traffic("digits-ep", {"green": 100})
     endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0})
     stop.set()
     for thread in threads:
         thread.join()
     assert len(statuses) > 20 and set(statuses) == {200}
-    assert endpoints.get("digits-ep").deployments["blue"].version == 2
+    assert endpoints.state("digits-ep").deployments["blue"].version == 2
 
 
 def test_deleting_a_deployment_with_traffic_is_refused(endpoints, live):

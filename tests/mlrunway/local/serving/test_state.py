@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from mlrunway.errors import SpecError
-from mlrunway.serving.state import DeploymentState, check_endpoint_name, check_traffic
+from mlrunway.local.serving.state import DeploymentState, check_traffic
+from mlrunway.specs.check import endpoint_name as check_endpoint_name
 
 
 @pytest.mark.parametrize("name", ["abc", "digits-ep-1", "a" * 32, "Blue2"])

@@ -1,6 +1,6 @@
 """Provisioning a local deployment in the background, as Azure provisions one while its caller goes on.
 
-``start`` launches a detached process (``python -m mlrunway.serving.provision``) that imports score.py and
+``start`` launches a detached process (``python -m mlrunway.local.serving.provision``) that imports score.py and
 runs ``init()`` in a fresh interpreter, as Azure starts a container. Only a deployment whose ``init()``
 returns joins the endpoint: the process itself commits it to ``endpoint.json`` and grows the server's
 workers, so provisioning finishes even when whoever started it has exited (an Airflow task that deferred).
@@ -25,8 +25,8 @@ import psutil
 
 from mlrunway.backend.types import ProvisioningState
 from mlrunway.local._files import locked, read_json, write_json
-from mlrunway.local.supervisor import group_alive, terminate_group
-from mlrunway.serving.state import DeploymentState, EndpointState
+from mlrunway.local.processes import group_alive, terminate_group
+from mlrunway.local.serving.state import DeploymentState, EndpointState
 
 RECORD = "provision.json"
 
@@ -58,7 +58,7 @@ def start(endpoint_dir: Path, deployment: DeploymentState) -> subprocess.Popen[b
     state = ProvisioningState.CREATING if deployment.version == 1 else ProvisioningState.UPDATING
     _write(endpoint_dir, deployment.name, version=deployment.version, state=state.value, pid=None, error=None)
     with open(logs / f"provision-v{deployment.version}.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.serving.provision", str(endpoint_dir),
+        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.provision", str(endpoint_dir),
                                  json.dumps(asdict(deployment))], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
     _write(endpoint_dir, deployment.name, pid=proc.pid)
@@ -112,7 +112,7 @@ def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
 
 
 def main() -> None:
-    from mlrunway.serving.runtime import load_deployment
+    from mlrunway.local.serving.runtime import load_deployment
 
     endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.argv[2]))
     try:
@@ -121,7 +121,7 @@ def main() -> None:
         traceback.print_exc()
         sys.stderr.flush()
         tail = _log_tail(endpoint_dir, deployment.name, deployment.version)
-        error = f"score.py init() raised; log tail:\n{tail}"
+        error: str | None = f"score.py init() raised; log tail:\n{tail}"
     else:
         error = None
     if not (endpoint_dir / "endpoint.json").exists():  # the endpoint was deleted meanwhile: nothing to report to

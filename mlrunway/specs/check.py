@@ -10,6 +10,10 @@ from mlrunway.errors import SpecError
 
 # Azure ML job and experiment names: letters, digits, '-' and '_', starting with a letter or digit.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+# Azure ML online endpoint and deployment names: 3 to 32 characters, a letter first, no hyphen last.
+_ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
+
+__all__ = ["endpoint_name", "fail", "job_name", "number", "one_of", "optional_seconds", "positive_int"]
 
 
 def fail(field: str, problem: str, fix: str) -> SpecError:
@@ -25,6 +29,16 @@ def job_name(field: str, value: str) -> str:
             "use 1 to 255 letters, digits, '-' or '_', starting with a letter or digit",
         )
     return value
+
+
+def endpoint_name(name: str, field: str = "endpoint.name") -> str:
+    """Azure's rule: 3 to 32 characters, a letter first, letters, digits and hyphens, no hyphen last."""
+    if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
+        raise fail(
+            field, f"{name!r} is not a valid endpoint name",
+            "use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen",
+        )
+    return name
 
 
 def number(field: str, value: Any) -> float:

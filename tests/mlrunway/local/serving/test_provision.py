@@ -13,12 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mlrunway.backend.types import ProvisioningState
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
 from mlrunway.errors import NotFound
-from mlrunway.serving import provision
-from mlrunway.serving.endpoints import LocalEndpoints
-from tests.conftest import write_script
-from tests.mlrunway.serving.test_endpoint import wait_until
+from mlrunway.local.serving import provision
+from mlrunway.local.serving.endpoints import LocalEndpoints
+from tests.conftest import deployment, write_script
+from tests.mlrunway.local.serving.test_endpoint import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +58,9 @@ def gated(tmp_path: Path) -> dict:
     return {"model_dir": model, "code_dir": code, "gate": tmp_path / "gate"}
 
 
-def settings(gated: dict, tag: str) -> dict:
-    return {"model_dir": gated["model_dir"], "code_dir": gated["code_dir"],
-            "environment_variables": {"TAG": tag, "GATE": str(gated["gate"])}}
+def settings(endpoints: LocalEndpoints, gated: dict, tag: str) -> DeploymentSettings:
+    return deployment(endpoints.workspace, gated["model_dir"], gated["code_dir"],
+                      environment_variables={"TAG": tag, "GATE": str(gated["gate"])})
 
 
 def state_of(endpoints: LocalEndpoints, endpoint: str, name: str = "blue") -> ProvisioningState:
@@ -72,14 +72,14 @@ def provisioning_pid(endpoints: LocalEndpoints, endpoint: str, name: str = "blue
 
 
 def test_a_new_version_provisions_in_the_background_while_the_old_one_serves(endpoints, gated):
-    endpoints.create_or_update("bg-ep", workers=1)
+    endpoints.create_or_update("bg-ep", EndpointSettings(workers=1))
     gated["gate"].touch()
-    endpoints.create_or_update_deployment("bg-ep", "blue", **settings(gated, "v1"))
+    endpoints.create_or_update_deployment("bg-ep", "blue", settings(endpoints, gated, "v1"))
     endpoints.set_traffic("bg-ep", {"blue": 100})
     assert json.loads(endpoints.invoke("bg-ep", payload={})) == {"tag": "v1"}  # the worker has run v1's init()
     gated["gate"].unlink()
 
-    info = endpoints.begin_create_or_update_deployment("bg-ep", "blue", **settings(gated, "v2"))
+    info = endpoints.begin_create_or_update_deployment("bg-ep", "blue", settings(endpoints, gated, "v2"))
     assert info.provisioning_state is ProvisioningState.UPDATING
     assert json.loads(endpoints.invoke("bg-ep", payload={})) == {"tag": "v1"}  # the serving version serves on
     assert state_of(endpoints, "bg-ep") is ProvisioningState.UPDATING
@@ -87,24 +87,24 @@ def test_a_new_version_provisions_in_the_background_while_the_old_one_serves(end
     gated["gate"].touch()
     wait_until(lambda: state_of(endpoints, "bg-ep") is ProvisioningState.SUCCEEDED)
     assert json.loads(endpoints.invoke("bg-ep", payload={})) == {"tag": "v2"}
-    assert endpoints.get("bg-ep").deployments["blue"].version == 2
+    assert endpoints.state("bg-ep").deployments["blue"].version == 2
 
 
 def test_a_failing_init_ends_failed_with_its_log_and_joins_nothing(endpoints, gated):
-    endpoints.create_or_update("bad-ep", workers=1)
+    endpoints.create_or_update("bad-ep", EndpointSettings(workers=1))
     gated["gate"].touch()
-    assert endpoints.begin_create_or_update_deployment("bad-ep", "blue", **settings(gated, "broken")).provisioning_state \
+    assert endpoints.begin_create_or_update_deployment("bad-ep", "blue", settings(endpoints, gated, "broken")).provisioning_state \
         is ProvisioningState.CREATING
     wait_until(lambda: state_of(endpoints, "bad-ep").is_terminal())
     info = endpoints.get_deployment("bad-ep", "blue")
     assert info.provisioning_state is ProvisioningState.FAILED
     assert "score.py init() raised" in info.error and "RuntimeError: weights do not match the graph" in info.error
-    assert endpoints.get("bad-ep").deployments == {}
+    assert endpoints.state("bad-ep").deployments == {}
 
 
 def test_a_provisioning_process_that_dies_without_a_word_is_reported_failed(endpoints, gated):
-    endpoints.create_or_update("dead-ep", workers=1)
-    endpoints.begin_create_or_update_deployment("dead-ep", "blue", **settings(gated, "v1"))
+    endpoints.create_or_update("dead-ep", EndpointSettings(workers=1))
+    endpoints.begin_create_or_update_deployment("dead-ep", "blue", settings(endpoints, gated, "v1"))
     os.killpg(provisioning_pid(endpoints, "dead-ep"), signal.SIGKILL)
     wait_until(lambda: state_of(endpoints, "dead-ep").is_terminal())
     info = endpoints.get_deployment("dead-ep", "blue")
@@ -113,15 +113,15 @@ def test_a_provisioning_process_that_dies_without_a_word_is_reported_failed(endp
 
 
 def test_deleting_stops_provisioning_of_a_deployment_and_of_a_whole_endpoint(endpoints, gated):
-    endpoints.create_or_update("del-ep", workers=1)
-    endpoints.begin_create_or_update_deployment("del-ep", "blue", **settings(gated, "v1"))
+    endpoints.create_or_update("del-ep", EndpointSettings(workers=1))
+    endpoints.begin_create_or_update_deployment("del-ep", "blue", settings(endpoints, gated, "v1"))
     pid = provisioning_pid(endpoints, "del-ep")
     assert endpoints.delete_deployment("del-ep", "blue") is True
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(NotFound, match="deployment blue of endpoint del-ep does not exist"):
         endpoints.get_deployment("del-ep", "blue")
 
-    endpoints.begin_create_or_update_deployment("del-ep", "green", **settings(gated, "v1"))
+    endpoints.begin_create_or_update_deployment("del-ep", "green", settings(endpoints, gated, "v1"))
     pid = provisioning_pid(endpoints, "del-ep", "green")
     assert endpoints.delete("del-ep") is True
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from mlrunway.serving.runtime import LoadedDeployment, Runtime
-from mlrunway.serving.state import EndpointState
+from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
+from mlrunway.local.serving.state import EndpointState
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"

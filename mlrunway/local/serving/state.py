@@ -8,28 +8,16 @@ The file holds the keys, so it is created with mode 0600.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlrunway.local._files import read_json, write_json
-from mlrunway.specs import _check
+from mlrunway.specs import check
 
-_ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
 STATE_FILE = "endpoint.json"
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
-
-
-def check_endpoint_name(name: str) -> str:
-    """Azure's rule: 3 to 32 characters, a letter first, letters, digits and hyphens, no hyphen last."""
-    if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
-        raise _check.fail(
-            "endpoint.name", f"{name!r} is not a valid endpoint name",
-            "use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen",
-        )
-    return name
 
 
 def new_key() -> str:
@@ -92,15 +80,15 @@ def check_traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: 
     for label, weights in (("traffic", traffic), ("mirror_traffic", mirror)):
         for name, weight in weights.items():
             if name not in deployments:
-                raise _check.fail(f"endpoint.{label}.{name}", "names no deployment of this endpoint",
+                raise check.fail(f"endpoint.{label}.{name}", "names no deployment of this endpoint",
                                   f"create it first or use one of {sorted(deployments) or 'none yet'}")
             if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-                raise _check.fail(f"endpoint.{label}.{name}", f"{weight!r} is not an integer percentage", "use 0 to 100")
+                raise check.fail(f"endpoint.{label}.{name}", f"{weight!r} is not an integer percentage", "use 0 to 100")
     total = sum(traffic.values())
     if total not in (0, 100):
-        raise _check.fail("endpoint.traffic", f"weights sum to {total}", "make them sum to 100 (or 0 for no traffic)")
+        raise check.fail("endpoint.traffic", f"weights sum to {total}", "make them sum to 100 (or 0 for no traffic)")
     live = {n: w for n, w in mirror.items() if w}
     if len(live) > 1 or sum(live.values()) > 50:
-        raise _check.fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
+        raise check.fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
     if any(traffic.get(n, 0) for n in live):
-        raise _check.fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")
+        raise check.fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")

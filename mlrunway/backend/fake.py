@@ -1,0 +1,349 @@
+"""A scripted, in-memory backend for tests, shipped like httpx's ``MockTransport``.
+
+It satisfies :class:`~mlrunway.backend.protocol.Backend` and starts no process: a test scripts what each job
+goes through and what the endpoint answers, runs the real operators or core functions over it, and reads back
+what was asked of it::
+
+    fake = FakeBackend.named("t")                      # an Airflow connection of type mlrunway_fake, extra {"name": "t"}
+    fake.jobs.script("run-train", JobStatus.RUNNING, JobStatus.COMPLETED)   # one status per get(), the last stays
+    fake.jobs.set_trials("run-sweep", [TrialInfo(...), ...])
+    fake.endpoints.scorer = lambda payload, deployment: '{"predictions": [...]}'
+
+Models are real files under a scratch folder, so export and download behave as on the other backends.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.types import (
+    DeploymentInfo,
+    DeploymentSettings,
+    EndpointInfo,
+    EndpointSettings,
+    JobInfo,
+    JobStatus,
+    ModelVersion,
+    ProvisioningState,
+    SweepResult,
+    TrialInfo,
+)
+from mlrunway.backend.waiting import wait_for_job
+from mlrunway.errors import EndpointError, NotFound, NotSupportedOnBackend
+from mlrunway.specs import check
+from mlrunway.specs.job import CommandJobSpec
+from mlrunway.specs.sweep import SweepSpec
+
+__all__ = ["FakeBackend"]
+
+
+class FakeBackend:
+    """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
+
+    kind = "fake"
+    capabilities = Capabilities()
+    _named: ClassVar[dict[str, FakeBackend]] = {}
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root or tempfile.mkdtemp(prefix="mlrunway-fake-"))
+        self.jobs = FakeJobs(self)
+        self.models = FakeModels(self)
+        self.endpoints = FakeEndpoints()
+
+    @classmethod
+    def named(cls, name: str) -> FakeBackend:
+        """The process's fake called ``name``: what a test scripts, the operators' connection finds."""
+        return cls._named.setdefault(name, cls())
+
+    @classmethod
+    def forget(cls, name: str) -> None:
+        cls._named.pop(name, None)
+
+    @classmethod
+    def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> FakeBackend:
+        """An ``mlrunway_fake`` connection: its extra ``name`` picks the fake (``default`` without)."""
+        return cls.named(str(fields.get("name") or "default"))
+
+    def job_outputs(self, job_name: str) -> str:
+        return str(self.root / "jobs" / job_name / "outputs")
+
+    def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
+        return None
+
+
+@dataclass
+class _Job:
+    info: JobInfo
+    spec: CommandJobSpec | SweepSpec
+    script: list[JobStatus]
+
+
+class FakeJobs:
+    """Jobs that walk through scripted statuses, one per ``get``; unscripted ones complete at once."""
+
+    def __init__(self, backend: FakeBackend) -> None:
+        self.backend = backend
+        self.scripts: dict[str, tuple[list[JobStatus], str | None]] = {}
+        self.records: dict[str, _Job] = {}
+        self.trials: dict[str, list[TrialInfo]] = {}
+        self.logged: dict[str, dict[str, tuple[float, ...]]] = {}
+        self.canceled: list[tuple[str, str]] = []
+
+    # -- scripting ---------------------------------------------------------------------------------
+    def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
+        """Job ``name`` (when submitted) reads each status in turn, then stays at the last; ``error`` goes with
+        a Failed or Canceled one."""
+        self.scripts[name] = (list(statuses), error)
+
+    def set_trials(self, sweep: str, trials: Iterable[TrialInfo]) -> None:
+        """The trials sweep ``sweep`` reports; each trial is also a job with those metrics."""
+        self.trials[sweep] = list(trials)
+        for trial in self.trials[sweep]:
+            self.logged[trial.name] = {**{k: (v,) for k, v in trial.metrics.items()}}
+
+    # -- the protocol ------------------------------------------------------------------------------
+    def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
+        return self._create(name, "command", spec)
+
+    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
+        return self._create(name, "sweep", sweep)
+
+    def _create(self, name: str, kind: str, spec: CommandJobSpec | SweepSpec) -> JobInfo:
+        check.job_name("job.name", name)
+        if name in self.records:
+            return self.get(name)
+        statuses, error = self.scripts.get(name, ([JobStatus.COMPLETED], None))
+        Path(self.backend.job_outputs(name)).mkdir(parents=True, exist_ok=True)
+        info = JobInfo(name=name, kind=kind, status=JobStatus.QUEUED, outputs=self.backend.job_outputs(name),
+                       error=error)
+        self.records[name] = _Job(info, spec, list(statuses))
+        return info
+
+    def get(self, name: str) -> JobInfo:
+        if name not in self.records:
+            raise NotFound(f"job {name!r} does not exist in the fake backend")
+        job = self.records[name]
+        if job.script:
+            status = job.script.pop(0) if len(job.script) > 1 else job.script[0]
+            job.info = replace(job.info, status=status)
+        return job.info
+
+    def spec(self, name: str) -> CommandJobSpec | SweepSpec:
+        """What job ``name`` was submitted with."""
+        return self.records[name].spec
+
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]:
+        return [self.get(n) for n in sorted(self.records) if n.startswith(prefix)]
+
+    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
+        info = self.get(name)
+        if not info.status.is_terminal():
+            self.canceled.append((name, reason))
+            self.records[name].script = [JobStatus.CANCELED]
+            self.records[name].info = replace(info, status=JobStatus.CANCELED, error=reason)
+        return self.records[name].info
+
+    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 0.0,
+             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
+
+    def logs(self, name: str) -> builtins.list[str]:
+        self.get(name)
+        return [f"{name}: {key}={values[-1]}" for key, values in sorted(self.logged.get(name, {}).items())]
+
+    def metrics(self, name: str) -> dict[str, float]:
+        return {key: values[-1] for key, values in self.logged.get(name, {}).items() if values}
+
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
+        return self.logged.get(name, {}).get(metric, ())
+
+    def params(self, name: str) -> dict[str, Any]:
+        return next((dict(t.params) for ts in self.trials.values() for t in ts if t.name == name), {})
+
+    def sweep_result(self, name: str) -> SweepResult:
+        info = self.get(name)
+        spec = self.records[name].spec
+        if not isinstance(spec, SweepSpec):
+            raise NotFound(f"job {name}: is a command job, not a sweep; pass a sweep job's name")
+        return SweepResult(name=name, status=info.status, objective=spec.objective,
+                           trials=tuple(self.trials.get(name, ())), error=info.error)
+
+    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
+        raise NotSupportedOnBackend("the fake backend keeps no artifacts (capabilities.artifacts is False)")
+
+
+class FakeModels:
+    """A registry of copied files under the fake's scratch folder."""
+
+    def __init__(self, backend: FakeBackend) -> None:
+        self.root = backend.root / "models"
+        self.versions: dict[str, list[ModelVersion]] = {}
+
+    def register(self, name: str, path: str | Path, *, base: str | Path | None = None, format: str = "custom",
+                 tags: dict[str, str] | None = None, properties: dict[str, Any] | None = None,
+                 description: str = "") -> ModelVersion:
+        source = Path(base, path) if base is not None else Path(path)
+        if not source.exists():
+            raise check.fail("model.path", f"{source} does not exist", "pass the model's file or folder")
+        version = len(self.versions.get(name, [])) + 1
+        target = self.root / name / str(version) / source.name
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        model = ModelVersion(name=name, version=version, path=str(target), format=format, tags=dict(tags or {}),
+                             properties=json.loads(json.dumps(properties or {})), description=description)
+        self.versions.setdefault(name, []).append(model)
+        return model
+
+    def get(self, name: str, version: int | str | None = None) -> ModelVersion:
+        versions = self.versions.get(name, [])
+        if version in (None, "latest") and versions:
+            return versions[-1]
+        for model in versions:
+            if str(model.version) == str(version):
+                return model
+        raise NotFound(f"model {name}:{version} does not exist in the fake backend")
+
+    def list(self, name: str | None = None) -> builtins.list[ModelVersion]:
+        return [m for n, vs in sorted(self.versions.items()) if name in (None, n) for m in vs]
+
+    def download(self, name: str, version: int | str | None, dest: str | Path) -> Path:
+        model, dest = self.get(name, version), Path(dest)
+        source = Path(model.path)
+        if source.is_dir():
+            shutil.copytree(source, dest, dirs_exist_ok=True)
+        else:
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / source.name)
+        return dest
+
+    def archive(self, name: str, version: int) -> ModelVersion:
+        model = self.get(name, version)
+        archived = replace(model, archived=True)
+        self.versions[name] = [archived if m is model else m for m in self.versions[name]]
+        return archived
+
+
+@dataclass
+class _Endpoint:
+    info: EndpointInfo
+    deployments: dict[str, DeploymentInfo] = field(default_factory=dict)
+    settings: dict[str, DeploymentSettings] = field(default_factory=dict)
+
+
+class FakeEndpoints:
+    """Endpoints in memory. ``provisioning[name]`` scripts a deployment's states (one per read, the last stays;
+    Succeeded at once without); ``scorer(payload, deployment)`` answers every invoke."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, _Endpoint] = {}
+        self.provisioning: dict[str, list[ProvisioningState]] = {}
+        self.invocations: list[tuple[str, str | None, Any]] = []
+        self.scorer: Callable[[Any, str | None], str] = _no_scorer
+
+    def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        return self.create_or_update(name, settings)
+
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        check.endpoint_name(name)
+        if name not in self.endpoints:
+            self.endpoints[name] = _Endpoint(EndpointInfo(
+                name=name, scoring_uri=f"https://{name}.fake/score", traffic={},
+                provisioning_state=ProvisioningState.SUCCEEDED))
+        return self.get(name)
+
+    def _endpoint(self, name: str) -> _Endpoint:
+        if name not in self.endpoints:
+            raise NotFound(f"endpoint {name} does not exist in the fake backend")
+        return self.endpoints[name]
+
+    def get(self, name: str) -> EndpointInfo:
+        return self._endpoint(name).info
+
+    def get_keys(self, name: str) -> dict[str, str]:
+        self._endpoint(name)
+        return {"primary": f"{name}-primary", "secondary": f"{name}-secondary"}
+
+    def delete(self, name: str) -> bool:
+        return self.endpoints.pop(name, None) is not None
+
+    def begin_create_or_update_deployment(self, endpoint: str, name: str,
+                                          settings: DeploymentSettings) -> DeploymentInfo:
+        check.endpoint_name(name, "deployment.name")
+        record = self._endpoint(endpoint)
+        record.settings[name] = settings
+        record.deployments[name] = DeploymentInfo(endpoint=endpoint, name=name, model=settings.model,
+                                                  provisioning_state=ProvisioningState.CREATING)
+        return self.get_deployment(endpoint, name)
+
+    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
+                                    timeout_s: float = 3600.0) -> DeploymentInfo:
+        self.begin_create_or_update_deployment(endpoint, name, settings)
+        while not (info := self.get_deployment(endpoint, name)).provisioning_state.is_terminal():
+            pass
+        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
+        return info
+
+    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
+        record = self._endpoint(endpoint)
+        if name not in record.deployments:
+            raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")
+        info = record.deployments[name]
+        if not info.provisioning_state.is_terminal():
+            script = self.provisioning.get(name) or [ProvisioningState.SUCCEEDED]
+            state = script.pop(0) if len(script) > 1 else script[0]
+            error = f"deployment {endpoint}/{name} {state.value.lower()}" if state is ProvisioningState.FAILED else None
+            info = record.deployments[name] = replace(info, provisioning_state=state, error=error)
+        return info
+
+    def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]:
+        return [self.get_deployment(endpoint, n) for n in sorted(self._endpoint(endpoint).deployments)]
+
+    def delete_deployment(self, endpoint: str, name: str) -> bool:
+        record = self._endpoint(endpoint)
+        if record.info.traffic.get(name):
+            raise check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic", "set it to 0 first")
+        return record.deployments.pop(name, None) is not None
+
+    def set_traffic(self, endpoint: str, traffic: dict[str, int]) -> EndpointInfo:
+        record = self._endpoint(endpoint)
+        unknown = sorted(set(traffic) - set(record.deployments))
+        if unknown or sum(traffic.values()) not in (0, 100):
+            raise check.fail("endpoint.traffic", f"{traffic} names {unknown or 'weights that do not sum to 100'}",
+                             "name existing deployments, weights summing to 0 or 100")
+        record.info = replace(record.info, traffic=dict(traffic))
+        return record.info
+
+    def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
+        return f"(the fake backend keeps no log of {endpoint}/{deployment})"
+
+    def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
+               deployment: str | None = None) -> str:
+        record = self._endpoint(endpoint)
+        if payload is None and request_file is not None:
+            payload = json.loads(Path(request_file).read_text())
+        target = deployment or max(record.info.traffic, key=lambda n: record.info.traffic[n], default=None)
+        if target is None or target not in record.deployments:
+            raise EndpointError(f"endpoint {endpoint}: HTTP 404: no deployment {target or 'has traffic'}")
+        self.invocations.append((endpoint, target, payload))
+        return self.scorer(payload, target)
+
+
+def _no_scorer(payload: Any, deployment: str | None) -> str:
+    raise EndpointError("the fake endpoint has no scorer: set fake.endpoints.scorer in the test")
+
+
+def _satisfies_protocol(backend: FakeBackend) -> Backend:
+    """mypy proves here that FakeBackend is a ``Backend`` (a mismatch fails ``make test``)."""
+    return backend

@@ -1,0 +1,276 @@
+"""The real operators and triggers over the shipped FakeBackend, reached through an ``mlrunway_fake`` Airflow
+connection and the backend registry: no process starts, so every case runs in milliseconds.
+
+Job operators: returns / defers / raises, finished before deferral, ``execute_complete`` for every outcome,
+``on_kill``, retry semantics (re-attach or a new attempt) and a retried sweep's carry-over. Triggers:
+serialization, every terminal state, the deadline, an exception as an error event. And pick-best, deploy and
+cleanup through the real operators on a backend that is neither local nor Azure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from mlrunway.airflow.triggers import DeploymentTrigger, JobTrigger, Outcome
+from mlrunway.backend.attempts import Action
+from mlrunway.backend.fake import FakeBackend
+from mlrunway.backend.naming import RunNames
+from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
+from mlrunway.errors import EndpointError, JobFailed, JobTimedOut
+from mlrunway.specs.sweep import SweepSpec
+from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
+from tests.conftest import REPO
+from tests.mlrunway.airflow.test_triggers import first_event
+
+DAG, RUN = "fake_dag", "manual__1"
+NAMES = RunNames.of(DAG, RUN, "fk")
+
+
+class TaskInstance:
+    """What the operators touch of Airflow's task instance: XComs for links, the run's task states."""
+
+    stats_tags: dict[str, str] = {}
+
+    def __init__(self, states: dict[str, str] | None = None) -> None:
+        self.pushed: dict[str, Any] = {}
+        self.states = states or {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+    def get_task_states(self, dag_id: str, run_ids: list[str]) -> dict[str, dict[str, str]]:
+        return {RUN: self.states}
+
+
+class StateStore(dict):
+    """Airflow's task state store, as ResumableJobMixin uses it."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+def context(**extra: Any) -> dict[str, Any]:
+    return {"dag": SimpleNamespace(dag_id=DAG), "run_id": RUN, "ti": TaskInstance(), **extra}
+
+
+@pytest.fixture
+def fake(request, tmp_path, monkeypatch) -> FakeBackend:
+    """A fake of this test's own, behind the connection ``fake`` (extra ``name``)."""
+    name = request.node.name
+    monkeypatch.setenv("AIRFLOW_CONN_FAKE", json.dumps({"conn_type": "mlrunway_fake", "extra": {"name": name}}))
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    yield FakeBackend.named(name)
+    FakeBackend.forget(name)
+
+
+def train(**kwargs: Any) -> TrainModelOperator:
+    return TrainModelOperator(task_id="train", backend_conn_id="fake", name_prefix="fk", code_dir=str(REPO / "training"),
+                              data_dir="/data", poll_interval_s=0.01, **kwargs)
+
+
+def sweep(**kwargs: Any) -> SweepOperator:
+    return SweepOperator(task_id="sweep", backend_conn_id="fake", name_prefix="fk", code_dir=str(REPO / "training"),
+                         data_dir="/data", num_epochs=3, max_total_trials=4, max_concurrent_trials=2, seed=7,
+                         poll_interval_s=0.01, **kwargs)
+
+
+def trial(name: str, status: JobStatus, history: tuple[float, ...], **params: float) -> TrialInfo:
+    return TrialInfo(name=name, params=params, status=status, history=history,
+                     metrics={"best_val_acc": max(history)} if history else {})
+
+
+# -- job operators ----------------------------------------------------------------------------------------------
+def test_a_job_that_ended_before_the_deferral_returns_without_deferring(fake):
+    result = train(defer_after_s=0).execute(context())
+    assert result == {"job_name": NAMES.train_job, "status": "Completed", "metrics": {}}
+    assert "${{inputs.learning_rate}}" in fake.jobs.spec(NAMES.train_job).command
+
+
+def test_a_running_job_defers_on_a_serializable_trigger_and_resumes_with_its_result(fake):
+    fake.jobs.script(NAMES.train_job, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RUNNING, JobStatus.COMPLETED)
+    task = train(defer_after_s=0)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context())
+    trigger = deferred.value.trigger
+    path, kwargs = trigger.serialize()
+    module, _, cls = path.rpartition(".")
+    assert getattr(importlib.import_module(module), cls)(**kwargs).serialize() == (path, kwargs)
+    event = first_event(trigger)
+    assert event == {"job_name": NAMES.train_job, "outcome": "ended", "status": "Completed", "error": None}
+    assert task.execute_complete(context(), event)["status"] == "Completed"
+
+
+@pytest.mark.parametrize(("event", "raises", "match"), [
+    pytest.param({"outcome": "ended", "status": "Failed", "error": "exit code 1"}, JobFailed,
+                 "training job .* ended Failed: exit code 1", id="failed"),
+    pytest.param({"outcome": "ended", "status": "Canceled", "error": "canceled by user"}, JobFailed,
+                 "ended Canceled: canceled by user", id="canceled"),
+    pytest.param({"outcome": "timeout", "status": "Running", "error": "still Running at the deadline; it was canceled"},
+                 JobTimedOut, r"still Running at the deadline; it was canceled \(max_wait_s=3600\)", id="timeout"),
+    pytest.param({"outcome": "error", "status": None, "error": "ConnectionError: refused"}, JobFailed,
+                 "waiting on it failed: ConnectionError: refused", id="error"),
+])
+def test_execute_complete_turns_every_outcome_into_its_result_or_exception(fake, event, raises, match):
+    status = JobStatus(event["status"]) if event["outcome"] == "ended" else JobStatus.RUNNING
+    fake.jobs.script(NAMES.train_job, status, error=event["error"])
+    fake.jobs.submit(NAMES.train_job, _any_spec())
+    with pytest.raises(raises, match=match):
+        train().execute_complete(context(), {"job_name": NAMES.train_job, **event})
+
+
+def _any_spec():
+    from mlrunway.sweep.presets import train_job
+
+    return train_job(str(REPO / "training"), "/data")
+
+
+def test_on_kill_cancels_the_job_the_task_waits_on(fake):
+    fake.jobs.script(NAMES.train_job, JobStatus.RUNNING)
+    task = train(defer_after_s=0)
+    with pytest.raises(TaskDeferred):
+        task.execute(context())
+    task.on_kill()
+    assert fake.jobs.canceled == [(NAMES.train_job, "the Airflow task was killed")]
+
+
+def test_waiting_in_the_worker_keeps_the_job_in_the_task_state_store(fake):
+    fake.jobs.script(NAMES.train_job, JobStatus.RUNNING, JobStatus.COMPLETED)
+    store = StateStore()
+    assert train(deferrable=False).execute(context(task_state_store=store))["status"] == "Completed"
+    assert store == {"mlrunway_job_name": NAMES.train_job}
+
+
+@pytest.mark.parametrize("status", [JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.COMPLETED])
+def test_a_retry_reattaches_to_a_job_that_can_still_succeed(fake, status):
+    fake.jobs.script(NAMES.train_job, status)
+    fake.jobs.submit(NAMES.train_job, _any_spec())
+    task = train()
+    assert task.submit_job(context()) == NAMES.train_job and list(fake.jobs.records) == [NAMES.train_job]
+    assert task.attempt.action is Action.REATTACHED
+    assert task.attempt.describe() == f"Re-attaching to {NAMES.train_job}, already {status.value}: nothing new is submitted"
+
+
+@pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.CANCELED])
+def test_a_retry_after_a_failed_or_canceled_job_submits_the_next_attempt(fake, status):
+    fake.jobs.script(NAMES.train_job, status, error="node preempted")
+    fake.jobs.submit(NAMES.train_job, _any_spec())
+    task = train()
+    assert task.submit_job(context()) == f"{NAMES.train_job}-a2"
+    assert task.attempt.describe() == (f"{NAMES.train_job} ended {status.value} (node preempted); submitted attempt 2 "
+                                       f"as {NAMES.train_job}-a2")
+    fake.jobs.script(f"{NAMES.train_job}-a3", JobStatus.COMPLETED)
+    fake.jobs.records[f"{NAMES.train_job}-a2"].script = [JobStatus.FAILED]
+    assert train().submit_job(context()) == f"{NAMES.train_job}-a3"  # the newest attempt is the one that counts
+    assert train().submit_job(context()) == f"{NAMES.train_job}-a3"  # and it completed: re-attach
+
+
+def test_a_retried_sweep_carries_over_its_completed_trials_and_runs_only_the_rest(fake):
+    first = NAMES.sweep
+    fake.jobs.script(first, JobStatus.FAILED, error="the sweep's controller died")
+    sweep().submit(first, context())
+    fake.jobs.set_trials(first, [trial(f"{first}_trial_0", JobStatus.COMPLETED, (0.5, 0.9), learning_rate=0.01),
+                                 trial(f"{first}_trial_1", JobStatus.FAILED, (0.2,), learning_rate=0.1)])
+    second = sweep().submit_job(context())
+    assert second == f"{first}-a2"
+    spec = fake.jobs.spec(second)
+    assert isinstance(spec, SweepSpec) and spec.limits.max_total_trials == 3 and spec.seed == 8
+    fake.jobs.set_trials(second, [trial(f"{second}_trial_0", JobStatus.COMPLETED, (0.6, 0.7), learning_rate=0.02)])
+    result = sweep().finish(context(), fake.jobs.get(second))
+    assert result["carried_over"] == [f"{first}_trial_0"] and result["trials"] == 2
+    assert result["best_trial"] == f"{first}_trial_0"  # the carried trial is still the best
+
+
+# -- triggers -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED])
+def test_the_job_trigger_fires_once_on_each_terminal_state(fake, status):
+    fake.jobs.script("j", JobStatus.RUNNING, status, error=None if status is JobStatus.COMPLETED else "why")
+    fake.jobs.submit("j", _any_spec())
+    event = first_event(JobTrigger("fake", "j", poll_interval_s=0.001))
+    assert (event["outcome"], event["status"]) == ("ended", status.value)
+
+
+def test_the_job_trigger_cancels_the_job_at_its_deadline(fake):
+    fake.jobs.script("j", JobStatus.RUNNING)
+    fake.jobs.submit("j", _any_spec())
+    event = first_event(JobTrigger("fake", "j", poll_interval_s=0.001, deadline=0))
+    assert event["outcome"] == Outcome.TIMEOUT and fake.jobs.canceled == [("j", "the task's maximum wait passed")]
+
+
+def test_an_exception_while_waiting_becomes_an_error_event(fake):
+    event = first_event(JobTrigger("fake", "never-submitted", poll_interval_s=0.001))
+    assert event["outcome"] == "error" and "NotFound: job 'never-submitted' does not exist" in event["error"]
+
+
+def test_the_deployment_trigger_carries_a_failed_provisioning(fake):
+    fake.endpoints.create_or_update("ep-x")
+    fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING, ProvisioningState.FAILED]
+    fake.models.register("m", REPO / "training" / "score.py")
+    from mlrunway.backend.types import DeploymentSettings
+
+    fake.endpoints.begin_create_or_update_deployment("ep-x", "blue", DeploymentSettings(model="m:1", code_dir="c"))
+    event = first_event(DeploymentTrigger("fake", "ep-x", "blue", poll_interval_s=0.001))
+    assert (event["outcome"], event["status"], event["error"]) == ("ended", "Failed", "deployment ep-x/blue failed")
+
+
+# -- pick-best, deploy and cleanup on a third backend -----------------------------------------------------------
+def scorer(payload: Any, deployment: str | None) -> str:
+    probabilities = [0.0] * 10
+    probabilities[3] = 1.0
+    return json.dumps({"predictions": [{"label": "3", "probability": 1.0, "probabilities": probabilities}]})
+
+
+def test_pick_best_deploy_and_cleanup_run_through_the_real_operators_on_the_fake(fake, digits, tmp_path):
+    fake.jobs.submit_sweep(NAMES.sweep, sweep().spec())
+    fake.jobs.set_trials(NAMES.sweep, [trial(f"{NAMES.sweep}_trial_{i}", JobStatus.COMPLETED, h, learning_rate=lr)
+                                       for i, (h, lr) in enumerate([((0.5, 0.7), 0.01), ((0.6, 0.95), 0.03)])])
+    best_outputs = Path(fake.job_outputs(f"{NAMES.sweep}_trial_1")) / "model"
+    best_outputs.mkdir(parents=True)
+    (best_outputs / "signature.json").write_text(json.dumps({
+        "classes": [str(i) for i in range(10)],
+        "preprocessing": {"color": "L", "size": [8, 8], "scale": 1 / 255, "mean": 0.5, "std": 0.5}}))
+
+    picked = PickBestModelOperator(task_id="pick_best", backend_conn_id="fake", name_prefix="fk",
+                                   sweep_name=NAMES.sweep).execute(context())
+    assert (picked["trial"], picked["model_version"], picked["value"]) == (f"{NAMES.sweep}_trial_1", 1, 0.95)
+
+    fake.endpoints.scorer = scorer
+    fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING, ProvisioningState.SUCCEEDED]
+    deployed = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk",
+                                  model_name=picked["model_name"], model_version=picked["model_version"],
+                                  code_dir=str(REPO / "training"), data_dir=str(digits), defer_after_s=1,
+                                  poll_interval_s=0.001).execute(context())
+    assert deployed["smoke_label"] == "3" and fake.endpoints.get(NAMES.endpoint).traffic == {"blue": 100}
+    assert [deployment for _, deployment, _ in fake.endpoints.invocations] == ["blue", "blue"]  # header, then traffic
+
+    done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
+    assert done["endpoint_deleted"] is True and NAMES.endpoint not in fake.endpoints.endpoints
+    assert (tmp_path / "ws" / "reports" / NAMES.sweep / "report.html").is_file()  # the run's report, saved
+
+
+def test_killing_deploy_blue_while_blue_provisions_deletes_it(fake, digits):
+    fake.models.register("m", REPO / "training" / "score.py")
+    fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING]
+    task = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=1, code_dir=str(REPO / "training"), data_dir=str(digits), defer_after_s=0)
+    with pytest.raises(TaskDeferred):
+        task.execute(context())
+    with pytest.raises(TaskDeferred):  # the endpoint is up: now blue provisions
+        task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": None, "outcome": "ended",
+                                          "status": "Succeeded", "error": None})
+    task.on_kill()
+    assert "blue" not in fake.endpoints.endpoints[NAMES.endpoint].deployments
+
+
+def test_deploy_blue_raises_the_waits_error_event(fake, digits):
+    task = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=1, code_dir=str(REPO / "training"), data_dir=str(digits))
+    with pytest.raises(EndpointError, match="deployment .*/blue: waiting on it failed: TimeoutError"):
+        task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": "blue", "outcome": "error",
+                                          "status": None, "error": "TimeoutError: ARM"})

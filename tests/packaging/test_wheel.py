@@ -1,0 +1,58 @@
+"""The wheel holds every package: built from the repo, installed into a fresh virtualenv, each package imported
+from there (not from the checkout). A package without ``__init__.py`` would be missing, or found only by luck."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def packages_in_tree() -> list[str]:
+    found = []
+    for root in ("mlrunway", "operators"):
+        for init in sorted((REPO / root).rglob("__init__.py")):
+            found.append(".".join(init.parent.relative_to(REPO).parts))
+    return found
+
+
+def test_every_folder_of_python_code_is_a_package():
+    for root in ("mlrunway", "operators"):
+        for source in (REPO / root).rglob("*.py"):
+            assert (source.parent / "__init__.py").is_file(), f"{source.parent} has no __init__.py"
+
+
+def test_the_wheel_installs_into_a_fresh_virtualenv_with_every_package(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("mlrunway-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = packages_in_tree()
+    assert {p for p in packages if f"{p.replace('.', '/')}/__init__.py" not in names} == set()
+
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)
+    python = fresh / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    # The project's dependencies come from this environment (a path, not its editable finder); mlrunway itself
+    # only from the wheel.
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    code = ("import importlib, sys\n"
+            f"for name in {packages!r}:\n"
+            "    module = importlib.import_module(name)\n"
+            f"    assert {str(REPO)!r} not in module.__file__, module.__file__\n"
+            "    assert hasattr(module, '__all__'), name + ' has no __all__'\n"
+            "print(len(sys.modules))\n")
+    done = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
