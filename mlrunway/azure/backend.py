@@ -243,9 +243,6 @@ class AzureJobs:
         """The params the job logged to MLflow (numbers where they are)."""
         return self._run_data(name)[0]
 
-    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
-        return self.history(name, metric)
-
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
         """Not on Azure ML (``Capabilities.artifacts`` is False): files stay where they were written."""
         raise NotSupportedOnBackend(f"job {name}: keeping files as run artifacts is not supported on Azure ML; "
@@ -257,8 +254,9 @@ class AzureJobs:
         return ({p["key"]: _number(p["value"]) for p in data.get("params", [])},
                 {m["key"]: m["value"] for m in data.get("metrics", [])})
 
-    def history(self, run_id: str, metric: str) -> tuple[float, ...]:
-        points = (self.backend.mlflow("metrics/get-history", run_id=run_id, metric_key=metric) or {}).get("metrics", [])
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
+        """Every value the job logged of ``metric``, in step order (a job's MLflow run id is its name)."""
+        points = (self.backend.mlflow("metrics/get-history", run_id=name, metric_key=metric) or {}).get("metrics", [])
         return tuple(p["value"] for p in sorted(points, key=lambda p: (p.get("step", 0), p.get("timestamp", 0))))
 
     def sweep_result(self, name: str) -> SweepResult:
@@ -277,7 +275,7 @@ class AzureJobs:
                 continue
             status = job_status(child.status)
             params, metrics = self._run_data(child.name)
-            history = self.history(child.name, objective.primary_metric)
+            history = self.metric_history(child.name, objective.primary_metric)
             stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
                 else (None, None)
             trials.append(TrialInfo(name=child.name, params=params, status=status, history=history, metrics=metrics,

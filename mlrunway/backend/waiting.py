@@ -6,11 +6,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.types import JobInfo, ProvisioningState
 from mlrunway.errors import EndpointError, JobTimedOut
 
 
-def wait_for_job(jobs: Any, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
+def wait_for_job(jobs: Jobs, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
                  on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
     """Block until ``jobs.get(name)`` is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut."""
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -41,7 +41,6 @@ from mlrunway.local.serving.state import (
 )
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs import check
-from mlrunway.specs.check import endpoint_name as check_endpoint_name
 
 START_TIMEOUT_S = 60.0
 
@@ -51,13 +50,13 @@ class LocalEndpoints:
         self.workspace = workspace
 
     def _dir(self, name: str) -> Path:
-        return self.workspace.endpoints / check_endpoint_name(name)
+        return self.workspace.endpoints / check.endpoint_name(name)
 
     # -- endpoints ---------------------------------------------------------------------------------
     def create_or_update(self, name: str, settings: EndpointSettings | None = None, *, request_timeout_ms: int = 5000,
                          max_concurrent_requests_per_worker: int = 64) -> EndpointInfo:
         """Create the endpoint and start its server, or return the running one (settings updated)."""
-        return self.info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
+        return self._info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
                                                 max_concurrent_requests_per_worker))
 
     def _create_or_update(self, name: str, settings: EndpointSettings, request_timeout_ms: int,
@@ -101,7 +100,7 @@ class LocalEndpoints:
         return state
 
     def get(self, name: str) -> EndpointInfo:
-        return self.info(self.state(name))
+        return self._info(self.state(name))
 
     def state(self, name: str) -> EndpointState:
         """The endpoint's whole saved state, keys included: for this backend's own server and tests."""
@@ -111,7 +110,7 @@ class LocalEndpoints:
         return EndpointState.load(folder)
 
     @staticmethod
-    def info(state: EndpointState) -> EndpointInfo:
+    def _info(state: EndpointState) -> EndpointInfo:
         return EndpointInfo(name=state.name, scoring_uri=state.scoring_uri, traffic=dict(state.traffic),
                             mirror_traffic=dict(state.mirror_traffic), auth_mode=state.auth_mode,
                             provisioning_state=ProvisioningState(state.provisioning_state))
@@ -119,7 +118,7 @@ class LocalEndpoints:
     def list(self) -> builtins.list[EndpointInfo]:
         root = self.workspace.endpoints
         folders = sorted(root.iterdir()) if root.exists() else []
-        return [self.info(EndpointState.load(p)) for p in folders if (p / "endpoint.json").exists()]
+        return [self._info(EndpointState.load(p)) for p in folders if (p / "endpoint.json").exists()]
 
     def delete(self, name: str) -> bool:
         """Stop the server, free the port, remove the state; False when it was already gone."""
@@ -177,7 +176,7 @@ class LocalEndpoints:
 
     def _start_provisioning(self, endpoint: str, name: str, settings: DeploymentSettings) -> subprocess.Popen[bytes]:
         state = self.state(endpoint)
-        check_endpoint_name(name, "deployment.name")
+        check.endpoint_name(name, "deployment.name")
         workers = settings.instance_count or state.workers
         check.positive_int("deployment.instance_count", workers, maximum=64)
         code_dir, scoring_script = Path(settings.code_dir), settings.scoring_script
@@ -247,7 +246,7 @@ class LocalEndpoints:
             check_traffic(dict(traffic), mirror, state.deployments)
             state.traffic, state.mirror_traffic = dict(traffic), mirror
             state.save(self._dir(endpoint))
-        return self.info(state)
+        return self._info(state)
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         self.get(endpoint)

@@ -78,7 +78,18 @@ def test_all_trials_failing_fails_the_sweep_with_their_errors(jobs, tmp_path):
     assert "no trial produced the primary metric" in info.error or "curve asked for a crash" in info.error
     result = jobs.sweep_result("broken")
     assert [t.status for t in result.trials] == [JobStatus.FAILED, JobStatus.FAILED]
-    assert "curve asked for a crash at step 1" in result["error"]
+    assert "curve asked for a crash at step 1" in result.error
+
+
+def test_a_sweep_result_has_its_objective_and_status_before_the_controller_first_writes(jobs, tmp_path):
+    """The report page reads it in the sweep's first second: no KeyError, the same fields as later."""
+    code = write_script(tmp_path / "code", CURVE_SCRIPT)
+    jobs.submit_sweep("early", curve_sweep(code, [CURVES["good"]], pause=0.1, policy=None), poll_s=0.3)
+    (jobs.workspace.job_dir("early") / "outputs" / "sweep.json").unlink(missing_ok=True)  # as before the first write
+    result = jobs.sweep_result("early")
+    assert result.objective.primary_metric == "best_val_acc" and result.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    assert isinstance(result.trials, tuple) and result.best_trial is None
+    assert jobs.wait("early", poll_s=0.3).status is JobStatus.COMPLETED
 
 
 def test_canceling_a_sweep_cancels_its_trials_and_leaves_no_process(jobs, tmp_path):
