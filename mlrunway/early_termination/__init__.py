@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from mlrunway.early_termination import bandit, median, truncation
-from mlrunway.early_termination._common import Goal, Termination
+from mlrunway.early_termination._common import Goal, Termination, best_so_far
 from mlrunway.specs.policies import BanditPolicy, EarlyTerminationPolicy, MedianStoppingPolicy
 
-__all__ = ["Termination", "applies_at", "evaluate", "evaluation_points"]
+__all__ = ["Goal", "Termination", "applies_at", "best_so_far", "evaluate", "evaluation_points"]
 
 
 def _first_point(evaluation_interval: int, delay_evaluation: int) -> int:

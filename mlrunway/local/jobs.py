@@ -23,7 +23,7 @@ import psutil
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
-from mlrunway.local._files import read_json, write_json
+from mlrunway.local.files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.processes import group_alive, terminate_group
 from mlrunway.local.supervisor import JobState

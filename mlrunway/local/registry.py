@@ -19,7 +19,7 @@ from typing import Any
 
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
-from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs import check
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.local import tracking
-from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.launch import ProcessLaunch, plan
 from mlrunway.local.processes import POLL_S, terminate_group
 from mlrunway.local.workspace import Workspace

@@ -17,7 +17,7 @@ from typing import Any
 
 from mlrunway.backend.types import JobStatus
 from mlrunway.local import tracking
-from mlrunway.local._files import read_json, write_json
+from mlrunway.local.files import read_json, write_json
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec

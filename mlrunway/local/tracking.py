@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlrunway.local._files import locked
+from mlrunway.local.files import locked
 from mlrunway.local.workspace import Workspace
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.early_termination._common import best_so_far
+from mlrunway.early_termination import best_so_far
 from mlrunway.specs.sweep import Objective
 
 

@@ -29,7 +29,7 @@ from mlrunway.backend.types import (
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.local._files import locked
+from mlrunway.local.files import locked
 from mlrunway.local.processes import free_port, group_alive, reap, terminate_group, wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import provision

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from mlrunway.backend.types import ProvisioningState
-from mlrunway.local._files import locked, read_json, write_json
+from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.processes import group_alive, terminate_group
 from mlrunway.local.serving.state import DeploymentState, EndpointState
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.local._files import read_json, write_json
+from mlrunway.local.files import read_json, write_json
 from mlrunway.specs import check
 
 STATE_FILE = "endpoint.json"
