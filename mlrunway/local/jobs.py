@@ -8,6 +8,9 @@ the process that submitted it and is found again by name.
 from __future__ import annotations
 
 import builtins
+import fcntl
+import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -18,14 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
-from mlrunway.local.processes import group_alive, terminate_group
+from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, kill_marked
+from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs import check
@@ -76,8 +78,17 @@ class LocalJobs:
         return self._create(name, "sweep", controller, {"sweep": sweep.to_dict(), "poll_s": poll_s}, None)
 
     def _create(self, name: str, kind: str, spec: CommandJobSpec, extra: dict[str, Any], code: Path | None) -> JobInfo:
+        """Build the job folder aside, rename it into place, start its supervisor. The submit lock, held from
+        before the rename until the supervisor is recorded, tells a reader that the submit is under way; a reader
+        that finds it free and no supervisor fails the job (:mod:`mlrunway.local.reconcile`)."""
         self.workspace.jobs.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=self.workspace.jobs, prefix=f".{name}."))
+        with open(staging / SUBMIT_LOCK, "w") as submit_lock:
+            fcntl.flock(submit_lock, fcntl.LOCK_EX)
+            return self._create_locked(name, kind, spec, extra, code, staging)
+
+    def _create_locked(self, name: str, kind: str, spec: CommandJobSpec, extra: dict[str, Any], code: Path | None,
+                       staging: Path) -> JobInfo:
         final = self.workspace.job_dir(name)
         for sub in ("logs", "outputs"):
             (staging / sub).mkdir()
@@ -91,7 +102,7 @@ class LocalJobs:
         if kind == "sweep":
             argv.append(str(final))
         job = {"name": name, "kind": kind, "workspace": str(self.workspace.root), "spec": spec.to_dict(),
-               "argv": argv, "kill_grace_s": self.kill_grace_s, **extra}
+               "argv": argv, "kill_grace_s": self.kill_grace_s, "token": secrets.token_hex(16), **extra}
         write_json(staging / "job.json", job)
         write_json(staging / "status.json", {"status": "Queued", "created": time.time()})
         try:
@@ -101,16 +112,17 @@ class LocalJobs:
             return self.get(name)
         for out in outputs.values():
             out.mkdir(parents=True, exist_ok=True)
-        self._spawn_supervisor(final)
+        self._spawn_supervisor(final, job["token"])
         return self.get(name)
 
-    def _spawn_supervisor(self, job_dir: Path) -> None:
+    def _spawn_supervisor(self, job_dir: Path, token: str) -> None:
         with open(job_dir / "logs" / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mlrunway.local.supervisor", str(job_dir)],
+                [sys.executable, "-m", "mlrunway.local.supervisor", str(job_dir)], env={**os.environ, JOB_TOKEN_ENV: token},
                 cwd=job_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
-        JobState(job_dir).update(supervisor_pid=proc.pid, supervisor_started=psutil.Process(proc.pid).create_time())
+        supervisor = Identity.of(proc.pid)
+        JobState(job_dir).update_unless_ended(supervisor_pid=supervisor.pid, supervisor_started=supervisor.started)
 
     # -- read -------------------------------------------------------------------------------------
     def get(self, name: str) -> JobInfo:
@@ -131,28 +143,17 @@ class LocalJobs:
         state = JobState(self.workspace.job_dir(name))
         if not state.status_file.exists():
             return None
-        status = state.status()
-        if not JobStatus(status["status"]).is_terminal() and not _supervisor_alive(status):
-            status = self._reconcile_dead(state)
-        job = state.job()
+        try:
+            status = reconcile(state, self.workspace)
+            job = state.job()
+        except (OSError, ValueError, KeyError) as exc:  # unwritable, full disk, corrupt: a report, not a crash
+            return JobInfo(name=name, kind="command", status=JobStatus.FAILED, outputs=str(state.dir / "outputs"),
+                           error=f"job folder {state.dir} cannot be read or written: {type(exc).__name__}: {exc}")
         return JobInfo(
             name=name, kind=job["kind"], status=JobStatus(status["status"]), exit_code=status.get("exit_code"),
             error=status.get("error"), timed_out=status.get("timed_out", False), outputs=str(state.dir / "outputs"),
             mlflow_run_id=status.get("mlflow_run_id"), created=status.get("created"), started=status.get("started"),
             ended=status.get("ended"), properties={k: v for k, v in job.items() if k in ("parent_run_id",)},
-        )
-
-    def _reconcile_dead(self, state: JobState) -> dict[str, Any]:
-        """The supervisor is gone without a final status: stop its processes and record the failure."""
-        status = state.status()
-        if JobStatus(status["status"]).is_terminal() or "supervisor_pid" not in status:
-            return status
-        if status.get("pgid"):
-            terminate_group(status["pgid"], None, self.kill_grace_s)
-        cancel = state.cancel_reason()
-        return state.update(
-            status="Canceled" if cancel else "Failed", ended=time.time(),
-            error=cancel or "the job's supervisor process died; its processes were stopped",
         )
 
     # -- act --------------------------------------------------------------------------------------
@@ -174,14 +175,13 @@ class LocalJobs:
             self.request_cancel(name, reason)
             while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if not info.status.is_terminal():  # the supervisor did not answer: stop the group ourselves
-                status = state.status()
-                if status.get("pgid") and group_alive(status["pgid"]):
-                    terminate_group(status["pgid"], None, self.kill_grace_s)
-                state.update(status="Canceled", ended=time.time(), error=reason)
+            if not info.status.is_terminal():  # the supervisor did not answer: stop the job's processes ourselves
+                kill_marked(state.job()["token"])
+                state.update_unless_ended(status="Canceled", ended=time.time(), error=reason)
         # The supervisor records the status, then exits: wait for it to be gone too.
-        while "supervisor_pid" in (status := state.status()) and _supervisor_alive(status) \
-                and time.monotonic() < deadline:
+        status = state.status()
+        supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
+        while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         return self.get(name)
 
@@ -260,17 +260,6 @@ class LocalJobs:
             trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
             stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
         )
-
-
-def _supervisor_alive(status: dict[str, Any]) -> bool:
-    pid = status.get("supervisor_pid")
-    if pid is None:
-        return True  # still being spawned
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - status["supervisor_started"]) < 1
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _existing_folder(field: str, path: str) -> Path:

@@ -1,18 +1,96 @@
-"""Process helpers shared by local jobs and endpoints: a group's liveness, stopping a group, reaping, ports."""
+"""Process helpers shared by local jobs and endpoints: identities, a group's liveness, stopping a group,
+reaping, ports.
+
+A PID or a process group id read back from a file is never trusted alone: after a reboot, or once the process
+is gone, the same number may belong to another program. ``Identity`` pairs a PID with its start time, and a
+job's processes carry a token in their environment (``JOB_TOKEN_ENV``), so only verified processes are signalled.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 
 import psutil
 
 POLL_S = 0.2
+JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
+_PR_SET_PDEATHSIG = 1
 
-__all__ = ["free_port", "group_alive", "reap", "terminate_group", "wait_port_free"]
+__all__ = ["JOB_TOKEN_ENV", "Identity", "die_with_parent", "free_port", "group_alive", "kill_marked", "marked",
+           "reap", "signal_name", "terminate_group", "wait_port_free"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A process as it was recorded: its PID and start time (``psutil``'s ``create_time``)."""
+
+    pid: int
+    started: float
+
+    @classmethod
+    def of(cls, pid: int) -> Identity:
+        return cls(pid, psutil.Process(pid).create_time())
+
+    @classmethod
+    def recorded(cls, pid: object, started: object) -> Identity | None:
+        """The identity stored as ``pid`` and ``started``; None when either is missing."""
+        if isinstance(pid, int) and isinstance(started, (int, float)):
+            return cls(pid, float(started))
+        return None
+
+    def alive(self) -> bool:
+        """True while this very process runs: same PID, same start time, not a zombie."""
+        try:
+            proc = psutil.Process(self.pid)
+            return abs(proc.create_time() - self.started) < 1 and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """The live processes whose environment carries ``JOB_TOKEN_ENV=token``: a job's own, wherever they are."""
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get(JOB_TOKEN_ENV) == token:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_marked(token: str, sig: int = signal.SIGKILL) -> int:
+    """Send ``sig`` to every process marked with ``token``; return how many there were. Never blocks."""
+    procs = marked(token)
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+    return len(procs)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In a child before exec: have the kernel send ``sig`` when the parent dies (Linux's PR_SET_PDEATHSIG).
+    It does not reach the child's own children (torchrun's workers): a marked-process kill does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def signal_name(returncode: int) -> str | None:
+    """``SIGKILL`` for a return code of -9 (a process killed by a signal); None for an exit."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def terminate_group(pgid: int, procs: list[subprocess.Popen[bytes]] | None, grace_s: float) -> None:

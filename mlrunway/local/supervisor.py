@@ -2,7 +2,12 @@
 
 It owns the job's state file from launch to end: creates the MLflow run, starts the job's processes in a
 process group of their own, enforces the timeout, honours cancel requests (SIGTERM to the group, SIGKILL
-after a grace period) and records the outcome with the exit code and the tail of stderr.
+after a grace period) and records the outcome with the exit code, or the signal that killed the job, and the
+tail of stderr.
+
+Its processes cannot outlive it unsupervised: each dies with it (PR_SET_PDEATHSIG), and every process of the
+job, torchrun's workers included, carries the job's token, by which a reader that finds the supervisor dead
+stops what is left (:meth:`mlrunway.local.jobs.LocalJobs.get`).
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from typing import Any
 from mlrunway.local import tracking
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.launch import ProcessLaunch, plan
-from mlrunway.local.processes import POLL_S, terminate_group
+from mlrunway.local.processes import JOB_TOKEN_ENV, POLL_S, Identity, die_with_parent, signal_name, terminate_group
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.job import CommandJobSpec
 
 STDERR_TAIL_LINES = 20
+ENDED = ("Completed", "Failed", "Canceled")
 
 
 class JobState:
@@ -51,6 +57,15 @@ class JobState:
             write_json(self.status_file, merged)
         return merged
 
+    def update_unless_ended(self, **fields: Any) -> bool:
+        """Write ``fields`` unless the job has already ended (a reader reconciled it); say whether it did."""
+        with locked(self.dir / ".status.lock"):
+            current = self.status()
+            if current["status"] in ENDED:
+                return False
+            write_json(self.status_file, {**current, **fields})
+        return True
+
     def cancel_reason(self) -> str | None:
         if not self.cancel_file.exists():
             return None
@@ -75,7 +90,7 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
             group = procs[0].pid if procs else 0
             procs.append(
                 subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=err, process_group=group)
+                                 stdout=out, stderr=err, process_group=group, preexec_fn=die_with_parent)
             )
     return procs
 
@@ -95,10 +110,14 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
             return "Canceled", f"timed out after {timeout:g} s (timeout)", True
         time.sleep(POLL_S)
     terminate_group(pgid, procs, 0)  # reap strays the job left behind in its group
-    codes = [p.returncode for p in procs]
-    if any(codes):
-        return "Failed", f"exit code {next(c for c in codes if c)}", False
-    return "Completed", None, False
+    failed = next((p for p in procs if p.returncode), None)
+    if failed is None:
+        return "Completed", None, False
+    killed_by = signal_name(failed.returncode)
+    if killed_by is None:
+        return "Failed", f"exit code {failed.returncode}", False
+    hint = " (out of memory?)" if killed_by == "SIGKILL" else ""
+    return "Failed", f"trainer (pid {failed.pid}) killed by {killed_by}{hint}", False
 
 
 def run(job_dir: Path) -> str:
@@ -107,6 +126,9 @@ def run(job_dir: Path) -> str:
     workspace = Workspace(Path(job["workspace"]))
     interrupted: list[str] = []
     signal.signal(signal.SIGTERM, lambda *_: interrupted.append("supervisor received SIGTERM"))
+    me = Identity.of(os.getpid())
+    if not state.update_unless_ended(supervisor_pid=me.pid, supervisor_started=me.started):
+        return state.status()["status"]  # a reader found the submit incomplete and failed the job: run nothing
     spec = CommandJobSpec.from_dict(job["spec"])
     experiment_id, run_id = tracking.start_run(workspace, job["name"], spec.experiment_name, job.get("parent_run_id"))
     env = {
@@ -118,11 +140,14 @@ def run(job_dir: Path) -> str:
         "AZUREML_RUN_ID": job["name"],
         "MLRUNWAY_WORKSPACE": str(workspace.root),
         "PYTHONUNBUFFERED": "1",
+        JOB_TOKEN_ENV: job["token"],
     }
     procs = _start(plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
-    state.update(status="Running", started=time.time(), mlflow_run_id=run_id, pgid=procs[0].pid)
+    leader = Identity.of(procs[0].pid)
+    state.update(status="Running", started=time.time(), mlflow_run_id=run_id, pgid=leader.pid,
+                 pgid_started=leader.started)
     status, reason, timed_out = _wait(state, procs, spec.timeout, job.get("kill_grace_s", 10.0), interrupted)
-    exit_code = next((p.returncode for p in procs if p.returncode), 0)
+    exit_code = next((p.returncode for p in procs if p.returncode), 0)  # -9: killed by SIGKILL
     error = None
     if status == "Failed":
         error = f"{reason}; stderr tail:\n{state.stderr_tail()}"

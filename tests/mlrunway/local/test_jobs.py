@@ -163,7 +163,7 @@ def test_dead_supervisor_fails_the_job_and_stops_its_processes(jobs, tmp_path):
     os.kill(status["supervisor_pid"], signal.SIGKILL)
     wait_for(lambda: jobs.get("orphaned").status.is_terminal())
     info = jobs.get("orphaned")
-    assert info.status is JobStatus.FAILED and "supervisor process died" in info.error
+    assert info.status is JobStatus.FAILED and "died without recording an outcome" in info.error
     wait_for(lambda: not psutil.pid_exists(int(pid_file.read_text())))
 
 

@@ -1,0 +1,83 @@
+"""The one reconciler of local jobs: a job's status as it truly is, decided from verified process identities.
+
+Whoever reads a status (``get``, ``list``, ``sweep_result``, the report page) goes through :func:`reconcile`,
+so a death is seen within one poll. Reading may end a job (record Failed with what died, end its MLflow run,
+SIGKILL the processes it left) but never starts a process and never waits: restarting what died is an
+explicit ``recover``.
+
+- The supervisor's PID counts only with its start time (:class:`~mlrunway.local.processes.Identity`); the
+  processes it leaves are found by the job's token in their environment, never by a stored process group id
+  that another program may hold after a reboot.
+- A job whose folder is in place but whose supervisor was never recorded is being submitted while the
+  submitter holds ``submit.lock``; once that lock is free, the submit did not complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+from pathlib import Path
+from typing import Any
+
+from mlrunway.local.processes import Identity, kill_marked
+from mlrunway.local.supervisor import ENDED, JobState
+from mlrunway.local.workspace import Workspace
+
+SUBMIT_LOCK = "submit.lock"
+log = logging.getLogger(__name__)
+
+__all__ = ["SUBMIT_LOCK", "reconcile", "submitter_holds"]
+
+
+def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
+    """The job's status now; a job whose supervisor is gone (or never came) is ended with the reason."""
+    status = state.status()
+    if status["status"] in ENDED:
+        return status
+    supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
+    if supervisor is None:
+        if submitter_holds(state.dir):
+            return status
+        return _end(state, workspace, "Failed", "submit did not complete: the submitting process died before the "
+                                                "job's supervisor started; a retry submits the job anew")
+    if supervisor.alive():
+        return status
+    token = state.job().get("token")
+    left = kill_marked(token) if token else 0
+    stopped = f"; the {left} process(es) it left were killed" if left else ""
+    if (cancel := state.cancel_reason()) is not None:
+        return _end(state, workspace, "Canceled", f"{cancel}{stopped}")
+    return _end(state, workspace, "Failed",
+                f"supervisor (pid {supervisor.pid}) died without recording an outcome (killed: SIGKILL, the OOM "
+                f"killer or a reboot){stopped}")
+
+
+def submitter_holds(job_dir: Path) -> bool:
+    """Whether a submitting process still holds the job's submit lock (it does until the supervisor is recorded)."""
+    try:
+        handle = open(job_dir / SUBMIT_LOCK)
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def _end(state: JobState, workspace: Workspace, status: str, error: str) -> dict[str, Any]:
+    """Record the end unless the supervisor recorded one meanwhile; close the job's MLflow run to match."""
+    import time
+
+    state.update_unless_ended(status=status, error=error, ended=time.time())
+    current = state.status()
+    if current["status"] == status and (run_id := current.get("mlflow_run_id")):
+        with contextlib.suppress(Exception):  # the store being unavailable must not hide the job's status
+            from mlrunway.local import tracking
+
+            tracking.end_run(workspace, run_id, status)
+    log.info("Job %s reconciled: %s (%s)", state.dir.name, current["status"], current.get("error"))
+    return current

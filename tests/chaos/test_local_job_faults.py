@@ -1,0 +1,185 @@
+"""Chaos: the local backend's own processes die (kill -9, a reboot, an unwritable folder) and a reader still gets
+the truth at its next poll, nothing is left running, MLflow tells the same story, and a resubmit recovers.
+
+Real processes on this machine only; each test is bounded (seconds). "One poll" is one ``get()``: the first read
+after the death is the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlrunway.backend.attempts import Action, submit_or_reattach
+from mlrunway.backend.types import JobStatus
+from mlrunway.local import tracking
+from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.processes import JOB_TOKEN_ENV, marked
+from mlrunway.specs import CommandJobSpec
+from tests.conftest import REPO, write_script
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+TRAINS = """
+import os, pathlib, sys, time
+import mlflow
+pathlib.Path("outputs/pid").write_text(str(os.getpid()))
+for epoch in range(int(sys.argv[1])):
+    mlflow.log_metric("loss", 1 / (epoch + 1), step=epoch)
+    time.sleep(0.2)
+pathlib.Path("outputs/model").write_text("done")
+"""
+
+
+def wait_for(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def running_job(jobs: LocalJobs, tmp_path: Path, name: str, epochs: int = 300) -> tuple[dict, int]:
+    """A job whose trainer runs and has logged to MLflow; its status file and trainer's PID."""
+    jobs.submit(name, CommandJobSpec(code=str(write_script(tmp_path / name, TRAINS)), command=f"python script.py {epochs}"))
+    pid_file = jobs.workspace.job_dir(name) / "outputs" / "pid"
+    wait_for(pid_file.exists)
+    status = json.loads((jobs.workspace.job_dir(name) / "status.json").read_text())
+    return status, int(pid_file.read_text())
+
+
+def mlflow_status(jobs: LocalJobs, run_id: str) -> str:
+    return tracking.client(jobs.workspace).get_run(run_id).info.status
+
+
+def test_supervisor_killed_its_trainer_dies_too_and_the_next_read_says_so(jobs, tmp_path):
+    status, trainer = running_job(jobs, tmp_path, "sup-kill")
+    os.kill(status["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: gone(status["supervisor_pid"]), 5)
+    killed_at = time.monotonic()
+    info = jobs.get("sup-kill")  # the first read after the death
+    assert info.status is JobStatus.FAILED
+    assert f"supervisor (pid {status['supervisor_pid']}) died without recording an outcome" in info.error
+    assert time.monotonic() - killed_at < 5  # reading never waits on a cleanup
+    wait_for(lambda: gone(trainer), 5)  # the trainer died with its supervisor: nothing trains unsupervised
+    assert marked(json.loads((jobs.workspace.job_dir("sup-kill") / "job.json").read_text())["token"]) == []
+    assert mlflow_status(jobs, info.mlflow_run_id) == "FAILED"
+    assert not (jobs.workspace.job_dir("sup-kill") / "outputs" / "model").exists()  # it never finished unsupervised
+
+
+def test_supervisor_and_trainer_killed_together_end_the_mlflow_run_too(jobs, tmp_path):
+    """What a reboot does: every process gone at once, the files left as they were."""
+    status, trainer = running_job(jobs, tmp_path, "reboot")
+    for pid in (trainer, status["supervisor_pid"]):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: gone(status["supervisor_pid"]) and gone(trainer), 5)
+    info = LocalJobs(jobs.workspace).get("reboot")  # a new reader, as after the reboot
+    assert info.status is JobStatus.FAILED and "died without recording an outcome" in info.error
+    assert mlflow_status(jobs, info.mlflow_run_id) == "FAILED"
+    attempt = submit_or_reattach(jobs, "reboot", lambda n: jobs.submit(n, jobs_spec(tmp_path, "reboot", epochs=2)))
+    assert attempt.action is Action.RETRIED and attempt.job.name == "reboot-a2"
+    assert jobs.wait("reboot-a2", timeout=60, poll_s=0.2).status is JobStatus.COMPLETED
+
+
+def jobs_spec(tmp_path: Path, name: str, epochs: int) -> CommandJobSpec:
+    return CommandJobSpec(code=str(tmp_path / name), command=f"python script.py {epochs}")
+
+
+def test_a_reused_process_group_id_is_never_signalled(jobs, tmp_path):
+    """After a reboot the stored process group id may lead another program's group: it must survive."""
+    status, trainer = running_job(jobs, tmp_path, "reused")
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        for pid in (trainer, status["supervisor_pid"]):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: gone(status["supervisor_pid"]) and gone(trainer), 5)
+        state_file = jobs.workspace.job_dir("reused") / "status.json"
+        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "pgid": stranger.pid}))
+        assert jobs.get("reused").status is JobStatus.FAILED
+        time.sleep(0.3)
+        assert stranger.poll() is None  # the other program's group was not touched
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+SUBMIT_THEN_DIE = """
+import os, sys
+from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs import CommandJobSpec
+
+jobs = LocalJobs(Workspace.at(sys.argv[1]))
+# The fault: this process dies after the job's folder is in place, before its supervisor is recorded.
+jobs._spawn_supervisor = lambda job_dir, token: os._exit(3)
+jobs.submit("half", CommandJobSpec(code=sys.argv[2], command="python script.py 1"))
+"""
+
+
+def test_a_submit_that_died_halfway_is_failed_at_the_next_read_and_a_retry_submits_anew(jobs, tmp_path):
+    code = write_script(tmp_path / "half", TRAINS)
+    died = subprocess.run([sys.executable, "-c", SUBMIT_THEN_DIE, str(jobs.workspace.root), str(code)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert died.returncode == 3, died.stderr
+    started = time.monotonic()
+    info = jobs.get("half")
+    assert info.status is JobStatus.FAILED and info.error.startswith("submit did not complete")
+    assert jobs.cancel("half").status is JobStatus.FAILED and time.monotonic() - started < 5  # no 40 s wait
+    attempt = submit_or_reattach(jobs, "half", lambda n: jobs.submit(n, jobs_spec(tmp_path, "half", epochs=1)))
+    assert attempt.job.name == "half-a2"
+    assert jobs.wait("half-a2", timeout=60, poll_s=0.2).status is JobStatus.COMPLETED
+
+
+def test_a_trainer_killed_by_a_signal_is_reported_with_the_signal(jobs, tmp_path):
+    _, trainer = running_job(jobs, tmp_path, "oom")
+    os.kill(trainer, signal.SIGKILL)
+    info = jobs.wait("oom", timeout=30, poll_s=0.1)
+    assert info.status is JobStatus.FAILED and info.exit_code == -9
+    assert info.error.startswith(f"trainer (pid {trainer}) killed by SIGKILL (out of memory?)")
+    assert mlflow_status(jobs, info.mlflow_run_id) == "FAILED"
+
+
+def test_an_unwritable_job_folder_is_a_failed_status_with_its_cause(jobs, tmp_path):
+    status, trainer = running_job(jobs, tmp_path, "readonly")
+    folder = jobs.workspace.job_dir("readonly")
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here (needs root and an ext4-like filesystem)")
+    try:
+        os.kill(trainer, signal.SIGKILL)  # the supervisor cannot record the outcome: its folder is immutable
+        wait_for(lambda: gone(status["supervisor_pid"]), 15)
+        info = jobs.get("readonly")
+        assert info.status is JobStatus.FAILED
+        assert f"job folder {folder} cannot be read or written: PermissionError" in info.error
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_corrupt_status_file_is_a_failed_status_with_its_cause(jobs, tmp_path):
+    status, trainer = running_job(jobs, tmp_path, "corrupt", epochs=3)
+    jobs.wait("corrupt", timeout=30, poll_s=0.2)
+    (jobs.workspace.job_dir("corrupt") / "status.json").write_text('{"status": "Runn')
+    info = jobs.get("corrupt")
+    assert info.status is JobStatus.FAILED and "JSONDecodeError" in info.error
+
+
+def test_every_process_of_a_job_carries_its_token(jobs, tmp_path):
+    """What lets a reader find and stop a job's processes without trusting a stored PID or group id."""
+    status, trainer = running_job(jobs, tmp_path, "tokens")
+    token = json.loads((jobs.workspace.job_dir("tokens") / "job.json").read_text())["token"]
+    assert psutil.Process(trainer).environ()[JOB_TOKEN_ENV] == token
+    assert {p.pid for p in marked(token)} >= {trainer, status["supervisor_pid"]}
+    jobs.cancel("tokens")
