@@ -13,10 +13,12 @@ many requests in flight; an exception in score.py is a 500 from the deployment a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
 import uuid
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -142,9 +144,20 @@ class ScoringApp:
 
 
 def create_app() -> Starlette:
-    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment."""
-    scoring = ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]), int(os.environ.get(SCORING_THREADS_ENV, "1")))
-    return Starlette(routes=[
+    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment. A worker
+    that serves writes its PID under ``ready/``, which is how a (re)started master knows its workers are up."""
+    folder = Path(os.environ[ENDPOINT_DIR_ENV])
+    scoring = ScoringApp(folder, int(os.environ.get(SCORING_THREADS_ENV, "1")))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        marker = folder / "ready" / str(os.getpid())
+        marker.parent.mkdir(exist_ok=True)
+        marker.touch()
+        yield
+        marker.unlink(missing_ok=True)
+
+    return Starlette(lifespan=lifespan, routes=[
         Route("/", lambda _r: PlainTextResponse("Healthy"), methods=["GET"]),
         Route("/healthz/live", lambda _r: PlainTextResponse("live"), methods=["GET"]),
         Route("/healthz/ready", scoring.ready, methods=["GET"]),

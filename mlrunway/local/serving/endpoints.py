@@ -13,8 +13,6 @@ import builtins
 import json
 import shutil
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -30,9 +28,9 @@ from mlrunway.backend.types import (
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.files import locked
-from mlrunway.local.processes import free_port, group_alive, reap, terminate_group, wait_port_free
+from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
-from mlrunway.local.serving import provision
+from mlrunway.local.serving import master, provision
 from mlrunway.local.serving.state import (
     DeploymentState,
     EndpointState,
@@ -41,8 +39,6 @@ from mlrunway.local.serving.state import (
 )
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs import check
-
-START_TIMEOUT_S = 60.0
 
 
 class LocalEndpoints:
@@ -65,39 +61,30 @@ class LocalEndpoints:
         workers = settings.workers
         check.positive_int("endpoint.workers", workers, maximum=64)
         check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
-        if (folder / "endpoint.json").exists():
+        if (folder / "endpoint.json").exists():  # never new keys, port or deployments for an existing endpoint
             with locked(provision.state_lock(folder)):
-                state = EndpointState.load(folder)
-                if state.pid and group_alive(state.pid):
-                    updated = replace(state, request_timeout_ms=request_timeout_ms,
-                                      max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
-                    updated.save(folder)
-                    return updated
+                state = replace(EndpointState.load(folder), request_timeout_ms=request_timeout_ms,
+                                max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+                state.save(folder)
+                return state if master.alive(state) else master.start(folder, state)
         state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()}, workers=workers,
                               request_timeout_ms=request_timeout_ms,
                               max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
-        return self._start(folder, state)
+        return master.start(folder, state)
+
+    def recover(self, name: str) -> EndpointInfo:
+        """Restart the endpoint's server if its master died, from its saved state: the same port, keys,
+        deployments and traffic, so its scoring URI never changes. A running one is left as it is."""
+        folder = self._dir(name)
+        with locked(provision.state_lock(folder)):
+            state = self.state(name)
+            if not master.alive(state):
+                state = master.start(folder, state)
+        return self._info(state)
 
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         """As ``create_or_update``: a local server answers within seconds, so it returns Succeeded."""
         return self.create_or_update(name, settings)
-
-    def _start(self, folder: Path, state: EndpointState) -> EndpointState:
-        state.port = free_port()
-        state.save(folder)
-        (folder / "logs").mkdir(exist_ok=True)
-        with open(folder / "logs" / "server.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.server", str(folder)], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
-        state.pid = proc.pid
-        state.save(folder)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(f"http://{state.host}:{state.port}/healthz/live"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                terminate_group(proc.pid, None, 5)
-                raise EndpointError(f"endpoint {state.name}: server did not start; log tail:\n{_tail(folder / 'logs' / 'server.log')}")
-            time.sleep(0.1)
-        return state
 
     def get(self, name: str) -> EndpointInfo:
         return self._info(self.state(name))
@@ -111,9 +98,12 @@ class LocalEndpoints:
 
     @staticmethod
     def _info(state: EndpointState) -> EndpointInfo:
+        """What the endpoint is now: a server whose master is gone is Failed, with what is known of it."""
+        dead = master.dead_reason(state)
         return EndpointInfo(name=state.name, scoring_uri=state.scoring_uri, traffic=dict(state.traffic),
                             mirror_traffic=dict(state.mirror_traffic), auth_mode=state.auth_mode,
-                            provisioning_state=ProvisioningState(state.provisioning_state))
+                            provisioning_state=ProvisioningState.FAILED if dead else ProvisioningState.SUCCEEDED,
+                            error=dead)
 
     def list(self) -> builtins.list[EndpointInfo]:
         root = self.workspace.endpoints
@@ -129,9 +119,7 @@ class LocalEndpoints:
             provision.stop(folder, record.parent.name)
         if (folder / "endpoint.json").exists():
             state = EndpointState.load(folder)
-            if state.pid:
-                terminate_group(state.pid, None, 10)
-                reap(state.pid)
+            master.stop(state)
             if not wait_port_free(state.port):
                 raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
         shutil.rmtree(folder)
@@ -200,18 +188,18 @@ class LocalEndpoints:
         return provision.start(folder, deployment)
 
     def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
-        """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled)."""
+        """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled); one that
+        provisioned on a server whose master is gone is Failed with the reason."""
         state = self.state(endpoint)
         progress = provision.current(self._dir(endpoint), name)
         serving = state.deployments.get(name)
-        model = serving.model if serving else ""
-        if progress is None:
-            if serving is None:
-                raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")
-            return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=ProvisioningState.SUCCEEDED,
-                                  model=model)
-        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=progress[0], error=progress[1],
-                              model=model)
+        if progress is None and serving is None:
+            raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")
+        provisioning, error = progress or (ProvisioningState.SUCCEEDED, None)
+        if provisioning is ProvisioningState.SUCCEEDED and (dead := master.dead_reason(state)):
+            provisioning, error = ProvisioningState.FAILED, dead
+        return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=provisioning, error=error,
+                              model=serving.model if serving else "")
 
     def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]:
         """The endpoint's deployments: those serving, and those still provisioning."""
@@ -269,14 +257,6 @@ class LocalEndpoints:
                 return response.read().decode()
         except urllib.error.HTTPError as exc:
             raise EndpointError(f"endpoint {endpoint}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -26,6 +26,7 @@ import psutil
 from mlrunway.backend.types import ProvisioningState
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.processes import group_alive, terminate_group
+from mlrunway.local.serving import master
 from mlrunway.local.serving.state import DeploymentState, EndpointState
 
 RECORD = "provision.json"
@@ -104,7 +105,7 @@ def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
         state = EndpointState.load(endpoint_dir)
         state.deployments[deployment.name] = deployment
         grow = max(0, deployment.workers - state.workers)
-        if grow and state.pid:
+        if grow and state.pid and master.alive(state):
             for _ in range(grow):  # uvicorn adds a worker per SIGTTIN; the others keep serving
                 psutil.Process(state.pid).send_signal(signal.SIGTTIN)
             state.workers = deployment.workers

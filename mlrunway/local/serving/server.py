@@ -1,4 +1,9 @@
-"""Run an endpoint's server: ``python -m mlrunway.local.serving.server <endpoint_dir>`` (uvicorn, N workers)."""
+"""Run an endpoint's server: ``python -m mlrunway.local.serving.server <endpoint_dir>`` (uvicorn, N workers).
+
+The master binds the port with SO_REUSEPORT (:func:`mlrunway.local.serving.master.listening_socket`) and always
+runs uvicorn's multiprocess supervisor, even for one worker: its workers then outlive a killed master and serve
+on until a recovered master replaces them.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,20 @@ import sys
 from pathlib import Path
 
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
 from mlrunway.local.serving.app import ENDPOINT_DIR_ENV
+from mlrunway.local.serving.master import listening_socket
 from mlrunway.local.serving.state import EndpointState
 
 
 def main(endpoint_dir: Path) -> None:
     state = EndpointState.load(endpoint_dir)
     os.environ[ENDPOINT_DIR_ENV] = str(endpoint_dir)
-    uvicorn.run("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
-                workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10)
+    sock = listening_socket(state.host, state.port)
+    config = uvicorn.Config("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
+                            workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10)
+    Multiprocess(config, sockets=[sock]).run()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ class EndpointState:
     host: str = "127.0.0.1"
     port: int = 0
     pid: int | None = None
+    pid_started: float | None = None
+    token: str = field(default_factory=lambda: secrets.token_hex(16))  # marks the server's processes
     workers: int = 1
     auth_mode: str = "key"
     traffic: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,149 @@
+"""An endpoint's server process (the uvicorn master and its workers): start it on its port, tell whether it
+lives, stop it, and restart it after its master died, keeping the port, the keys, the deployments and traffic.
+
+Every process of a server carries the endpoint's token in its environment, so a master's orphaned workers are
+found (and only they are signalled) without trusting a stored PID. The listening socket is bound with
+SO_REUSEPORT: a recovered master binds the same port beside the orphans, which serve until the new workers are
+up, then finish what they are serving and exit. A master kill thus costs at most the requests in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from mlrunway.errors import EndpointError
+from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, free_port, marked, reap
+from mlrunway.local.serving.state import EndpointState
+
+START_TIMEOUT_S = 60.0
+READY_DIR = "ready"  # each worker writes its PID here once it serves
+
+__all__ = ["alive", "dead_reason", "listening_socket", "start", "stop"]
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket: SO_REUSEPORT, so that a recovered master can bind beside its predecessor's workers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def alive(state: EndpointState) -> bool:
+    master = Identity.recorded(state.pid, state.pid_started)
+    return master is not None and master.alive()
+
+
+def dead_reason(state: EndpointState) -> str | None:
+    """None while the master runs; else what is known: it died, and whether its workers still serve."""
+    if alive(state):
+        return None
+    orphans = len(marked(state.token)) if state.token else 0
+    serving = f"; its {orphans} orphaned worker(s) still serve" if orphans else "; nothing serves"
+    return (f"endpoint {state.name}: server (pid {state.pid}) is not running (killed, the OOM killer or a reboot)"
+            f"{serving}; `create_or_update` or `python -m mlrunway.local recover` restarts it on port {state.port}")
+
+
+def _foreign_holders(state: EndpointState) -> list[psutil.Process]:
+    """Processes other than this endpoint's own that listen on its port."""
+    ours = {p.pid for p in marked(state.token)} if state.token else set()
+    holders = []
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == state.port and conn.pid:
+            if conn.pid not in ours:
+                try:
+                    holders.append(psutil.Process(conn.pid))
+                except psutil.Error:
+                    continue
+    return holders
+
+
+def start(folder: Path, state: EndpointState) -> EndpointState:
+    """Start the server on ``state.port`` (a free one when 0) and wait until its own workers serve; then let the
+    workers a dead master left behind finish and exit. Another program on the port is an error naming it."""
+    if state.port:
+        holders = _foreign_holders(state)
+        if holders:
+            named = ", ".join(f"{p.name()} (pid {p.pid})" for p in holders)
+            raise EndpointError(f"endpoint {state.name}: port {state.port} is held by {named}; stop it, or delete "
+                                "the endpoint to create it anew on another port (its scoring URI would change)")
+    else:
+        state.port = free_port()
+    orphans = marked(state.token)
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    ready = folder / READY_DIR
+    ready.mkdir(exist_ok=True)
+    for stale in ready.iterdir():
+        stale.unlink()
+    with open(folder / "logs" / "server.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.server", str(folder)],
+                                env={**os.environ, JOB_TOKEN_ENV: state.token}, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True)
+    master = Identity.of(proc.pid)
+    state.pid, state.pid_started = master.pid, master.started
+    state.save(folder)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _serving(state, ready, master):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(state, grace_s=5)
+            raise EndpointError(f"endpoint {state.name}: server did not start; log tail:\n"
+                                f"{_tail(folder / 'logs' / 'server.log')}")
+        time.sleep(0.1)
+    for orphan in orphans:  # SIGTERM: uvicorn stops accepting and finishes the requests it holds
+        try:
+            orphan.terminate()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(orphans, timeout=15)
+    return state
+
+
+def _serving(state: EndpointState, ready: Path, master: Identity) -> bool:
+    """The new master's own workers have started serving (each wrote its PID) and the port answers."""
+    try:
+        children = {c.pid for c in psutil.Process(master.pid).children()}
+    except psutil.Error:
+        return False
+    up = {int(p.name) for p in ready.iterdir() if p.name.isdigit()} & children
+    return len(up) >= state.workers and _answers(f"http://{state.host}:{state.port}/healthz/live")
+
+
+def stop(state: EndpointState, grace_s: float = 10.0) -> None:
+    """SIGTERM every process of the server (master and workers, orphaned or not), SIGKILL what outlives
+    ``grace_s``; reap the master when it is our child."""
+    procs = marked(state.token) if state.token else []
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    if state.pid:
+        reap(state.pid)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

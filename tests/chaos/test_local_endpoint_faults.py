@@ -1,0 +1,146 @@
+"""Chaos: a local endpoint's server master dies (kill -9, a reboot). The endpoint reports it, serves on where its
+workers live, and restarts from its saved state on the same port with the same keys, deployments and traffic;
+a port taken by another program is reported, never moved to silently. 127.0.0.1 only, bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from mlrunway.backend.types import EndpointSettings, ProvisioningState
+from mlrunway.errors import EndpointError
+from mlrunway.local.processes import marked
+from mlrunway.local.serving.endpoints import LocalEndpoints
+from tests.conftest import deployment, write_script
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+SCORE = """
+import os
+def init():
+    pass
+def run(raw):
+    return {"pid": os.getpid()}
+"""
+
+
+@pytest.fixture
+def endpoints(workspace):
+    service = LocalEndpoints(workspace)
+    yield service
+    for info in service.list():
+        service.delete(info.name)
+
+
+@pytest.fixture
+def serving(endpoints, tmp_path):
+    """An endpoint with two workers and `blue` at 100%; its saved state."""
+    endpoints.create_or_update("chaos-ep", EndpointSettings(workers=2))
+    (tmp_path / "model").mkdir()
+    endpoints.create_or_update_deployment("chaos-ep", "blue", deployment(
+        endpoints.workspace, tmp_path / "model", write_script(tmp_path / "code", SCORE, "score.py")))
+    endpoints.set_traffic("chaos-ep", {"blue": 100})
+    return endpoints.state("chaos-ep")
+
+
+def score(state) -> int:
+    request = urllib.request.Request(state.scoring_uri, data=b"{}", method="POST", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+class SteadyClient(threading.Thread):
+    """One request at a time, as fast as answers come: at most one is in flight at any moment."""
+
+    def __init__(self, state) -> None:
+        super().__init__(daemon=True)
+        self.state, self.results, self.stopping = state, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.results.append(score(self.state))
+
+    def stop(self) -> list[int]:
+        self.stopping.set()
+        self.join(timeout=30)
+        return self.results
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_killed_master_costs_at_most_the_requests_in_flight_and_recovers_in_place(endpoints, serving):
+    client = SteadyClient(serving)
+    client.start()
+    time.sleep(1)
+    kill(serving.pid)
+    info = endpoints.get("chaos-ep")  # the next read tells the truth
+    assert info.provisioning_state is ProvisioningState.FAILED
+    assert f"server (pid {serving.pid}) is not running" in info.error and "orphaned worker(s) still serve" in info.error
+    assert endpoints.get_deployment("chaos-ep", "blue").provisioning_state is ProvisioningState.FAILED
+    time.sleep(1)
+    recovered = endpoints.recover("chaos-ep")
+    time.sleep(1)
+    results = client.stop()
+    assert recovered.provisioning_state is ProvisioningState.SUCCEEDED and recovered.scoring_uri == serving.scoring_uri
+    after = endpoints.state("chaos-ep")
+    assert (after.port, after.keys, after.traffic, set(after.deployments)) == (
+        serving.port, serving.keys, serving.traffic, set(serving.deployments))
+    assert after.pid != serving.pid
+    failed = [r for r in results if r != 200]
+    assert len(results) > 20 and len(failed) <= 1, f"{len(failed)} of {len(results)} requests failed: {failed}"
+    ours = {p.pid for p in marked(after.token)}
+    assert all(p.ppid() == after.pid for p in (psutil.Process(pid) for pid in ours if pid != after.pid))  # no orphans
+
+
+def test_after_a_reboot_create_or_update_restarts_the_endpoint_with_its_keys_and_deployments(endpoints, serving):
+    for proc in marked(serving.token):  # every process of the server at once
+        proc.kill()
+    psutil.wait_procs(marked(serving.token), timeout=10)
+    info = endpoints.get("chaos-ep")
+    assert info.provisioning_state is ProvisioningState.FAILED and "nothing serves" in info.error
+    assert score(serving) == 0
+    again = endpoints.create_or_update("chaos-ep", EndpointSettings(workers=2))
+    assert again.provisioning_state is ProvisioningState.SUCCEEDED and again.traffic == {"blue": 100}
+    assert endpoints.state("chaos-ep").keys == serving.keys and score(serving) == 200
+
+
+def test_a_port_taken_by_another_program_is_reported_and_nothing_is_wiped(endpoints, serving):
+    for proc in marked(serving.token):
+        proc.kill()
+    psutil.wait_procs(marked(serving.token), timeout=10)
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", serving.port))
+    squatter.listen()
+    try:
+        with pytest.raises(EndpointError, match=rf"port {serving.port} is held by .*\(pid {os.getpid()}\)"):
+            endpoints.recover("chaos-ep")
+        state = endpoints.state("chaos-ep")
+        assert (state.port, state.keys, set(state.deployments), state.traffic) == (
+            serving.port, serving.keys, set(serving.deployments), serving.traffic)
+        assert endpoints.get("chaos-ep").provisioning_state is ProvisioningState.FAILED
+    finally:
+        squatter.close()
+    assert endpoints.recover("chaos-ep").provisioning_state is ProvisioningState.SUCCEEDED and score(serving) == 200
+    assert json.loads(endpoints.invoke("chaos-ep", payload={}))["pid"] in {p.pid for p in marked(serving.token)}
