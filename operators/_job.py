@@ -57,7 +57,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
             return self.execute_resumable(context)
         deadline = time.time() + self.max_wait_s  # the wait in the worker counts towards it
         name = self.submit_job(context)
-        info = self.settle(lambda: self.backend.jobs.get(name), lambda i: i.status.is_terminal())
+        info = self.settle(lambda: self.backend.jobs.recover(name), lambda i: i.status.is_terminal())
         if info.status.is_terminal():  # ended already (a re-run found it finished, or a short job): no deferral
             return self._finish(context, info)
         self.defer(trigger=JobTrigger(self.backend_conn_id, name, self.poll_interval_s, deadline),

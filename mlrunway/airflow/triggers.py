@@ -103,7 +103,7 @@ class JobTrigger(BackendTrigger):
         return {"job_name": self.job_name}
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
-        info = backend.jobs.get(self.job_name)
+        info = backend.jobs.recover(self.job_name)  # the waiter restarts what of its job died (a sweep's controller)
         return info.status.value, info.status.is_terminal(), info.error
 
     def stop(self, backend: Backend, reason: str) -> str:

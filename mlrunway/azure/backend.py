@@ -208,6 +208,10 @@ class AzureJobs:
             raise NotFound(f"job {name!r} does not exist in workspace {self.ml.workspace_name}")
         return info
 
+    def recover(self, name: str) -> JobInfo:
+        """Azure ML runs its own sweeps' controllers: nothing to restart."""
+        return self.get(name)
+
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
         """The workspace's jobs whose names start with ``prefix``."""
         return [self._info(job) for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)]

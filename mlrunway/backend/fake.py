@@ -136,6 +136,9 @@ class FakeJobs:
             job.info = replace(job.info, status=status)
         return job.info
 
+    def recover(self, name: str) -> JobInfo:
+        return self.get(name)
+
     def spec(self, name: str) -> CommandJobSpec | SweepSpec:
         """What job ``name`` was submitted with."""
         return self.records[name].spec

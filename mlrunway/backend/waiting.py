@@ -13,10 +13,11 @@ from mlrunway.errors import EndpointError, JobTimedOut
 
 def wait_for_job(jobs: Jobs, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
                  on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
-    """Block until ``jobs.get(name)`` is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut."""
+    """Block until the job is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut. Each poll is
+    ``jobs.recover``: the waiter restarts what of its own job died (a local sweep's controller)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        info = jobs.get(name)
+        info = jobs.recover(name)
         if on_poll is not None:
             on_poll(info)
         if info.status.is_terminal():

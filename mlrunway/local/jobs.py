@@ -185,6 +185,25 @@ class LocalJobs:
             time.sleep(0.1)
         return self.get(name)
 
+    def recover(self, name: str) -> JobInfo:
+        """Resume a sweep whose controller died (killed, the OOM killer, a reboot): a new supervisor and
+        controller take it on from its record (:mod:`mlrunway.local.sweep_controller`). Any other job is
+        returned as it is: a command job that died is retried as a new attempt. Reads never call this."""
+        info = self.get(name)
+        state = JobState(self.workspace.job_dir(name))
+        if info.kind != "sweep" or info.status is not JobStatus.FAILED or state.cancel_reason() is not None:
+            return info
+        with open(state.dir / SUBMIT_LOCK, "a") as submit_lock:  # readers see a submit under way, not a dead one
+            fcntl.flock(submit_lock, fcntl.LOCK_EX)
+            status = state.status()
+            if status["status"] != JobStatus.FAILED.value or not status.get("killed"):
+                return info  # it failed on its own, or another recover got here first
+            state.update(status="Queued", error=None, ended=None, killed=False, supervisor_pid=None,
+                         supervisor_started=None, recovered=int(status.get("recovered", 0)) + 1,
+                         recovered_from=status.get("error"))
+            self._spawn_supervisor(state.dir, state.job()["token"])
+        return self.get(name)
+
     def request_cancel(self, name: str, reason: str) -> JobState:
         """Ask the job's supervisor to stop it, without waiting; the first reason given stands."""
         state = JobState(self.workspace.job_dir(name))

@@ -50,7 +50,7 @@ def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
         return _end(state, workspace, "Canceled", f"{cancel}{stopped}")
     return _end(state, workspace, "Failed",
                 f"supervisor (pid {supervisor.pid}) died without recording an outcome (killed: SIGKILL, the OOM "
-                f"killer or a reboot){stopped}")
+                f"killer or a reboot){stopped}", killed=True)
 
 
 def submitter_holds(job_dir: Path) -> bool:
@@ -68,11 +68,12 @@ def submitter_holds(job_dir: Path) -> bool:
     return False
 
 
-def _end(state: JobState, workspace: Workspace, status: str, error: str) -> dict[str, Any]:
-    """Record the end unless the supervisor recorded one meanwhile; close the job's MLflow run to match."""
+def _end(state: JobState, workspace: Workspace, status: str, error: str, *, killed: bool = False) -> dict[str, Any]:
+    """Record the end unless the supervisor recorded one meanwhile; close the job's MLflow run to match.
+    ``killed`` marks an end that a sweep's ``recover`` may undo (its process died; it did not fail)."""
     import time
 
-    state.update_unless_ended(status=status, error=error, ended=time.time())
+    state.update_unless_ended(status=status, error=error, ended=time.time(), killed=killed)
     current = state.status()
     if current["status"] == status and (run_id := current.get("mlflow_run_id")):
         with contextlib.suppress(Exception):  # the store being unavailable must not hide the job's status

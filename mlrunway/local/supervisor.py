@@ -96,7 +96,7 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
 
 
 def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,
-          grace_s: float, interrupted: list[str]) -> tuple[str, str | None, bool]:
+          grace_s: float, interrupted: list[str], label: str) -> tuple[str, str | None, bool]:
     """Wait for the processes; return (status, reason, timed_out)."""
     started = time.monotonic()
     pgid = procs[0].pid
@@ -117,7 +117,7 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
     if killed_by is None:
         return "Failed", f"exit code {failed.returncode}", False
     hint = " (out of memory?)" if killed_by == "SIGKILL" else ""
-    return "Failed", f"trainer (pid {failed.pid}) killed by {killed_by}{hint}", False
+    return "Failed", f"{label} (pid {failed.pid}) killed by {killed_by}{hint}", False
 
 
 def run(job_dir: Path) -> str:
@@ -130,7 +130,11 @@ def run(job_dir: Path) -> str:
     if not state.update_unless_ended(supervisor_pid=me.pid, supervisor_started=me.started):
         return state.status()["status"]  # a reader found the submit incomplete and failed the job: run nothing
     spec = CommandJobSpec.from_dict(job["spec"])
-    experiment_id, run_id = tracking.start_run(workspace, job["name"], spec.experiment_name, job.get("parent_run_id"))
+    if (resumed := state.status().get("mlflow_run_id")) is not None:  # recovered: the job's run goes on
+        experiment_id, run_id = tracking.resume_run(workspace, resumed)
+    else:
+        experiment_id, run_id = tracking.start_run(workspace, job["name"], spec.experiment_name,
+                                                   job.get("parent_run_id"))
     env = {
         **os.environ,
         **spec.environment_variables,
@@ -146,7 +150,9 @@ def run(job_dir: Path) -> str:
     leader = Identity.of(procs[0].pid)
     state.update(status="Running", started=time.time(), mlflow_run_id=run_id, pgid=leader.pid,
                  pgid_started=leader.started)
-    status, reason, timed_out = _wait(state, procs, spec.timeout, job.get("kill_grace_s", 10.0), interrupted)
+    status, reason, timed_out = _wait(state, procs, spec.timeout, job.get("kill_grace_s", 10.0), interrupted,
+                                      "sweep controller" if job["kind"] == "sweep" else "trainer")
+    killed = any((p.returncode or 0) < 0 for p in procs) and status == "Failed"  # by a signal: recover may resume a sweep
     exit_code = next((p.returncode for p in procs if p.returncode), 0)  # -9: killed by SIGKILL
     error = None
     if status == "Failed":
@@ -154,7 +160,7 @@ def run(job_dir: Path) -> str:
     elif status == "Canceled":
         error = reason
     tracking.end_run(workspace, run_id, status)
-    state.update(status=status, ended=time.time(), exit_code=exit_code, error=error, timed_out=timed_out)
+    state.update(status=status, ended=time.time(), exit_code=exit_code, error=error, timed_out=timed_out, killed=killed)
     return status
 
 

@@ -3,6 +3,8 @@
 It runs under the sweep job's supervisor, starts each trial as a named local job whose MLflow run is nested
 under the sweep's, reads the primary metric from the tracking store, and writes ``outputs/sweep.json`` after
 every poll, so the record survives whatever stops it. SIGTERM (a canceled sweep) cancels the running trials.
+Started again on a sweep that has a record (``LocalJobs.recover`` after the controller died), it takes the
+sweep on from that record: it adopts the trials still running, judges them, and starts the ones never started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.local import tracking
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.jobs import LocalJobs
@@ -66,6 +68,15 @@ def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
     return env
 
 
+def recorded(path: Path) -> SweepOutcome:
+    """The outcome a previous controller of this sweep recorded; an empty one for a new sweep."""
+    if not path.exists():
+        return SweepOutcome()
+    data = read_json(path)
+    trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
+    return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"))
+
+
 def main(job_dir: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     job = read_json(job_dir / "job.json")
@@ -79,6 +90,7 @@ def main(job_dir: Path) -> int:
         write_json(result, {"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()})
 
     controller = SweepController(
+        outcome=recorded(result),
         spec=sweep, runner=LocalTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID")), name=job["name"],
         poll_s=float(job.get("poll_s", 1.0)), on_update=record, stop_requested=lambda: canceled[0] if canceled else None,
     )

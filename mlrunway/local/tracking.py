@@ -54,6 +54,13 @@ def start_run(workspace: Workspace, job_name: str, experiment: str, parent_run_i
     return experiment_id, run.info.run_id
 
 
+def resume_run(workspace: Workspace, run_id: str) -> tuple[str, str]:
+    """Mark a recovered job's run RUNNING again; return (experiment_id, run_id)."""
+    tracking = client(workspace)
+    tracking.update_run(run_id, status="RUNNING")
+    return tracking.get_run(run_id).info.experiment_id, run_id
+
+
 def end_run(workspace: Workspace, run_id: str, status: str) -> None:
     """Close the run with the MLflow status matching the job's, overriding what the script's atexit set."""
     client(workspace).set_terminated(run_id, _MLFLOW_STATUS.get(status, "FAILED"))

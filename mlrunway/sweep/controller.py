@@ -64,10 +64,17 @@ class SweepController:
     on_update: Callable[[SweepOutcome], None] = lambda outcome: None
     stop_requested: Callable[[], str | None] = lambda: None
     outcome: SweepOutcome = field(default_factory=SweepOutcome)
+    adopted: set[str] = field(default_factory=set, init=False)  # taken over from a dead controller, unjudged
 
     def run(self) -> SweepOutcome:
-        pending = list(enumerate(trial_params(self.spec)))
-        running: list[str] = []
+        """Run the sweep to its end. Given the ``outcome`` a dead controller recorded, take it on from there:
+        recorded trials that had not ended are adopted (polled, judged), unstarted ones start, ended ones stand."""
+        pending = [(i, p) for i, p in enumerate(trial_params(self.spec)) if self._trial_name(i) not in self.outcome.trials]
+        running = [n for n, t in self.outcome.trials.items() if not t.status.is_terminal()]
+        self.adopted = set(running)
+        if self.outcome.trials:
+            log.info("Resuming %s: %d trials ended, %d adopted, %d to start", self.name,
+                     len(self.outcome.trials) - len(running), len(running), len(pending))
         deadline = None if self.spec.limits.timeout is None else self.clock() + self.spec.limits.timeout
         while pending or running:
             reason = self.stop_requested() or (
@@ -89,8 +96,11 @@ class SweepController:
                 self.sleep(self.poll_s)
         return self._finish()
 
+    def _trial_name(self, index: int) -> str:
+        return f"{self.name}_trial_{index}"
+
     def _start(self, index: int, params: dict[str, Any]) -> str:
-        name = f"{self.name}_trial_{index}"
+        name = self._trial_name(index)
         self.runner.start(name, params)
         self.outcome.trials[name] = TrialInfo(name=name, params=params, status=JobStatus.QUEUED)
         log.info("Trial %s started: %s", name, params)
@@ -123,11 +133,18 @@ class SweepController:
         histories = {n: t.history for n, t in self.outcome.trials.items() if t.history}
         for name, stop in evaluate(policy, histories, self.spec.objective.goal).items():
             trial = self.outcome.trials[name]
-            if name in running and not trial.status.is_terminal() and not trial.early_termination:
+            # A trial adopted from a dead controller may have completed while nobody judged it: the policy's
+            # decision stands all the same, as if the sweep had never been interrupted.
+            unjudged = name in self.adopted and trial.status is JobStatus.COMPLETED
+            if name in running and (not trial.status.is_terminal() or unjudged) and not trial.early_termination:
                 reason = f"early termination at interval {stop.interval}: {stop.reason}"
                 log.info("Trial %s stopped: %s", name, reason)
                 self.runner.cancel(name, reason)
-                self.outcome.trials[name] = replace(trial, early_termination=stop.to_dict())
+                trial = replace(trial, early_termination=stop.to_dict())
+                if unjudged:
+                    trial = replace(trial, status=JobStatus.CANCELED, history=trial.history[:stop.interval])
+                self.outcome.trials[name] = trial
+        self.adopted.clear()  # judged once, on the first poll after the resume
 
     def _metric_never_logged(self, name: str) -> None:
         metric = self.spec.objective.primary_metric

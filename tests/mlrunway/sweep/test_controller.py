@@ -145,3 +145,31 @@ def test_every_poll_publishes_the_record():
     seen = []
     run(sweep(["good"], policy=None), on_update=lambda o: seen.append(len(o.trials)))
     assert len(seen) >= len(CURVES["good"]) and seen[-1] == 1
+
+
+def test_a_resumed_controller_decides_as_an_undisturbed_one_even_for_trials_that_ended_meanwhile():
+    """A controller dies after one tick; its trials go on unjudged (some to the end); a new controller takes the
+    sweep on from the record the first one left, and the decisions and best trial are an undisturbed sweep's."""
+    from dataclasses import replace
+
+    from mlrunway.sweep.controller import SweepOutcome
+
+    names = ["good", "fine", "slow", "fade"]
+    calm, _ = run(sweep(names))
+    runner = ScriptedRunner()
+    first = SweepController(spec=sweep(names), runner=runner, name="sw", sleep=runner.sleep, clock=lambda: 0.0)
+    for index, name in enumerate(names):  # what the dead controller had done: started every trial
+        first._start(index, {"curve": name})
+    runner.tick = 1
+    first._refresh(list(first.outcome.trials))
+    record = SweepOutcome(trials={n: replace(t) for n, t in first.outcome.trials.items()})
+    runner.tick = 10  # nobody judged anything meanwhile: every trial ran to its end
+    resumed = SweepController(spec=sweep(names), runner=runner, name="sw", sleep=runner.sleep,
+                              clock=lambda: float(runner.tick), outcome=record).run()
+
+    def decisions(outcome):
+        return {n: (t.early_termination or {}).get("interval") for n, t in outcome.trials.items()}, outcome.best
+
+    assert decisions(resumed) == decisions(calm)
+    assert {n for n, t in resumed.trials.items() if t.early_termination} == {"sw_trial_2", "sw_trial_3"}
+    assert resumed.trials["sw_trial_2"].status is JobStatus.CANCELED and len(resumed.trials["sw_trial_2"].history) == 2

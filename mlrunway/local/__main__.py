@@ -1,0 +1,47 @@
+"""``python -m mlrunway.local recover [--workspace DIR]``: restart what of a workspace died, e.g. after a reboot.
+
+Every sweep whose controller died resumes from its record, and every endpoint whose server died restarts on its
+own port with its keys, deployments and traffic. Jobs that simply failed are left as they are (a task's retry
+submits them anew). Run it at boot, before the Airflow workers (a systemd unit: README, "Surviving faults").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mlrunway.backend.types import JobStatus, ProvisioningState
+from mlrunway.errors import MlrunwayError
+from mlrunway.local.backend import LocalBackend
+
+
+def recover_workspace(backend: LocalBackend) -> list[str]:
+    """Recover every dead sweep controller and endpoint server; one line per thing done or refused."""
+    done = []
+    for job in backend.jobs.list():
+        if job.kind == "sweep" and job.status is JobStatus.FAILED:
+            after = backend.jobs.recover(job.name)
+            if after.status is not JobStatus.FAILED:
+                done.append(f"sweep {job.name}: resumed ({job.error.splitlines()[0] if job.error else 'died'})")
+    for endpoint in backend.endpoints.list():
+        if endpoint.provisioning_state is ProvisioningState.FAILED:
+            try:
+                info = backend.endpoints.recover(endpoint.name)
+                done.append(f"endpoint {endpoint.name}: restarted at {info.scoring_uri}")
+            except MlrunwayError as exc:
+                done.append(f"endpoint {endpoint.name}: not restarted: {exc}")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlrunway.local", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["recover"])
+    parser.add_argument("--workspace", help="workspace folder (default: $MLRUNWAY_WORKSPACE or ./.workspace)")
+    args = parser.parse_args(argv)
+    lines = recover_workspace(LocalBackend.at(args.workspace))
+    print("\n".join(lines) or "nothing to recover")
+    return 1 if any("not restarted" in line for line in lines) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

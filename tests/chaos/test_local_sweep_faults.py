@@ -1,0 +1,90 @@
+"""Chaos: a local sweep's controller dies mid-sweep. The sweep reports it at the next read, and ``recover`` (what
+a waiting task's poll calls) resumes it from its record: the running trials are adopted and judged, the rest
+start, and the decisions and the best trial are those of an undisturbed sweep. Real processes, bounded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.local import tracking
+from mlrunway.local.backend import LocalBackend
+from mlrunway.local.processes import marked
+from tests.conftest import REPO, write_script
+from tests.mlrunway.local.test_sweep import CURVE_SCRIPT, CURVES, curve_sweep
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+
+def decisions(jobs, name: str) -> tuple[dict[str, int], str | None, dict[str, JobStatus]]:
+    result = jobs.sweep_result(name)
+    curve = {t.name: list(CURVES)[int(t.name.rsplit("_", 1)[1])] for t in result.trials}
+    stopped = {curve[t.name]: t.early_termination["interval"] for t in result.trials if t.early_termination}
+    statuses = {curve[t.name]: t.status for t in result.trials}
+    return stopped, curve.get(result.best_trial or ""), statuses
+
+
+def controller_of(jobs, name: str) -> psutil.Process:
+    folder = str(jobs.workspace.job_dir(name))
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "mlrunway.local.sweep_controller" in cmd and cmd.endswith(folder):
+            return proc
+    raise AssertionError(f"no controller of {name} runs")
+
+
+def test_a_killed_controller_is_resumed_and_decides_as_an_undisturbed_sweep(jobs, tmp_path):
+    code = write_script(tmp_path / "code", CURVE_SCRIPT)
+    spec = curve_sweep(code, list(CURVES.values()), pause=0.6)  # every trial at once: timing decides nothing
+    jobs.submit_sweep("calm", spec, poll_s=0.3)
+    jobs.submit_sweep("storm", spec, poll_s=0.3)
+    deadline = time.monotonic() + 60
+    while len(jobs.sweep_result("storm").trials) < len(CURVES):  # all started, none ended
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    controller_of(jobs, "storm").kill()
+    time.sleep(0.5)
+    died = jobs.get("storm")
+    assert died.status is JobStatus.FAILED and died.error.startswith("sweep controller (pid")
+    assert "killed by SIGKILL" in died.error
+    # The trials are jobs of their own: they go on (unjudged) until a controller adopts them.
+    assert not any(jobs.get(t.name).status.is_terminal() for t in jobs.sweep_result("storm").trials)
+    resumed = jobs.recover("storm")
+    assert resumed.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    assert jobs.wait("storm", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
+    assert jobs.wait("calm", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
+    assert decisions(jobs, "storm") == decisions(jobs, "calm")
+    assert decisions(jobs, "storm")[0] == {"slow": 2, "fade": 3}
+    run = tracking.client(jobs.workspace).get_run(jobs.get("storm").mlflow_run_id)
+    assert run.info.status == "FINISHED"  # the sweep's run went on, and ended as the sweep did
+    token = (jobs.workspace.job_dir("storm") / "job.json").read_text().split('"token": "')[1].split('"')[0]
+    assert marked(token) == []
+
+
+def test_recover_command_resumes_every_dead_controller_of_the_workspace(jobs, tmp_path):
+    code = write_script(tmp_path / "code", CURVE_SCRIPT)
+    jobs.submit_sweep("boot", curve_sweep(code, [CURVES["good"], CURVES["fine"]], pause=0.4, policy=None), poll_s=0.3)
+    deadline = time.monotonic() + 60
+    while len(jobs.sweep_result("boot").trials) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    supervisor = psutil.Process(_supervisor(jobs, "boot"))
+    supervisor.kill()  # the controller dies with it
+    supervisor.wait(10)
+    assert jobs.get("boot").status is JobStatus.FAILED
+    out = subprocess.run([sys.executable, "-m", "mlrunway.local", "recover", "--workspace", str(jobs.workspace.root)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "sweep boot: resumed" in out.stdout, out.stderr
+    assert LocalBackend.at(jobs.workspace.root).jobs.wait("boot", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
+    assert len(jobs.sweep_result("boot").trials) == 2
+
+
+def _supervisor(jobs, name: str) -> int:
+    import json
+
+    return json.loads((jobs.workspace.job_dir(name) / "status.json").read_text())["supervisor_pid"]
