@@ -16,7 +16,15 @@ from typing import Any
 
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, EndpointSettings, JobInfo, JobStatus
+from mlrunway.backend.types import (
+    DeploymentInfo,
+    DeploymentSettings,
+    EndpointSettings,
+    JobInfo,
+    JobStatus,
+    SweepResult,
+    TrialInfo,
+)
 from mlrunway.errors import EndpointError, JobFailed, NotFound
 from mlrunway.specs import check
 from mlrunway.sweep.attempts import sweep_result
@@ -38,7 +46,7 @@ def pick_best(backend: Backend, sweep_name: str, model_name: str) -> dict[str, A
     """
     sweep = sweep_result(backend.jobs, sweep_name)
     objective = sweep.objective
-    best = best_trial(sweep.trials, objective)
+    best = _best(sweep)
     if best is None:
         raise JobFailed(f"sweep {sweep_name}: no trial logged {objective.primary_metric!r}; nothing to register")
     metric = trial_score(best, objective)
@@ -56,6 +64,20 @@ def pick_best(backend: Backend, sweep_name: str, model_name: str) -> dict[str, A
              best.params, model.name, model.version)
     return {"model_name": model.name, "model_version": model.version, "trial": best.name, "params": best.params,
             "metric": objective.primary_metric, "value": metric}
+
+
+def _best(sweep: SweepResult) -> TrialInfo | None:
+    """The backend's own pick (Azure's ``best_child_run_id``) when it made one, else our ranking; a warning
+    with both when they differ, so the report and the registered model never disagree in silence."""
+    ranked = best_trial(sweep.trials, sweep.objective)
+    picked = next((t for t in sweep.trials if t.name == sweep.best_trial), None)
+    if picked is None:
+        return ranked
+    if ranked is not None and ranked.name != picked.name:
+        log.warning("Sweep %s: the backend picked %s (%s %s), the ranking %s (%s %s); registering the backend's pick",
+                    sweep.name, picked.name, sweep.objective.primary_metric, trial_score(picked, sweep.objective),
+                    ranked.name, sweep.objective.primary_metric, trial_score(ranked, sweep.objective))
+    return picked
 
 
 def smoke_payload(data_dir: str | Path, signature: dict[str, Any]) -> tuple[dict[str, Any], str]:

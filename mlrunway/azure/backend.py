@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from azure.ai.ml import MLClient
+from azure.ai.ml.constants import ListViewType
 from azure.ai.ml.entities import (
     CodeConfiguration,
     Environment,
@@ -50,11 +52,20 @@ from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 
-# Azure ML's job states onto ours: everything before the script runs is Queued; wind-down states still Running.
+# Every JobStatus of the REST spec (mfe.json) onto ours: before the script runs is Queued; running and winding
+# down is Running; the SDK's terminal set (Completed, Failed, Canceled, NotResponding, Paused) is terminal here
+# too: a job that stopped answering or was paused will not finish by itself, and a wait must not outlast it.
 _STATUS = {
     "NotStarted": JobStatus.QUEUED, "Starting": JobStatus.QUEUED, "Provisioning": JobStatus.QUEUED,
-    "Preparing": JobStatus.QUEUED, "Queued": JobStatus.QUEUED, "Completed": JobStatus.COMPLETED,
-    "Failed": JobStatus.FAILED, "Canceled": JobStatus.CANCELED,
+    "Preparing": JobStatus.QUEUED, "Queued": JobStatus.QUEUED,
+    "Running": JobStatus.RUNNING, "Finalizing": JobStatus.RUNNING, "CancelRequested": JobStatus.RUNNING,
+    "Unknown": JobStatus.RUNNING,
+    "Completed": JobStatus.COMPLETED, "Failed": JobStatus.FAILED, "Canceled": JobStatus.CANCELED,
+    "NotResponding": JobStatus.FAILED, "Paused": JobStatus.FAILED,
+}
+_WHY = {
+    "NotResponding": "NotResponding on Azure ML: the job stopped sending heartbeats; a retry submits a new attempt",
+    "Paused": "Paused on Azure ML: resume it in the studio, or a retry submits a new attempt",
 }
 SCORING_CONDA = {
     "name": "mlrunway-onnx-inference",
@@ -65,10 +76,15 @@ SCORING_CONDA = {
 }
 INFERENCE_IMAGE = "mcr.microsoft.com/azureml/minimal-py311-inference:latest"
 _ARM_SCOPE = "https://management.azure.com/.default"
+log = logging.getLogger(__name__)
 
 
-def job_status(azure_status: str | None) -> JobStatus:
-    return _STATUS.get(azure_status or "NotStarted", JobStatus.RUNNING)
+def job_status(azure_status: object) -> JobStatus:
+    """Our status of an Azure ML job status (a string or the SDK's enum); an unknown one is logged, still running."""
+    text = str(getattr(azure_status, "value", azure_status) or "NotStarted")
+    if text not in _STATUS:
+        log.warning("Unknown Azure ML job status %r: treated as still running", text)
+    return _STATUS.get(text, JobStatus.RUNNING)
 
 
 class AzureBackend:
@@ -179,8 +195,8 @@ class AzureJobs:
 
     def _info(self, job: Any) -> JobInfo:
         status = job_status(job.status)
-        error = None
-        if status is JobStatus.FAILED:
+        error = _WHY.get(str(getattr(job.status, "value", job.status)))
+        if status is JobStatus.FAILED and error is None:
             details = self.backend.run_history(job.name) or {}
             error = ((details.get("error") or {}).get("error") or {}).get("message") or "failed on Azure ML"
         return JobInfo(name=job.name, kind="sweep" if job.type == "sweep" else "command", status=status, error=error,
@@ -334,7 +350,11 @@ class AzureModels:
             source = str(Path(base, path) if base is not None else Path(path))
             if not Path(source).exists():
                 raise check.fail("model.path", f"{source} does not exist", "pass the model's file or folder")
-        versions = [m.version for m in self.list(name)]
+        # Archived versions keep their numbers: count them too (the service lists active ones by default).
+        try:
+            versions = [int(m.version) for m in self.ml.models.list(name, list_view_type=ListViewType.ALL)]
+        except ResourceNotFoundError:
+            versions = []
         model = Model(name=name, version=str(max(versions, default=0) + 1), path=source, type="custom_model",
                       tags=dict(tags or {}), description=description,
                       properties={"format": format, **{k: v if isinstance(v, str) else json.dumps(v)
@@ -404,7 +424,7 @@ class AzureEndpoints:
     def _info(self, endpoint: Any) -> EndpointInfo:
         return EndpointInfo(name=endpoint.name, scoring_uri=endpoint.scoring_uri, traffic=dict(endpoint.traffic or {}),
                             mirror_traffic=dict(endpoint.mirror_traffic or {}), auth_mode=endpoint.auth_mode or "key",
-                            provisioning_state=ProvisioningState(endpoint.provisioning_state))
+                            provisioning_state=ProvisioningState.parse(endpoint.provisioning_state))
 
     def get_keys(self, name: str) -> dict[str, str]:
         keys = self.ml.online_endpoints.get_keys(name)
@@ -468,7 +488,7 @@ class AzureEndpoints:
             deployment = self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
         except ResourceNotFoundError as exc:
             raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist") from exc
-        state = ProvisioningState(deployment.provisioning_state)
+        state = ProvisioningState.parse(deployment.provisioning_state)
         error = None
         if state in (ProvisioningState.FAILED, ProvisioningState.CANCELED):
             error = (f"deployment {endpoint}/{name} {state.value.lower()}\n--- its log ---\n"
@@ -503,28 +523,25 @@ class AzureEndpoints:
 
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None) -> str:
-        """Score through the endpoint. With a deployment, ``online_endpoints.invoke`` (the name passed every time,
-        since the SDK keeps that header between calls); without, a POST to the scoring URI, so traffic decides.
-        """
+        """POST to the scoring URI with the endpoint's key, and with ``azureml-model-deployment`` when a
+        deployment is named (else traffic decides). A non-200 raises EndpointError with the status and Azure's
+        ``ms-azureml-model-error-statuscode`` and ``-reason`` headers (the SDK's own ``invoke`` turns an error
+        body into an AttributeError)."""
         if (request_file is None) == (payload is None):
             raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
-        with tempfile.TemporaryDirectory() as scratch:
-            if request_file is None:
-                request_file = Path(scratch) / "request.json"
-                request_file.write_text(json.dumps(payload))
-            try:
-                if deployment:
-                    return self.ml.online_endpoints.invoke(endpoint_name=endpoint, request_file=str(request_file),
-                                                           deployment_name=deployment)
-                info = self.get(endpoint)
-                key = self.ml.online_endpoints.get_keys(endpoint).primary_key
-                response = self.backend.plain.send_request(HttpRequest(
-                    "POST", info.scoring_uri, content=Path(request_file).read_bytes(),
-                    headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"}))
-                response.raise_for_status()
-                return response.text()
-            except HttpResponseError as exc:
-                raise EndpointError(f"endpoint {endpoint}: HTTP {exc.status_code}: {exc.message}") from exc
+        body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json",
+                   "Authorization": f"Bearer {self.ml.online_endpoints.get_keys(endpoint).primary_key}"}
+        if deployment:
+            headers["azureml-model-deployment"] = deployment
+        response = self.backend.plain.send_request(HttpRequest("POST", self.get(endpoint).scoring_uri, content=body,
+                                                               headers=headers))
+        if response.status_code != 200:
+            original = response.headers.get("ms-azureml-model-error-statuscode")
+            reason = response.headers.get("ms-azureml-model-error-reason")
+            scored = f" (score.py answered {original}: {reason})" if original else ""
+            raise EndpointError(f"endpoint {endpoint}: HTTP {response.status_code}{scored}: {response.text()[:500]}")
+        return str(response.text())
 
     def delete(self, name: str) -> bool:
         """``online_endpoints.begin_delete`` and wait; an endpoint already gone is success (False)."""

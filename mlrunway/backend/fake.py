@@ -94,6 +94,7 @@ class FakeJobs:
         self.scripts: dict[str, tuple[list[JobStatus], str | None]] = {}
         self.records: dict[str, _Job] = {}
         self.trials: dict[str, list[TrialInfo]] = {}
+        self.best: dict[str, str] = {}
         self.logged: dict[str, dict[str, tuple[float, ...]]] = {}
         self.canceled: list[tuple[str, str]] = []
 
@@ -103,9 +104,12 @@ class FakeJobs:
         a Failed or Canceled one."""
         self.scripts[name] = (list(statuses), error)
 
-    def set_trials(self, sweep: str, trials: Iterable[TrialInfo]) -> None:
-        """The trials sweep ``sweep`` reports; each trial is also a job with those metrics."""
+    def set_trials(self, sweep: str, trials: Iterable[TrialInfo], best: str | None = None) -> None:
+        """The trials sweep ``sweep`` reports, and the best one it names (as Azure's ``best_child_run_id``);
+        each trial is also a job with those metrics."""
         self.trials[sweep] = list(trials)
+        if best is not None:
+            self.best[sweep] = best
         for trial in self.trials[sweep]:
             self.logged[trial.name] = {**{k: (v,) for k, v in trial.metrics.items()}}
 
@@ -177,7 +181,7 @@ class FakeJobs:
         if not isinstance(spec, SweepSpec):
             raise NotFound(f"job {name}: is a command job, not a sweep; pass a sweep job's name")
         return SweepResult(name=name, status=info.status, objective=spec.objective,
-                           trials=tuple(self.trials.get(name, ())), error=info.error)
+                           trials=tuple(self.trials.get(name, ())), best_trial=self.best.get(name), error=info.error)
 
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
         raise NotSupportedOnBackend("the fake backend keeps no artifacts (capabilities.artifacts is False)")

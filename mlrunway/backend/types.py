@@ -7,10 +7,13 @@ Status enums with their terminal sets; a job, a sweep trial, a sweep's result, a
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from mlrunway.specs.sweep import Objective
+
+log = logging.getLogger(__name__)
 
 
 class JobStatus(enum.StrEnum):
@@ -30,10 +33,12 @@ TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED}
 
 
 class ProvisioningState(enum.StrEnum):
-    """Azure ML's provisioning states of an online endpoint or deployment, which both backends report."""
+    """Azure ML's provisioning states of an online endpoint or deployment (the REST spec's
+    ``DeploymentProvisioningState``, an open enum), which both backends report."""
 
     CREATING = "Creating"
     UPDATING = "Updating"
+    SCALING = "Scaling"
     DELETING = "Deleting"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -41,6 +46,17 @@ class ProvisioningState(enum.StrEnum):
 
     def is_terminal(self) -> bool:
         return self in (ProvisioningState.SUCCEEDED, ProvisioningState.FAILED, ProvisioningState.CANCELED)
+
+    @classmethod
+    def parse(cls, value: object) -> ProvisioningState:
+        """Any value a service may send (the spec's enum is open-ended): an unknown one is logged and read as
+        still in progress (Updating), never a crash and never a terminal state."""
+        text = str(getattr(value, "value", value) or "")
+        for state in cls:
+            if state.value.lower() == text.lower():
+                return state
+        log.warning("Unknown provisioning state %r: treated as still in progress", text)
+        return cls.UPDATING
 
 
 @dataclass(frozen=True, kw_only=True)

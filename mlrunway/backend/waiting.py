@@ -37,7 +37,7 @@ def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600
     deadline = time.monotonic() + timeout
     while True:
         resource = get()
-        if ProvisioningState(resource.provisioning_state).is_terminal():
+        if ProvisioningState.parse(resource.provisioning_state).is_terminal():
             return resource
         if time.monotonic() > deadline:
             raise EndpointError(f"{what}: still {resource.provisioning_state} after {timeout:g} s")

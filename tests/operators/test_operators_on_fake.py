@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -274,3 +275,16 @@ def test_deploy_blue_raises_the_waits_error_event(fake, digits):
     with pytest.raises(EndpointError, match="deployment .*/blue: waiting on it failed: TimeoutError"):
         task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": "blue", "outcome": "error",
                                           "status": None, "error": "TimeoutError: ARM"})
+
+
+def test_pick_best_registers_the_backends_pick_and_warns_when_the_ranking_differs(fake, caplog):
+    from mlrunway.pipeline import pick_best
+
+    fake.jobs.submit_sweep("s", sweep().spec())
+    fake.jobs.set_trials("s", [trial("s_0", JobStatus.COMPLETED, (0.9,)), trial("s_1", JobStatus.COMPLETED, (0.8,))],
+                         best="s_1")  # the service ranked otherwise (its own rounding, a different metric read)
+    for name in ("s_0", "s_1"):
+        (Path(fake.job_outputs(name)) / "model").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        assert pick_best(fake, "s", "m")["trial"] == "s_1"
+    assert "the backend picked s_1" in caplog.text and "the ranking s_0" in caplog.text

@@ -129,7 +129,12 @@ class ScoringApp:
         if hasattr(result, "status_code"):  # AMLResponse
             message = result.message
             media = "application/json" if getattr(result, "json_str", False) else "text/plain"
-            return Response(message, status_code=result.status_code, headers=headers, media_type=media)
+            status = int(result.status_code)
+            if at_endpoint and status != 200:  # as Azure: any non-200 of score.py is a 424 at the scoring URI
+                reason = (message if isinstance(message, str) else json.dumps(message))[:200].replace("\n", " ")
+                headers |= {"ms-azureml-model-error-statuscode": str(status), "ms-azureml-model-error-reason": reason}
+                status = 424
+            return Response(message, status_code=status, headers=headers, media_type=media)
         return Response(json.dumps(result), headers=headers, media_type="application/json")
 
     async def _mirror(self, name: str, body: bytes, state: EndpointState) -> None:

@@ -290,6 +290,10 @@ class FakeAzureML(HttpTransport):
     def _list_versions(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
         prefix = self._arm(request).lower() + "/"
         values = [r for p, r in self.resources.items() if p.startswith(prefix)]
+        view = recorded.query.get("listViewType", "ActiveOnly")  # the spec's default hides archived versions
+        if view != "All":
+            archived = view == "ArchivedOnly"
+            values = [r for r in values if bool(r["properties"].get("isArchived")) == archived]
         if "hash" in recorded.query:  # code assets found by content hash: a new hash is never there yet
             values = [r for r in values if r["properties"].get("properties", {}).get("hash") == recorded.query["hash"]]
         values.sort(key=lambda r: int(r["name"]) if r["name"].isdigit() else 0, reverse=True)
@@ -572,11 +576,16 @@ class FakeAzureML(HttpTransport):
         if self.resource("onlineEndpoints/deployments", endpoint, deployment) is None:
             return _response(request, 404, f"deployment {deployment} not found".encode(), content_type="text/plain")
         result = self._scorer(endpoint, deployment).run(recorded.body.decode())
-        status = 200
-        if hasattr(result, "status_code"):  # score.py's AMLResponse
-            status, result = result.status_code, result.json_str if hasattr(result, "json_str") else str(result)
+        headers = {"azureml-model-deployment": deployment}
+        if hasattr(result, "status_code"):  # score.py's AMLResponse: its message is the body
+            message = result.message if isinstance(result.message, str) else json.dumps(result.message)
+            if int(result.status_code) != 200:  # Azure: any non-200 of score.py is a 424, the original in headers
+                headers |= {"ms-azureml-model-error-statuscode": str(result.status_code),
+                            "ms-azureml-model-error-reason": message[:200]}
+                return _response(request, 424, message.encode(), headers)
+            return _response(request, 200, message.encode(), headers)
         text = result if isinstance(result, str) else json.dumps(result)
-        return _response(request, status, text.encode(), {"azureml-model-deployment": deployment})
+        return _response(request, 200, text.encode(), headers)
 
     def _scorer(self, endpoint: str, deployment: str) -> Any:
         """The deployment's uploaded score.py, started on its uploaded model, as the scoring container would."""

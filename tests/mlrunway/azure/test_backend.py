@@ -164,6 +164,10 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert report.endpoint["traffic"] == {"blue": 100} and report.endpoint["provisioning_state"] == "Succeeded"
     assert "3 trials, 0 stopped early, 7 epochs run" in render_html(report, plot_curves(report))
 
+    # A request score.py refuses: Azure answers 424 with score.py's 400 in headers; the backend says both.
+    with pytest.raises(EndpointError, match=r'HTTP 424 \(score.py answered 400: .*JSON object with \\?"data'):
+        azure.endpoints.invoke("mlr-run", payload={"pixels": []}, deployment="blue")
+
     done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
     assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]
     only(fake.sent("DELETE", r"/onlineEndpoints/mlr-run$"), "endpoint DELETE")
@@ -251,3 +255,12 @@ def test_a_canceled_trial_is_the_policys_decision_only_where_the_policy_applies(
         assert error == "canceled: the sweep was canceled"
     else:
         assert error.endswith("no early-termination policy applies: the trial timeout (600 s), the sweep's timeout or a user")
+
+
+def test_a_version_after_an_archived_one_gets_the_next_number(fake, azure, trained_model: Path) -> None:
+    """The service lists active versions only unless asked (listViewType): an archived version still holds its
+    number, so the next registration must not reuse it."""
+    assert azure.models.register("arch", str(trained_model)).version == 1
+    azure.models.archive("arch", 1)
+    assert azure.models.register("arch", str(trained_model)).version == 2
+    assert fake.resource("models/versions", "arch", "1")["properties"]["isArchived"] is True

@@ -132,7 +132,13 @@ def test_keys_are_required_both_work_and_regeneration_retires_the_old_one(endpoi
     ],
 )
 def test_bad_requests_get_a_status_that_names_the_problem(live, body, status, message):
-    got, _, text = post(live.scoring_uri, body, auth(live))
+    """As Azure: score.py's 400 is a 424 at the scoring URI, with the original status in a header, and the 400
+    itself at the deployment's own route; a limit of the server (413) is answered as it is."""
+    got, headers, text = post(live.scoring_uri, body, auth(live))
+    if status == 400:
+        assert got == 424 and headers["ms-azureml-model-error-statuscode"] == "400"
+        assert __import__("re").search(message, headers["ms-azureml-model-error-reason"].replace("\\", ""))
+        got, _, text = post(live.scoring_uri.replace("/score", "/deployments/blue/score"), body, auth(live))
     assert got == status
     assert __import__("re").search(message, json.loads(text)["error"])
 
