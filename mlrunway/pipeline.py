@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.naming import RunNames
+from mlrunway.backend.naming import RunNames, attempts
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -134,9 +134,9 @@ def deploy_blue(backend: Backend, endpoint: str, settings: DeploymentSettings, d
 
 def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
             archive: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
-    """Delete what the run created; what is already gone counts as done. Stray jobs of the run (every
-    attempt's) are canceled."""
-    stray = [j.name for j in backend.jobs.list(f"{names.prefix}-{names.run_key}") if not j.status.is_terminal()]
+    """Delete what the run created; what is already gone counts as done. Stray jobs of the run (every attempt's,
+    and the trials of its sweeps) are canceled; they are looked up by name, never by listing the workspace."""
+    stray = _running_jobs(backend, names)
     for name in stray:
         backend.jobs.cancel(name, reason="cleanup: the pipeline run ended")
     deleted = backend.endpoints.delete(names.endpoint) if delete_endpoint else False
@@ -152,6 +152,23 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
              archived or "nothing")
     return {"endpoint_deleted": deleted, "canceled_jobs": stray, "archived_models": archived,
             "endpoint_kept": not delete_endpoint}
+
+
+def _running_jobs(backend: Backend, names: RunNames) -> list[str]:
+    """The run's jobs that have not ended: each attempt of its training job and sweep, and the sweeps' trials
+    (a sweep whose controller died may have left trials running)."""
+    running = []
+    for base in (names.train_job, names.sweep):
+        for name in attempts(base):
+            try:
+                info = backend.jobs.get(name)
+            except NotFound:
+                break
+            if not info.status.is_terminal():
+                running.append(name)
+            if info.kind == "sweep":
+                running += [t.name for t in backend.jobs.sweep_result(name).trials if not t.status.is_terminal()]
+    return running
 
 
 def check_prefix(prefix: str) -> str:

@@ -288,3 +288,19 @@ def test_pick_best_registers_the_backends_pick_and_warns_when_the_ranking_differ
     with caplog.at_level(logging.WARNING):
         assert pick_best(fake, "s", "m")["trial"] == "s_1"
     assert "the backend picked s_1" in caplog.text and "the ranking s_0" in caplog.text
+
+
+def test_cleanup_cancels_every_attempt_and_the_trials_a_dead_sweep_left_running(fake):
+    from mlrunway.pipeline import cleanup
+
+    fake.jobs.script(NAMES.sweep, JobStatus.FAILED, error="the sweep's controller died")
+    fake.jobs.submit_sweep(NAMES.sweep, sweep().spec())
+    fake.jobs.set_trials(NAMES.sweep, [trial(f"{NAMES.sweep}_trial_0", JobStatus.RUNNING, (0.5,))])
+    fake.jobs.script(f"{NAMES.sweep}_trial_0", JobStatus.RUNNING)
+    fake.jobs.submit(f"{NAMES.sweep}_trial_0", _any_spec())
+    fake.jobs.script(f"{NAMES.sweep}-a2", JobStatus.RUNNING)
+    fake.jobs.submit_sweep(f"{NAMES.sweep}-a2", sweep().spec())
+    fake.jobs.submit("someone-elses-job", _any_spec())
+    done = cleanup(fake, NAMES)
+    assert sorted(done["canceled_jobs"]) == sorted([f"{NAMES.sweep}_trial_0", f"{NAMES.sweep}-a2"])
+    assert [name for name, _ in fake.jobs.canceled] == done["canceled_jobs"]

@@ -169,6 +169,7 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
         azure.endpoints.invoke("mlr-run", payload={"pixels": []}, deployment="blue")
 
     done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
+    assert fake.sent("GET", r"/jobs$") == []  # the run's jobs by name: the workspace's job list is never read
     assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]
     only(fake.sent("DELETE", r"/onlineEndpoints/mlr-run$"), "endpoint DELETE")
     assert fake.resource("onlineEndpoints", "mlr-run") is None
