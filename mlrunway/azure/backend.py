@@ -159,8 +159,10 @@ class AzureBackend:
 
     # -- references --------------------------------------------------------------------------------
     def job_outputs(self, job_name: str) -> str:
-        """Where a job's ``./outputs`` files are, as Azure names them."""
-        return f"azureml://jobs/{job_name}/outputs/artifacts/paths/outputs/"
+        """Where a job's ``./outputs`` files are: the artifact store's own path. A model registered from it
+        downloads whether or not the service rewrites the URI (``azureml://jobs/<name>/outputs/artifacts/...``
+        would be read back as a datastore named ``artifacts`` if the service kept it)."""
+        return f"azureml://datastores/workspaceartifactstore/paths/ExperimentRun/dcid.{job_name}/outputs/"
 
     @property
     def workspace_id(self) -> str:

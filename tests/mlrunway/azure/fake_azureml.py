@@ -40,6 +40,7 @@ REGION = "westeurope"
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 STORAGE = "stmlrunway"
 CONTAINER = "azureml-blobstore-5e1f"
+ARTIFACT_CONTAINER = "azureml"  # workspaceartifactstore: job artifacts (ExperimentRun/dcid.<run>/...) live here
 ARM = "management.azure.com"
 API_HOST = f"{REGION}.api.azureml.ms"
 BLOB_HOST = f"{STORAGE}.blob.core.windows.net"
@@ -161,6 +162,8 @@ class FakeAzureML(HttpTransport):
         self.job_script: dict[str, list[str]] = {}  # job name -> statuses still to go through
         self.sweep_trials: dict[str, list[Trial]] = {}  # sweep name -> its children, set by the test
         self.trial_outputs: Path | None = None  # files every trial writes to ./outputs/model
+        # Whether the service rewrites a registered model's job URI (the spec does not say): both are tested.
+        self.rewrite_model_uris = False
         self.job_final: dict[str, str] = {}  # job name -> final status (default Completed)
         self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
@@ -329,6 +332,9 @@ class FakeAzureML(HttpTransport):
             return _error(request, 404, "UserError", f"datastore {name} not found")
         body = self._datastore_body()
         body["name"] = name
+        if name == "workspaceartifactstore":
+            body["id"] = f"{WS_PATH}/datastores/{name}"
+            body["properties"].update(containerName=ARTIFACT_CONTAINER, isDefault=False)
         return _response(request, 200, body)
 
     def _datastore_secrets(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
@@ -449,7 +455,8 @@ class FakeAzureML(HttpTransport):
                 if self.trial_outputs is not None and trial.history:
                     for file in sorted(self.trial_outputs.rglob("*")):
                         if file.is_file():
-                            key = f"{CONTAINER}/ExperimentRun/dcid.{child}/outputs/model/{file.relative_to(self.trial_outputs)}"
+                            key = (f"{ARTIFACT_CONTAINER}/ExperimentRun/dcid.{child}/outputs/model/"
+                                   f"{file.relative_to(self.trial_outputs)}")
                             self.blobs[key] = file.read_bytes()
             if children and status == "Completed":
                 goal = props["objective"]["goal"].lower()
@@ -495,9 +502,10 @@ class FakeAzureML(HttpTransport):
     def _put_model(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
         body = recorded.json()
         uri = body["properties"].get("modelUri", "")
-        if job := re.match(r"azureml://jobs/([^/]+)/outputs/artifacts/paths/(.*)$", uri):  # the service resolves it
+        job = re.match(r"azureml://jobs/([^/]+)/outputs/artifacts/paths/(.*)$", uri)
+        if job and self.rewrite_model_uris:  # one plausible service: it resolves a job URI to the artifact store
             body["properties"]["modelUri"] = (f"azureml://subscriptions/{SUBSCRIPTION}/resourcegroups/{RESOURCE_GROUP}"
-                                              f"/workspaces/{WORKSPACE}/datastores/workspaceblobstore/paths/"
+                                              f"/workspaces/{WORKSPACE}/datastores/workspaceartifactstore/paths/"
                                               f"ExperimentRun/dcid.{job[1]}/{job[2]}")
         body["properties"].setdefault("provisioningState", "Succeeded")
         body["properties"].setdefault("flavors", {})
@@ -615,7 +623,12 @@ class FakeAzureML(HttpTransport):
 
     def _materialize(self, uri: str, dest: Path) -> Path:
         """Copy the blobs under a datastore URI (or a blob URL) into ``dest``."""
-        prefix = f"{CONTAINER}/{uri.split('/paths/', 1)[1]}" if "/paths/" in uri else urlparse(uri).path.lstrip("/")
+        if "/paths/" in uri:
+            store = uri.split("/datastores/", 1)[1].split("/", 1)[0] if "/datastores/" in uri else ""
+            container = ARTIFACT_CONTAINER if store == "workspaceartifactstore" else CONTAINER
+            prefix = f"{container}/{uri.split('/paths/', 1)[1]}"
+        else:
+            prefix = urlparse(uri).path.lstrip("/")
         prefix = prefix.rstrip("/")
         for name, data in self.blobs.items():
             if name == prefix or name.startswith(prefix + "/"):

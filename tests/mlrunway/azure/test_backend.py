@@ -124,7 +124,7 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     picked = pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")
     assert (picked["trial"], picked["model_version"], picked["value"]) == ("mlr-run-sweep_1", 1, 0.91)
     model = only(fake.sent("PUT", r"/models/mlr-run/versions/1$"), "model PUT").json()["properties"]
-    assert model["modelUri"] == "azureml://jobs/mlr-run-sweep_1/outputs/artifacts/paths/outputs/model"
+    assert model["modelUri"].endswith("/datastores/workspaceartifactstore/paths/ExperimentRun/dcid.mlr-run-sweep_1/outputs/model")
     assert model["tags"] == {"learning_rate": "0.05", "momentum": "0.8", "best_val_acc": "0.910000"}
     assert model["properties"]["source_job"] == "mlr-run-sweep_1"
     assert pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")["model_version"] == 1  # a retry registers nothing
@@ -265,3 +265,20 @@ def test_a_version_after_an_archived_one_gets_the_next_number(fake, azure, train
     azure.models.archive("arch", 1)
     assert azure.models.register("arch", str(trained_model)).version == 2
     assert fake.resource("models/versions", "arch", "1")["properties"]["isArchived"] is True
+
+
+@pytest.mark.parametrize("rewrites", [False, True], ids=["service-keeps-the-uri", "service-rewrites-the-uri"])
+def test_a_model_registered_from_a_jobs_outputs_downloads_whatever_the_service_does_with_its_uri(
+        fake, azure, trained_model: Path, tmp_path: Path, rewrites: bool) -> None:
+    """The spec does not say whether the service rewrites a model's URI; the artifact store's own path works
+    either way (a job URI kept as sent would be read back as a datastore named 'artifacts')."""
+    from tests.mlrunway.azure.fake_azureml import ARTIFACT_CONTAINER
+
+    fake.rewrite_model_uris = rewrites
+    for file in (f for f in trained_model.rglob("*") if f.is_file()):
+        fake.blobs[f"{ARTIFACT_CONTAINER}/ExperimentRun/dcid.job-x/outputs/model/{file.relative_to(trained_model)}"] = \
+            file.read_bytes()
+    model = azure.models.register("from-job", "model", base=azure.job_outputs("job-x"))
+    got = azure.models.download("from-job", model.version, tmp_path / "got")
+    assert sorted(p.name for p in got.rglob("*") if p.is_file()) == \
+        sorted(p.name for p in trained_model.rglob("*") if p.is_file())
