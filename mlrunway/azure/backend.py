@@ -188,6 +188,7 @@ class AzureJobs:
         self.backend = backend
         self.ml = backend.client
         self.cancel_wait_s, self.poll_s = cancel_wait_s, poll_s
+        self._ended: dict[tuple[str, str], TrialInfo] = {}  # (sweep, trial) -> its record once it ended
 
     def _find(self, name: str) -> JobInfo | None:
         try:
@@ -278,7 +279,14 @@ class AzureJobs:
 
     def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
         """Every value the job logged of ``metric``, in step order (a job's MLflow run id is its name)."""
-        points = (self.backend.mlflow("metrics/get-history", run_id=name, metric_key=metric) or {}).get("metrics", [])
+        points: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:  # MLflow pages a long history: follow next_page_token to the end
+            params = {"run_id": name, "metric_key": metric, **({"page_token": token} if token else {})}
+            page = self.backend.mlflow("metrics/get-history", **params) or {}
+            points += page.get("metrics", [])
+            if not (token := page.get("next_page_token")):
+                break
         return tuple(p["value"] for p in sorted(points, key=lambda p: (p.get("step", 0), p.get("timestamp", 0))))
 
     def sweep_result(self, name: str) -> SweepResult:
@@ -296,12 +304,19 @@ class AzureJobs:
             if child is None:  # the SDK yields None for a job it cannot parse
                 continue
             status = job_status(child.status)
+            ended = self._ended.get((name, child.name))
+            if ended is not None and ended.status is status and status is not JobStatus.CANCELED:
+                trials.append(ended)  # an ended trial's metrics never change: no MLflow calls for it again
+                continue
             params, metrics = self._run_data(child.name)
             history = self.metric_history(child.name, objective.primary_metric)
             stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
                 else (None, None)
-            trials.append(TrialInfo(name=child.name, params=params, status=status, history=history, metrics=metrics,
-                                    early_termination=stop, error=error))
+            trial = TrialInfo(name=child.name, params=params, status=status, history=history, metrics=metrics,
+                              early_termination=stop, error=error)
+            if status.is_terminal():
+                self._ended[(name, child.name)] = trial
+            trials.append(trial)
         best = (sweep.properties or {}).get("best_child_run_id")
         return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
                            stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)

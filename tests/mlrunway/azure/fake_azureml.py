@@ -164,6 +164,7 @@ class FakeAzureML(HttpTransport):
         self.trial_outputs: Path | None = None  # files every trial writes to ./outputs/model
         # Whether the service rewrites a registered model's job URI (the spec does not say): both are tested.
         self.rewrite_model_uris = False
+        self.history_page_size = 2  # MLflow's metric-history pages, small here so every reader must follow them
         self.job_final: dict[str, str] = {}  # job name -> final status (default Completed)
         self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
@@ -680,5 +681,12 @@ class FakeAzureML(HttpTransport):
         if run is None:
             return _response(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such run"})
         values = run["history"] if recorded.query["metric_key"] == "best_val_acc" else []
-        return _response(request, 200, {"metrics": [{"key": recorded.query["metric_key"], "value": v, "step": i,
-                                                     "timestamp": 1_700_000_000_000 + i} for i, v in enumerate(values)]})
+        points = [{"key": recorded.query["metric_key"], "value": v, "step": i, "timestamp": 1_700_000_000_000 + i}
+                  for i, v in enumerate(values)]
+        # MLflow's REST API pages a history (max_results, next_page_token); the fake pages small to prove it.
+        start = int(recorded.query.get("page_token") or 0)
+        page = points[start:start + self.history_page_size]
+        body: dict[str, Any] = {"metrics": page}
+        if start + self.history_page_size < len(points):
+            body["next_page_token"] = str(start + self.history_page_size)
+        return _response(request, 200, body)

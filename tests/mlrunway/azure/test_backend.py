@@ -282,3 +282,17 @@ def test_a_model_registered_from_a_jobs_outputs_downloads_whatever_the_service_d
     got = azure.models.download("from-job", model.version, tmp_path / "got")
     assert sorted(p.name for p in got.rglob("*") if p.is_file()) == \
         sorted(p.name for p in trained_model.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_an_ended_trials_metrics_are_read_once_however_often_the_sweep_is_polled(fake, azure, small_digits: Path):
+    fake.sweep_trials["mlr-poll-sweep"] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6, 0.7])]
+    spec = tutorial_sweep(train_job(str(CODE), str(small_digits), num_epochs=3), max_total_trials=1,
+                          max_concurrent_trials=1)
+    azure.jobs.submit_sweep("mlr-poll-sweep", spec)
+    azure.jobs.wait("mlr-poll-sweep", timeout=60, poll_s=0.01)
+    first = azure.jobs.sweep_result("mlr-poll-sweep")
+    calls = len(fake.sent("GET", r"/mlflow/v1\.0/.*/metrics/get-history$"))
+    again = [azure.jobs.sweep_result("mlr-poll-sweep") for _ in range(3)]
+    assert all(result.trials == first.trials for result in again) and first.trials[0].history == (0.5, 0.6, 0.7)
+    assert len(fake.sent("GET", r"/mlflow/v1\.0/.*/metrics/get-history$")) == calls
