@@ -64,14 +64,12 @@ class SweepController:
     on_update: Callable[[SweepOutcome], None] = lambda outcome: None
     stop_requested: Callable[[], str | None] = lambda: None
     outcome: SweepOutcome = field(default_factory=SweepOutcome)
-    adopted: set[str] = field(default_factory=set, init=False)  # taken over from a dead controller, unjudged
 
     def run(self) -> SweepOutcome:
         """Run the sweep to its end. Given the ``outcome`` a dead controller recorded, take it on from there:
         recorded trials that had not ended are adopted (polled, judged), unstarted ones start, ended ones stand."""
         pending = [(i, p) for i, p in enumerate(trial_params(self.spec)) if self._trial_name(i) not in self.outcome.trials]
         running = [n for n, t in self.outcome.trials.items() if not t.status.is_terminal()]
-        self.adopted = set(running)
         if self.outcome.trials:
             log.info("Resuming %s: %d trials ended, %d adopted, %d to start", self.name,
                      len(self.outcome.trials) - len(running), len(running), len(pending))
@@ -133,9 +131,9 @@ class SweepController:
         histories = {n: t.history for n, t in self.outcome.trials.items() if t.history}
         for name, stop in evaluate(policy, histories, self.spec.objective.goal).items():
             trial = self.outcome.trials[name]
-            # A trial adopted from a dead controller may have completed while nobody judged it: the policy's
-            # decision stands all the same, as if the sweep had never been interrupted.
-            unjudged = name in self.adopted and trial.status is JobStatus.COMPLETED
+            # A trial that completed since the last poll ran its last intervals unjudged (a slow poll, or a dead
+            # controller's outage): the policy's decision stands all the same, so decisions never depend on timing.
+            unjudged = trial.status is JobStatus.COMPLETED
             if name in running and (not trial.status.is_terminal() or unjudged) and not trial.early_termination:
                 reason = f"early termination at interval {stop.interval}: {stop.reason}"
                 log.info("Trial %s stopped: %s", name, reason)
@@ -144,7 +142,6 @@ class SweepController:
                 if unjudged:
                     trial = replace(trial, status=JobStatus.CANCELED, history=trial.history[:stop.interval])
                 self.outcome.trials[name] = trial
-        self.adopted.clear()  # judged once, on the first poll after the resume
 
     def _metric_never_logged(self, name: str) -> None:
         metric = self.spec.objective.primary_metric

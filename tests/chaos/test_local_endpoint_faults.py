@@ -113,10 +113,20 @@ def test_a_killed_master_costs_at_most_the_requests_in_flight_and_recovers_in_pl
     assert all(p.ppid() == after.pid for p in (psutil.Process(pid) for pid in ours if pid != after.pid))  # no orphans
 
 
+def kill_everything(state) -> None:
+    """What a reboot does to the server: the master first (else it would replace the workers killed before it),
+    then every process that carries the endpoint's token, until none is left."""
+    kill(state.pid)
+    deadline = time.monotonic() + 20
+    while procs := marked(state.token):
+        assert time.monotonic() < deadline, f"still running: {procs}"
+        for proc in procs:
+            proc.kill()
+        psutil.wait_procs(procs, timeout=5)
+
+
 def test_after_a_reboot_create_or_update_restarts_the_endpoint_with_its_keys_and_deployments(endpoints, serving):
-    for proc in marked(serving.token):  # every process of the server at once
-        proc.kill()
-    psutil.wait_procs(marked(serving.token), timeout=10)
+    kill_everything(serving)
     info = endpoints.get("chaos-ep")
     assert info.provisioning_state is ProvisioningState.FAILED and "nothing serves" in info.error
     assert score(serving) == 0
@@ -126,9 +136,7 @@ def test_after_a_reboot_create_or_update_restarts_the_endpoint_with_its_keys_and
 
 
 def test_a_port_taken_by_another_program_is_reported_and_nothing_is_wiped(endpoints, serving):
-    for proc in marked(serving.token):
-        proc.kill()
-    psutil.wait_procs(marked(serving.token), timeout=10)
+    kill_everything(serving)
     squatter = socket.socket()
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     squatter.bind(("127.0.0.1", serving.port))
