@@ -1,8 +1,9 @@
 """Retry semantics on any backend: re-attach to a job that can still succeed, else submit a new attempt.
 
 A retried task looks its job up by name. Queued, Running or Completed: re-attach, submit nothing. Failed or
-Canceled (a preempted node, a transient error): a retry that re-read that status would fail forever, so it
-submits attempt 2 as ``<name>-a2`` (then ``-a3``...), leaving every attempt visible; readers follow the newest.
+Canceled (a preempted node, a transient error): first ``jobs.recover`` (a local sweep whose controller died
+resumes, and is re-attached to); else a retry that re-read that status would fail forever, so it submits
+attempt 2 as ``<name>-a2`` (then ``-a3``...), leaving every attempt visible; readers follow the newest.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def submit_or_reattach(jobs: Jobs, base: str, submit: Callable[[str], JobInfo]) 
     latest = latest_attempt(jobs, base)
     if latest is None:
         return Attempt(Action.SUBMITTED, submit(base))
+    if latest.status in RETRYABLE:  # what the backend can restart (a local sweep whose controller died) goes on
+        latest = jobs.recover(latest.name)
     if latest.status not in RETRYABLE:
         return Attempt(Action.REATTACHED, latest)
     name = attempt_name(base, attempt_number(latest.name) + 1)

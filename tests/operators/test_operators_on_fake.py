@@ -304,3 +304,17 @@ def test_cleanup_cancels_every_attempt_and_the_trials_a_dead_sweep_left_running(
     done = cleanup(fake, NAMES)
     assert sorted(done["canceled_jobs"]) == sorted([f"{NAMES.sweep}_trial_0", f"{NAMES.sweep}-a2"])
     assert [name for name, _ in fake.jobs.canceled] == done["canceled_jobs"]
+
+
+def test_a_retry_resumes_what_the_backend_can_recover_instead_of_submitting_anew(fake):
+    """A local sweep whose controller died is resumed by ``jobs.recover``: the retry re-attaches to it."""
+    from dataclasses import replace
+
+    from mlrunway.backend.attempts import submit_or_reattach
+
+    fake.jobs.script("swp", JobStatus.FAILED, error="sweep controller (pid 7) killed by SIGKILL")
+    fake.jobs.submit_sweep("swp", sweep().spec())
+    resumed = replace(fake.jobs.get("swp"), status=JobStatus.RUNNING, error=None)
+    fake.jobs.recover = lambda name: resumed  # what LocalJobs.recover does for a killed sweep
+    attempt = submit_or_reattach(fake.jobs, "swp", lambda n: pytest.fail(f"{n} must not be submitted"))
+    assert attempt.action is Action.REATTACHED and attempt.job.status is JobStatus.RUNNING
