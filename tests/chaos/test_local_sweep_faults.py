@@ -1,6 +1,6 @@
 """Chaos: a local sweep's controller dies mid-sweep. The sweep reports it at the next read, and ``recover`` (what
 a waiting task's poll calls) resumes it from its record: the running trials are adopted and judged, the rest
-start, and the decisions and the best trial are those of an undisturbed sweep. Real processes, bounded."""
+start, and it ends as an undisturbed sweep does. Real processes, bounded."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from mlrunway.backend.types import JobStatus
+from mlrunway.early_termination import applies_at
 from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
 from mlrunway.local.processes import marked
@@ -58,8 +59,17 @@ def test_a_killed_controller_is_resumed_and_decides_as_an_undisturbed_sweep(jobs
     assert resumed.status in (JobStatus.QUEUED, JobStatus.RUNNING)
     assert jobs.wait("storm", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
     assert jobs.wait("calm", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
-    assert decisions(jobs, "storm") == decisions(jobs, "calm")
-    assert decisions(jobs, "storm")[0] == {"slow": 2, "fade": 3}
+    # The same outcome as the undisturbed sweep: the best trial, every trial run once on its own curve, and each
+    # stop at an interval where the policy applies. (Which intervals, exactly, can vary with CPU contention even
+    # undisturbed, as trials reach an interval at different times: the scripted-runner test in
+    # tests/mlrunway/sweep/test_controller.py proves decision-for-decision equality where timing is fixed.)
+    stopped, best, _ = decisions(jobs, "storm")
+    assert best == decisions(jobs, "calm")[1] == "good"
+    result = jobs.sweep_result("storm")
+    assert sorted(t.name for t in result.trials) == [f"storm_trial_{i}" for i in range(len(CURVES))]
+    for trial in result.trials:
+        assert trial.history == tuple(list(CURVES.values())[int(trial.name.rsplit("_", 1)[1])][: len(trial.history)])
+    assert stopped and all(applies_at(1, 2, interval) for interval in stopped.values())
     run = tracking.client(jobs.workspace).get_run(jobs.get("storm").mlflow_run_id)
     assert run.info.status == "FINISHED"  # the sweep's run went on, and ended as the sweep did
     token = (jobs.workspace.job_dir("storm") / "job.json").read_text().split('"token": "')[1].split('"')[0]
