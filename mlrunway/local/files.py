@@ -1,4 +1,4 @@
-"""Atomic JSON files and an advisory lock: the local backend's whole persistence layer."""
+"""Atomic JSON files, an advisory lock and log tails: the local backend's whole persistence layer."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def write_json(path: Path, data: Any) -> None:
 def read_json(path: Path) -> Any:
     with open(path) as handle:
         return json.load(handle)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file; empty when it does not exist yet."""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
 @contextlib.contextmanager

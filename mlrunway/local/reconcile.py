@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.types import JobStatus
 from mlrunway.local.processes import Identity, kill_marked
-from mlrunway.local.supervisor import ENDED, JobState
+from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 
 SUBMIT_LOCK = "submit.lock"
@@ -33,7 +35,7 @@ __all__ = ["SUBMIT_LOCK", "reconcile", "submitter_holds"]
 def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
     """The job's status now; a job whose supervisor is gone (or never came) is ended with the reason."""
     status = state.status()
-    if status["status"] in ENDED:
+    if JobStatus(status["status"]).is_terminal():
         return status
     supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
     if supervisor is None:
@@ -71,8 +73,6 @@ def submitter_holds(job_dir: Path) -> bool:
 def _end(state: JobState, workspace: Workspace, status: str, error: str, *, killed: bool = False) -> dict[str, Any]:
     """Record the end unless the supervisor recorded one meanwhile; close the job's MLflow run to match.
     ``killed`` marks an end that a sweep's ``recover`` may undo (its process died; it did not fail)."""
-    import time
-
     state.update_unless_ended(status=status, error=error, ended=time.time(), killed=killed)
     current = state.status()
     if current["status"] == status and (run_id := current.get("mlflow_run_id")):

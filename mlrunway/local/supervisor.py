@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.types import JobStatus
 from mlrunway.local import tracking
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.launch import ProcessLaunch, plan
@@ -28,7 +29,6 @@ from mlrunway.local.workspace import Workspace
 from mlrunway.specs.job import CommandJobSpec
 
 STDERR_TAIL_LINES = 20
-ENDED = ("Completed", "Failed", "Canceled")
 
 
 class JobState:
@@ -61,7 +61,7 @@ class JobState:
         """Write ``fields`` unless the job has already ended (a reader reconciled it); say whether it did."""
         with locked(self.dir / ".status.lock"):
             current = self.status()
-            if current["status"] in ENDED:
+            if JobStatus(current["status"]).is_terminal():
                 return False
             write_json(self.status_file, {**current, **fields})
         return True

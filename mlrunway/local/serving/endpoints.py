@@ -27,7 +27,7 @@ from mlrunway.backend.types import (
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.local.files import locked
+from mlrunway.local.files import locked, tail
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import master, provision
@@ -238,7 +238,7 @@ class LocalEndpoints:
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         self.get(endpoint)
-        return _tail(self._dir(endpoint) / "deployments" / deployment / "logs" / "score.log", lines)
+        return tail(self._dir(endpoint) / "deployments" / deployment / "logs" / "score.log", lines)
 
     # -- scoring -----------------------------------------------------------------------------------
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
@@ -258,6 +258,3 @@ class LocalEndpoints:
         except urllib.error.HTTPError as exc:
             raise EndpointError(f"endpoint {endpoint}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
 
-
-def _tail(path: Path, lines: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

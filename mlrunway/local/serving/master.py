@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from mlrunway.errors import EndpointError
+from mlrunway.local.files import tail
 from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, free_port, marked, reap
 from mlrunway.local.serving.state import EndpointState
 
@@ -97,7 +98,7 @@ def start(folder: Path, state: EndpointState) -> EndpointState:
         if proc.poll() is not None or time.monotonic() > deadline:
             stop(state, grace_s=5)
             raise EndpointError(f"endpoint {state.name}: server did not start; log tail:\n"
-                                f"{_tail(folder / 'logs' / 'server.log')}")
+                                f"{tail(folder / 'logs' / 'server.log')}")
         time.sleep(0.1)
     for orphan in orphans:  # SIGTERM: uvicorn stops accepting and finishes the requests it holds
         try:
@@ -144,6 +145,3 @@ def _answers(url: str) -> bool:
     except OSError:
         return False
 
-
-def _tail(path: Path, lines: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
