@@ -49,8 +49,10 @@ def test_a_killed_controller_is_resumed_and_decides_as_an_undisturbed_sweep(jobs
         assert time.monotonic() < deadline
         time.sleep(0.2)
     controller_of(jobs, "storm").kill()
-    time.sleep(0.5)
-    died = jobs.get("storm")
+    deadline = time.monotonic() + 15  # the supervisor sees its controller die at its next poll and records it
+    while not (died := jobs.get("storm")).status.is_terminal():
+        assert time.monotonic() < deadline, died
+        time.sleep(0.1)
     assert died.status is JobStatus.FAILED and died.error.startswith("sweep controller (pid")
     assert "killed by SIGKILL" in died.error
     # The trials are jobs of their own: they go on (unjudged) until a controller adopts them.
