@@ -55,17 +55,25 @@ class MlrunwayBaseOperator(BaseOperator):
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):
     """:param deferrable: wait in the triggerer (default) instead of holding a worker slot.
     :param max_wait_s: past this many seconds, stop the remote work and fail the task.
-    :param poll_interval_s: seconds between status checks.
+    :param poll_interval_s: seconds between status checks; None (the default) takes the backend's
+        (``capabilities.poll_interval_s``: a second locally, 30 s on Azure ML, whose reads are rate-limited).
     :param defer_after_s: wait this long in the worker before deferring. Resuming a deferred task costs a
         new task process and a DAG parse, more than a short wait; and Airflow 3.3 can fail a task whose
         trigger fires seconds after it deferred (apache/airflow#72716).
     """
 
-    def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float = 2.0,
+    def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float | None = None,
                  defer_after_s: float = 20.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable, self.max_wait_s, self.poll_interval_s = deferrable, max_wait_s, poll_interval_s
         self.defer_after_s = defer_after_s
+
+    @property
+    def poll_s(self) -> float:
+        """Seconds between status checks: the task's own, else the backend's."""
+        if self.poll_interval_s is not None:
+            return float(self.poll_interval_s)
+        return self.backend.capabilities.poll_interval_s
 
     def settle(self, status: Callable[[], T], done: Callable[[T], bool]) -> T:
         """Poll ``status()`` for up to ``defer_after_s`` seconds (never past ``max_wait_s``); return the first one
@@ -73,6 +81,6 @@ class MlrunwayWaitingOperator(MlrunwayBaseOperator):
         deadline = time.monotonic() + min(self.defer_after_s, self.max_wait_s)
         current = status()
         while not done(current) and time.monotonic() < deadline:
-            time.sleep(min(1.0, self.poll_interval_s))
+            time.sleep(max(0.0, min(self.poll_s, deadline - time.monotonic())))
             current = status()
         return current

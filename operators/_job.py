@@ -60,7 +60,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         info = self.settle(lambda: self.backend.jobs.recover(name), lambda i: i.status.is_terminal())
         if info.status.is_terminal():  # ended already (a re-run found it finished, or a short job): no deferral
             return self._finish(context, info)
-        self.defer(trigger=JobTrigger(self.backend_conn_id, name, self.poll_interval_s, deadline),
+        self.defer(trigger=JobTrigger(self.backend_conn_id, name, self.poll_s, deadline),
                    method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -101,7 +101,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         return status == JobStatus.COMPLETED.value
 
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
-        info = self.backend.jobs.wait(external_id, timeout=self.max_wait_s, poll_s=self.poll_interval_s,
+        info = self.backend.jobs.wait(external_id, timeout=self.max_wait_s, poll_s=self.poll_s,
                                       on_poll=self.progress(external_id))
         self._result = self.finish(context, info)
 

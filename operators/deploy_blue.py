@@ -42,8 +42,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str, workers: int = 2,
                  instance_type: str | None = None, instance_count: int | str | None = None,
-                 poll_interval_s: float = 5.0, **kwargs: Any) -> None:
-        super().__init__(poll_interval_s=poll_interval_s, **kwargs)
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.instance_type, self.instance_count = instance_type, instance_count
@@ -72,7 +72,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             raise EndpointError(f"{what}: {event['error']} (max_wait_s={self.max_wait_s:g})")
         if outcome is Outcome.ERROR:
             raise EndpointError(f"{what}: waiting on it failed: {event['error']}")
-        return self.step(endpoint, event["deployment"], ProvisioningState(event["status"]), event.get("error"))
+        return self.step(endpoint, event["deployment"], ProvisioningState(event["status"]), event.get("error"),
+                         event.get("operation"))
 
     def on_kill(self) -> None:
         """The task was killed while `blue` provisioned: delete it (it has no traffic yet); one that already
@@ -87,19 +88,21 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             pass
 
     def step(self, endpoint: str, deployment: str | None, state: ProvisioningState,
-             error: str | None = None) -> dict[str, Any]:
+             error: str | None = None, operation: str | None = None) -> dict[str, Any]:
         """Where the rollout stands: wait while the endpoint or `blue` provisions, fail on a failure, else go on:
         from the endpoint to `blue`, from `blue` to the smoke test and the traffic."""
         what = f"deployment {endpoint}/{deployment}" if deployment else f"endpoint {endpoint}"
         if not state.is_terminal():
             self.log.info("%s is %s; waiting in the triggerer", what, state.value)
-            self.defer(trigger=DeploymentTrigger(self.backend_conn_id, endpoint, deployment, self.poll_interval_s,
-                                                 time.time() + self.max_wait_s), method_name="execute_complete")
+            self.defer(trigger=DeploymentTrigger(self.backend_conn_id, endpoint, deployment, self.poll_s,
+                                                 time.time() + self.max_wait_s, operation=operation),
+                       method_name="execute_complete")
         if state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(error or f"{what} ended {state.value}")
         if deployment is None:
-            start_blue(self.backend, endpoint, self.settings())
-            info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, "blue"),
+            started = start_blue(self.backend, endpoint, self.settings())
+            info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, "blue",
+                                                                             operation=started.operation),
                                lambda i: i.provisioning_state.is_terminal())
-            return self.step(endpoint, info.name, info.provisioning_state, info.error)
+            return self.step(endpoint, info.name, info.provisioning_state, info.error, info.operation)
         return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir)

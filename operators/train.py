@@ -23,7 +23,7 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param momentum: SGD momentum.
     :param experiment_name: MLflow / Azure ML experiment.
     :param max_wait_s: cancel the job and fail past this many seconds.
-    :param poll_interval_s: seconds between status checks.
+    :param poll_interval_s: seconds between status checks (default: the backend's).
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 

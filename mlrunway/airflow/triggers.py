@@ -121,21 +121,23 @@ class DeploymentTrigger(BackendTrigger):
 
     :param endpoint: the online endpoint.
     :param deployment: the deployment, or None for the endpoint itself.
+    :param operation: the service's handle on the deployment's provisioning (``DeploymentInfo.operation``),
+        where a failure's reason is.
     """
 
     def __init__(self, backend_conn_id: str, endpoint: str, deployment: str | None = None,
-                 poll_interval_s: float = 10.0, deadline: float | None = None) -> None:
+                 poll_interval_s: float = 10.0, deadline: float | None = None, operation: str | None = None) -> None:
         super().__init__(backend_conn_id, poll_interval_s, deadline)
-        self.endpoint, self.deployment = endpoint, deployment
+        self.endpoint, self.deployment, self.operation = endpoint, deployment, operation
 
     def ids(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "deployment": self.deployment}
+        return {"endpoint": self.endpoint, "deployment": self.deployment, "operation": self.operation}
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         if self.deployment is None:
             state, error = backend.endpoints.get(self.endpoint).provisioning_state, None
         else:
-            info = backend.endpoints.get_deployment(self.endpoint, self.deployment)
+            info = backend.endpoints.get_deployment(self.endpoint, self.deployment, operation=self.operation)
             state, error = info.provisioning_state, info.error
         return state.value, state.is_terminal(), error
 

@@ -7,6 +7,7 @@ credential for what the SDK has no public call for (metric histories, a job's lo
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 import logging
@@ -18,20 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from azure.ai.ml import MLClient
+from azure.ai.ml._azure_environments import _get_cloud_details
 from azure.ai.ml.constants import ListViewType
-from azure.ai.ml.entities import (
-    CodeConfiguration,
-    Environment,
-    ManagedOnlineDeployment,
-    ManagedOnlineEndpoint,
-    Model,
-)
+from azure.ai.ml.entities import CodeConfiguration, ManagedOnlineDeployment, ManagedOnlineEndpoint, Model
 from azure.core import PipelineClient
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.core.pipeline.policies import BearerTokenCredentialPolicy, RetryPolicy
 from azure.core.rest import HttpRequest
 
 from mlrunway.azure.entities import command_job, sweep_job
+from mlrunway.azure.environments import is_gpu_size, scoring_environment, training_environment
 from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -47,7 +44,7 @@ from mlrunway.backend.types import (
 )
 from mlrunway.backend.waiting import wait_for_job, wait_provisioned
 from mlrunway.early_termination import applies_at
-from mlrunway.errors import EndpointError, NotFound, NotSupportedOnBackend
+from mlrunway.errors import EndpointError, JobFailed, NotFound, NotSupportedOnBackend
 from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
@@ -67,15 +64,7 @@ _WHY = {
     "NotResponding": "NotResponding on Azure ML: the job stopped sending heartbeats; a retry submits a new attempt",
     "Paused": "Paused on Azure ML: resume it in the studio, or a retry submits a new attempt",
 }
-SCORING_CONDA = {
-    "name": "mlrunway-onnx-inference",
-    "channels": ["conda-forge"],
-    "dependencies": ["python=3.11", "pip", {"pip": [
-        "azureml-inference-server-http", "onnxruntime==1.23.2", "numpy<3", "pillow",
-    ]}],
-}
-INFERENCE_IMAGE = "mcr.microsoft.com/azureml/minimal-py311-inference:latest"
-_ARM_SCOPE = "https://management.azure.com/.default"
+CLOUDS = ("AzureCloud", "AzureChinaCloud", "AzureUSGovernment")
 log = logging.getLogger(__name__)
 
 
@@ -88,30 +77,42 @@ def job_status(azure_status: object) -> JobStatus:
 
 
 class AzureBackend:
-    """:param compute: compute cluster for jobs and sweep trials.
+    """:param compute: compute cluster for jobs and sweep trials; None runs them on serverless compute.
+    :param job_instance_type: VM size of a serverless job (None: the service's default); with a cluster, its own.
     :param instance_type: VM size of online deployments; ``instance_count`` instances each.
+    :param environment: the jobs' environment (a curated ``name@version`` or a registered one); None pins one to
+        the project's torch (``mlrunway.azure.environments``).
+    :param cloud: the Azure cloud (``AzureCloud``, ``AzureChinaCloud``, ``AzureUSGovernment``): it sets the ARM
+        host, the token's scope and the studio's host; the workspace's own hosts come from the workspace.
     :param cache_dir: where downloaded models are kept.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
     kind = "azure"
-    capabilities = Capabilities(artifacts=False, studio=True)
+    # Every poll is ARM and Run History reads, which count against the subscription's read limits.
+    capabilities = Capabilities(artifacts=False, studio=True, poll_interval_s=30.0)
 
-    def __init__(self, client: MLClient, credential: Any, *, compute: str = "cpu-cluster",
-                 instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
-                 environment: str | None = None, cache_dir: str | Path | None = None, **client_kwargs: Any) -> None:
+    def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
+                 job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
+                 environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
+                 **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
-        self.compute, self.environment = compute, environment
+        self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        check.one_of("azure_ml connection.cloud", cloud, CLOUDS)
+        hosts = _get_cloud_details(cloud)  # the SDK's own table of each cloud's hosts
+        arm = str(hosts["resource_manager"]).rstrip("/")
+        self.studio = str(hosts["aml_resource_id"]).rstrip("/")
         transport = {k: v for k, v in client_kwargs.items() if k == "transport"}
         self.rest = PipelineClient(
-            base_url="https://management.azure.com",
-            policies=[RetryPolicy(retry_total=3), BearerTokenCredentialPolicy(credential, _ARM_SCOPE)], **transport,
+            base_url=arm,
+            policies=[RetryPolicy(retry_total=3), BearerTokenCredentialPolicy(credential, f"{arm}/.default")],
+            **transport,
         )
         # Scoring (an endpoint key) and log files (a SAS URL) carry their own credential, never the AAD token.
-        self.plain = PipelineClient(base_url="https://ml.azure.com", policies=[RetryPolicy(retry_total=3)], **transport)
+        self.plain = PipelineClient(base_url=self.studio, policies=[RetryPolicy(retry_total=3)], **transport)
         self.jobs = AzureJobs(self)
         self.models = AzureModels(self)
         self.endpoints = AzureEndpoints(self)
@@ -122,22 +123,30 @@ class AzureBackend:
         from mlrunway.azure.credentials import credential, workspace_ref
 
         ref = workspace_ref(fields)
+        cloud = fields.get("cloud") or "AzureCloud"
+        check.one_of("azure_ml connection.cloud", cloud, CLOUDS)
         cred = client_kwargs.pop("credential", None) or credential(fields, secret)
         client = MLClient(cred, ref.subscription_id, ref.resource_group, ref.workspace_name, show_progress=False,
-                          **client_kwargs)
+                          cloud=cloud, **client_kwargs)
         count = fields.get("instance_count") or 1
         check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
-        return cls(client, cred, compute=fields.get("compute") or "cpu-cluster",
+        return cls(client, cred, compute=fields.get("compute") or None,
+                   job_instance_type=fields.get("job_instance_type") or None,
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
-                   environment=fields.get("environment") or None, cache_dir=fields.get("cache_dir") or None,
-                   **client_kwargs)
+                   environment=fields.get("environment") or None, cloud=cloud,
+                   cache_dir=fields.get("cache_dir") or None, **client_kwargs)
 
     # -- the workspace's own REST endpoints --------------------------------------------------------
     @cached_property
-    def api_base(self) -> str:
-        """``https://<region>.api.azureml.ms`` plus the workspace path, from the workspace's MLflow tracking URI."""
-        uri = self.client.workspaces.get(self.client.workspace_name).mlflow_tracking_uri
-        return uri.replace("azureml://", "https://", 1).replace("/mlflow/v1.0", "", 1)
+    def services(self) -> dict[str, str]:
+        """The workspace's own service hosts, as the workspace says (any cloud, any region, private links):
+        ``mlflow`` from its MLflow tracking URI, ``history`` from its discovery document; and the workspace path
+        they share (``/subscriptions/.../workspaces/<name>``)."""
+        workspace = self.client.workspaces.get(self.client.workspace_name)
+        mlflow = workspace.mlflow_tracking_uri.replace("azureml://", "https://", 1)
+        host, path = mlflow.split("/mlflow/v1.0", 1)
+        discovery = self.call("GET", workspace.discovery_url) or {}
+        return {"mlflow": host, "history": str(discovery.get("history") or host).rstrip("/"), "workspace": path}
 
     def call(self, method: str, url: str, **kwargs: Any) -> Any:
         """One REST call through the authenticated pipeline; JSON back, or None for a 404."""
@@ -147,15 +156,15 @@ class AzureBackend:
         response.raise_for_status()
         return response.json() if response.content else None
 
-    def _api(self, service: str, tail: str) -> str:
-        host, workspace = self.api_base.split("/subscriptions/", 1)
-        return f"{host}/{service}/subscriptions/{workspace}{tail}"
-
     def mlflow(self, tail: str, **params: Any) -> Any:
-        return self.call("GET", self._api("mlflow/v1.0", f"/api/2.0/mlflow/{tail}"), params=params)
+        hosts = self.services
+        return self.call("GET", f"{hosts['mlflow']}/mlflow/v1.0{hosts['workspace']}/api/2.0/mlflow/{tail}",
+                         params=params)
 
-    def run_history(self, run_id: str, tail: str = "/details") -> Any:
-        return self.call("GET", self._api("history/v1.0", f"/runs/{run_id}{tail}"))
+    def run_history(self, run_id: str, tail: str = "/details", **params: Any) -> Any:
+        hosts = self.services
+        return self.call("GET", f"{hosts['history']}/history/v1.0{hosts['workspace']}/runs/{run_id}{tail}",
+                         params=params)
 
     # -- references --------------------------------------------------------------------------------
     def job_outputs(self, job_name: str) -> str:
@@ -173,22 +182,27 @@ class AzureBackend:
         """The Azure ML studio page of a job, sweep, model or endpoint."""
         wsid = f"wsid={self.workspace_id}"
         if kind in ("job", "sweep"):
-            return f"https://ml.azure.com/runs/{name}?{wsid}"
+            return f"{self.studio}/runs/{name}?{wsid}"
         if kind == "model":
-            return f"https://ml.azure.com/model/{name}:{version}/details?{wsid}"
+            return f"{self.studio}/model/{name}:{version}/details?{wsid}"
         if kind == "endpoint":
-            return f"https://ml.azure.com/endpoints/realtime/{name}/detail?{wsid}"
+            return f"{self.studio}/endpoints/realtime/{name}/detail?{wsid}"
         raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
 class AzureJobs:
-    """:param cancel_wait_s: how long ``cancel`` waits for a canceled job to reach Canceled; ``poll_s`` between."""
+    """:param cancel_wait_s: how long ``cancel`` waits for a canceled job to reach Canceled; ``poll_s`` between.
+    :param refresh_s: how old a running trial's metrics may be before ``sweep_result`` reads them again (an
+        ended trial's are read once; a trial whose status changed is read at once).
+    """
 
-    def __init__(self, backend: AzureBackend, *, cancel_wait_s: float = 300.0, poll_s: float = 5.0) -> None:
+    def __init__(self, backend: AzureBackend, *, cancel_wait_s: float = 300.0, poll_s: float = 5.0,
+                 refresh_s: float = 60.0) -> None:
         self.backend = backend
         self.ml = backend.client
-        self.cancel_wait_s, self.poll_s = cancel_wait_s, poll_s
-        self._ended: dict[tuple[str, str], TrialInfo] = {}  # (sweep, trial) -> its record once it ended
+        self.cancel_wait_s, self.poll_s, self.refresh_s = cancel_wait_s, poll_s, refresh_s
+        self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
+        self._vm_sizes: dict[str, str | None] = {}  # compute name -> its VM size
 
     def _find(self, name: str) -> JobInfo | None:
         try:
@@ -207,19 +221,49 @@ class AzureJobs:
                        properties={"studio_url": job.studio_url,
                                    "azure_status": getattr(job.status, "value", job.status), **(job.properties or {})})
 
+    def validate(self, spec: CommandJobSpec) -> None:
+        """The compute exists in the workspace (one ARM read) and local input paths exist; serverless (no
+        compute) needs nothing."""
+        self._vm_size(spec.compute or self.backend.compute)
+        for key, value in spec.inputs.items():
+            path = getattr(value, "path", "")
+            if path and "://" not in path and not Path(path).exists():
+                raise check.fail(f"command_job.inputs.{key}", f"{path!r} does not exist here",
+                                 "pass an existing local path (it is uploaded) or an azureml:// URI")
+
+    def _vm_size(self, compute: str | None) -> str | None:
+        """The VM size of a named compute (read once per backend), or the serverless job's instance type."""
+        if compute is None:
+            return self.backend.job_instance_type
+        if compute not in self._vm_sizes:
+            try:
+                target = self.ml.compute.get(compute)
+            except ResourceNotFoundError as exc:
+                raise check.fail("azure_ml connection.compute", f"{compute!r} is not a compute of workspace "
+                                 f"{self.ml.workspace_name}", "name an existing compute cluster, or leave compute "
+                                 "empty to run on serverless compute") from exc
+            self._vm_sizes[compute] = getattr(target, "size", None)
+        return self._vm_sizes[compute]
+
     def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
         """Create job ``name``, or return the job already under that name (a retried task re-attaches)."""
-        return self._create(name, command_job, spec)
+        return self._create(name, command_job, spec, spec)
 
     def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
-        return self._create(name, sweep_job, sweep)
+        return self._create(name, sweep_job, sweep, sweep.trial)
 
-    def _create(self, name: str, entity: Any, spec: Any) -> JobInfo:
+    def _create(self, name: str, entity: Any, spec: Any, trial: CommandJobSpec) -> JobInfo:
         check.job_name("job.name", name)
         if (existing := self._find(name)) is not None:
             return existing
-        job = entity(spec, name=name, compute=self.backend.compute, environment=self.backend.environment)
-        return self._info(self.ml.jobs.create_or_update(job))
+        compute = trial.compute or self.backend.compute
+        environment = self.backend.environment or training_environment(is_gpu_size(self._vm_size(compute)))
+        job = entity(spec, name=name, compute=compute, environment=environment,
+                     instance_type=self.backend.job_instance_type)
+        try:
+            return self._info(self.ml.jobs.create_or_update(job))
+        except HttpResponseError as exc:
+            raise JobFailed(f"job {name} was refused by Azure ML: {exc.message}") from exc
 
     def get(self, name: str) -> JobInfo:
         info = self._find(name)
@@ -300,26 +344,36 @@ class AzureJobs:
         objective = Objective(primary_metric=sweep.objective.primary_metric, goal=sweep.objective.goal.lower())
         swept_status = job_status(sweep.status)
         trials = []
-        for child in self.ml.jobs.list(parent_job_name=name):
-            if child is None:  # the SDK yields None for a job it cannot parse
+        for child in self._children(name):
+            status = job_status(child["status"])
+            read_at, known = self._read.get((name, child["runId"]), (0.0, None))
+            fresh = status.is_terminal() or time.monotonic() - read_at < self.refresh_s
+            if known is not None and known.status is status and fresh and status is not JobStatus.CANCELED:
+                trials.append(known)  # an ended trial's metrics never change; a running one's are recent enough
                 continue
-            status = job_status(child.status)
-            ended = self._ended.get((name, child.name))
-            if ended is not None and ended.status is status and status is not JobStatus.CANCELED:
-                trials.append(ended)  # an ended trial's metrics never change: no MLflow calls for it again
-                continue
-            params, metrics = self._run_data(child.name)
-            history = self.metric_history(child.name, objective.primary_metric)
+            params, metrics = self._run_data(child["runId"])
+            history = self.metric_history(child["runId"], objective.primary_metric)
             stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
                 else (None, None)
-            trial = TrialInfo(name=child.name, params=params, status=status, history=history, metrics=metrics,
+            trial = TrialInfo(name=child["runId"], params=params, status=status, history=history, metrics=metrics,
                               early_termination=stop, error=error)
-            if status.is_terminal():
-                self._ended[(name, child.name)] = trial
+            self._read[(name, child["runId"])] = (time.monotonic(), trial)
             trials.append(trial)
         best = (sweep.properties or {}).get("best_child_run_id")
         return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
                            stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)
+
+
+    def _children(self, name: str) -> builtins.list[dict[str, Any]]:
+        """Every child run of a sweep from Run History, following its continuation tokens (the SDK's
+        ``jobs.list(parent_job_name=...)`` reads the first page only: a large sweep would lose trials)."""
+        runs: builtins.list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.backend.run_history(name, "/children", **({"$continuationtoken": token} if token else {}))
+            runs += (page or {}).get("value") or []
+            if not (token := (page or {}).get("continuationToken")):
+                return runs
 
 
 def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -416,6 +470,18 @@ class AzureModels:
         return self.get(name, version)
 
 
+def _operation_url(poller: Any) -> str | None:
+    """The Azure-AsyncOperation URL of an ARM long-running operation, from the poller's continuation token
+    (azure-core's version-1 token is base64 JSON holding the first response's LRO headers)."""
+    try:
+        token = json.loads(base64.b64decode(poller.continuation_token()))
+        headers = {k.lower(): v for k, v in token["data"]["response"]["headers"].items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("The deployment's operation cannot be followed (%s): a failure will name no reason", exc)
+        return None
+    return headers.get("azure-asyncoperation") or headers.get("location")
+
+
 def _maybe_json(value: str) -> Any:
     try:
         return json.loads(value)
@@ -477,30 +543,32 @@ class AzureEndpoints:
         deployment = ManagedOnlineDeployment(
             name=name, endpoint_name=endpoint, model=f"azureml:{settings.model_name}:{settings.model_version}",
             code_configuration=CodeConfiguration(code=settings.code_dir, scoring_script=settings.scoring_script),
-            environment=Environment(image=INFERENCE_IMAGE, conda_file=SCORING_CONDA),
+            environment=scoring_environment(),
             instance_type=settings.instance_type or self.backend.instance_type,
             instance_count=settings.instance_count or self.backend.instance_count,
             environment_variables=dict(settings.environment_variables),
         )
         try:
-            self.ml.online_deployments.begin_create_or_update(deployment)
+            poller = self.ml.online_deployments.begin_create_or_update(deployment)
         except HttpResponseError as exc:
             raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
-        return self.get_deployment(endpoint, name)
+        return self.get_deployment(endpoint, name, operation=_operation_url(poller))
 
     def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
                                     timeout_s: float = 3600.0) -> DeploymentInfo:
         """As ``begin_create_or_update_deployment``, then wait; a failure raises with the deployment's log."""
         info = self.begin_create_or_update_deployment(endpoint, name, settings)
         if not info.provisioning_state.is_terminal():
-            info = wait_provisioned(lambda: self.get_deployment(endpoint, name), f"deployment {endpoint}/{name}",
-                                    timeout=timeout_s, poll_s=self.poll_s)
+            info = wait_provisioned(lambda: self.get_deployment(endpoint, name, operation=info.operation),
+                                    f"deployment {endpoint}/{name}", timeout=timeout_s, poll_s=self.poll_s)
         if info.provisioning_state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
         return info
 
-    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
-        """The deployment's provisioning state; a failure carries the tail of its log."""
+    def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
+        """The deployment's provisioning state. A failure carries why: the code and message of its operation
+        (``operation``, from ``begin_create_or_update_deployment``: ImageBuildFailure, OutOfQuota, ...), then
+        the tails of the storage initializer's log (model downloads) and the inference server's (score.py)."""
         try:
             deployment = self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
         except ResourceNotFoundError as exc:
@@ -508,10 +576,23 @@ class AzureEndpoints:
         state = ProvisioningState.parse(deployment.provisioning_state)
         error = None
         if state in (ProvisioningState.FAILED, ProvisioningState.CANCELED):
-            error = (f"deployment {endpoint}/{name} {state.value.lower()}\n--- its log ---\n"
-                     f"{self.get_logs(endpoint, name, lines=50)}")
+            error = "\n".join([f"deployment {endpoint}/{name} {state.value.lower()}: {self._why(operation)}",
+                               "--- storage-initializer log ---",
+                               self.get_logs(endpoint, name, lines=20, container="storage-initializer"),
+                               "--- inference-server log ---", self.get_logs(endpoint, name, lines=30)])
         return DeploymentInfo(endpoint=endpoint, name=name, provisioning_state=state, error=error,
-                              model=_model_ref(deployment.model))
+                              model=_model_ref(deployment.model), operation=operation)
+
+    def _why(self, operation: str | None) -> str:
+        """The failed operation's ``error.code: error.message`` (ARM's operation-status shape)."""
+        if not operation:
+            return "the service kept no operation for it (see the logs below)"
+        try:
+            status = self.backend.call("GET", operation) or {}
+        except HttpResponseError as exc:
+            return f"its operation could not be read ({exc.message})"
+        error = status.get("error") or {}
+        return f"{error.get('code', status.get('status', 'Unknown'))}: {error.get('message', 'no message')}"
 
     def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]:
         return [self.get_deployment(endpoint, d.name)
@@ -532,9 +613,11 @@ class AzureEndpoints:
         current.traffic = dict(traffic)
         return self._info(self.ml.online_endpoints.begin_create_or_update(current).result())
 
-    def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
+    def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
+        """The tail of a deployment's log: its inference server's, or ``container="storage-initializer"``."""
         try:
-            return self.ml.online_deployments.get_logs(deployment, endpoint, lines)
+            return self.ml.online_deployments.get_logs(deployment, endpoint, lines, container_type=container) \
+                or "(empty)"
         except HttpResponseError as exc:
             return f"(no logs: {exc.message})"
 

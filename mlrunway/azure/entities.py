@@ -45,11 +45,14 @@ def _input(value: Any) -> Any:
 
 
 def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str | None = None,
-                environment: str | None = None) -> Command:
+                environment: Any = None, instance_type: str | None = None) -> Command:
     """``azure.ai.ml.command`` for the spec; ``./outputs`` is captured by Azure as the job's artifacts.
 
-    The environment is the spec's, else ``environment`` (the connection's), else the curated PyTorch one.
+    The environment is the spec's, else ``environment`` (a name or an ``Environment``: the backend passes the
+    connection's, or one pinned to the project's torch), else the tutorial's curated PyTorch one. No compute
+    (the spec's or ``compute``) is serverless: Azure ML provisions ``instance_type`` (or its default) per job.
     """
+    target = compute or spec.compute
     return command(
         name=name,
         code=str(Path(spec.code)),
@@ -58,7 +61,8 @@ def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str |
         outputs={k: Output(type=o.type) for k, o in spec.outputs.items()},
         environment=spec.environment or environment or DEFAULT_ENVIRONMENT,
         environment_variables=dict(spec.environment_variables),
-        compute=compute or spec.compute,
+        compute=target,
+        instance_type=None if target else instance_type,
         distribution=distribution(spec.distribution),
         instance_count=spec.instance_count,
         experiment_name=spec.experiment_name,
@@ -98,9 +102,9 @@ def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
 
 
 def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None,
-              environment: str | None = None) -> Sweep:
+              environment: Any = None, instance_type: str | None = None) -> Sweep:
     """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
-    trial = command_job(spec.trial, compute=compute, environment=environment)
+    trial = command_job(spec.trial, compute=compute, environment=environment, instance_type=instance_type)
     sampling: Any = spec.sampling_algorithm
     if spec.sampling_algorithm == "random" and spec.seed is not None:
         sampling = RandomSamplingAlgorithm(seed=spec.seed, rule="random")

@@ -49,7 +49,7 @@ class FakeBackend:
     """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
 
     kind = "fake"
-    capabilities = Capabilities()
+    capabilities = Capabilities(poll_interval_s=0.1)
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -97,6 +97,7 @@ class FakeJobs:
         self.best: dict[str, str] = {}
         self.logged: dict[str, dict[str, tuple[float, ...]]] = {}
         self.canceled: list[tuple[str, str]] = []
+        self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
 
     # -- scripting ---------------------------------------------------------------------------------
     def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
@@ -114,6 +115,12 @@ class FakeJobs:
             self.logged[trial.name] = {**{k: (v,) for k, v in trial.metrics.items()}}
 
     # -- the protocol ------------------------------------------------------------------------------
+    def validate(self, spec: CommandJobSpec) -> None:
+        """Refuse a compute that is not in ``computes`` (when a test scripts the workspace's computes)."""
+        if spec.compute and self.computes is not None and spec.compute not in self.computes:
+            raise check.fail("command_job.compute", f"{spec.compute!r} is not a compute of the fake workspace",
+                             f"use one of {sorted(self.computes)}")
+
     def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
         return self._create(name, "command", spec)
 
@@ -302,7 +309,7 @@ class FakeEndpoints:
             raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
         return info
 
-    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
+    def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         record = self._endpoint(endpoint)
         if name not in record.deployments:
             raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist")

@@ -64,6 +64,8 @@ class DeploymentInfo:
     """Where a deployment's provisioning stands; ``error`` holds the reason and its log's tail on failure.
 
     ``model`` is the registered model it serves (``name:version``), empty when the backend does not say.
+    ``operation`` is the service's handle on the provisioning that created or updated it (Azure: the
+    Azure-AsyncOperation URL, where the failure's code and message are); pass it back to ``get_deployment``.
     """
 
     endpoint: str
@@ -71,6 +73,7 @@ class DeploymentInfo:
     provisioning_state: ProvisioningState
     error: str | None = None
     model: str = ""
+    operation: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

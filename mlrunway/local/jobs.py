@@ -46,6 +46,13 @@ class LocalJobs:
         self.kill_grace_s = kill_grace_s
 
     # -- submit -----------------------------------------------------------------------------------
+    def validate(self, spec: CommandJobSpec) -> None:
+        """What ``submit`` would refuse, before any job: a distribution or node count this machine cannot run,
+        a missing code folder, a missing input path."""
+        check_runnable(spec)
+        _existing_folder("command_job.code", spec.code)
+        _absolute_inputs(spec)
+
     def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None) -> JobInfo:
         """Start ``spec`` as job ``name``, or return the job already under that name."""
         check.job_name("job.name", name)

@@ -187,9 +187,10 @@ class LocalEndpoints:
                                      workers=workers, environment_variables=dict(settings.environment_variables))
         return provision.start(folder, deployment)
 
-    def get_deployment(self, endpoint: str, name: str) -> DeploymentInfo:
+    def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled); one that
-        provisioned on a server whose master is gone is Failed with the reason."""
+        provisioned on a server whose master is gone is Failed with the reason. A local provisioning keeps its
+        own record (its error is in it), so ``operation`` is not needed."""
         state = self.state(endpoint)
         progress = provision.current(self._dir(endpoint), name)
         serving = state.deployments.get(name)

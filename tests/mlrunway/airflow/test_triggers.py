@@ -65,12 +65,15 @@ def test_trigger_cancels_the_job_at_its_deadline(tmp_path, monkeypatch):
 def test_deployment_trigger_serializes_to_a_class_path_and_plain_values():
     from mlrunway.airflow.triggers import DeploymentTrigger
 
-    trigger = DeploymentTrigger("aml", "digits-1a2b3c4d", "blue", poll_interval_s=5.0, deadline=1_900_000_000.0)
+    operation = "https://management.azure.com/subscriptions/s/providers/Microsoft.MachineLearningServices/" \
+                "locations/westeurope/mfeOperationsStatus/od:1?api-version=2024-04-01"
+    trigger = DeploymentTrigger("aml", "digits-1a2b3c4d", "blue", poll_interval_s=5.0, deadline=1_900_000_000.0,
+                                operation=operation)
     path, kwargs = trigger.serialize()
     module, _, name = path.rpartition(".")
     assert getattr(importlib.import_module(module), name)(**kwargs).serialize() == (path, kwargs)
     assert kwargs == {"backend_conn_id": "aml", "endpoint": "digits-1a2b3c4d", "deployment": "blue",
-                      "poll_interval_s": 5.0, "deadline": 1_900_000_000.0}
+                      "poll_interval_s": 5.0, "deadline": 1_900_000_000.0, "operation": operation}
 
 
 @pytest.mark.slow

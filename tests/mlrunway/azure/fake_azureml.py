@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlencode, urlparse
 
 from azure.core.credentials import AccessToken, AccessTokenInfo
 from azure.core.pipeline.transport import HttpTransport
@@ -46,6 +46,7 @@ API_HOST = f"{REGION}.api.azureml.ms"
 BLOB_HOST = f"{STORAGE}.blob.core.windows.net"
 WS_PATH = (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/"
            f"Microsoft.MachineLearningServices/workspaces/{WORKSPACE}")
+OPERATIONS = (f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.MachineLearningServices/locations/{REGION}")
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
              "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments"}
 
@@ -148,12 +149,31 @@ def _error(request: Any, status: int, code: str, message: str) -> HttpResponseIm
 
 class FakeAzureML(HttpTransport):
     """The service. ``steps`` is how many GETs a job or an operation stays in each non-final state;
-    ``retry_after_ms`` is the wait its long-running operations ask of a poller (the SDK's LROPoller obeys it)."""
+    ``retry_after_ms`` is the wait its long-running operations ask of a poller (the SDK's LROPoller obeys it).
+
+    Adversarial modes, each off by default and all on at once with ``adversarial()``: ``retry_after_s`` (the
+    spec's ``Retry-After`` in whole seconds instead of the milliseconds header), ``page_size`` (every list
+    pages with ``nextLink``, Run History's children with ``continuationToken``), ``throttle_every`` (every
+    Nth read gets ARM's 429 with ``Retry-After``), ``unavailable_every`` (every Nth call gets a transient 503),
+    ``scaling`` (a deployment update passes through ``Scaling``). What the service does in each comes from
+    the REST spec (machinelearningservices ``mfe.json``) and ARM's async-operation contract.
+    """
 
     def __init__(self, root: Path, *, steps: int = 1) -> None:
         self.root = root
         self.steps = steps
         self.retry_after_ms = 1
+        self.retry_after_s: int | None = None
+        self.page_size: int | None = None
+        self.throttle_every: int | None = None
+        self.unavailable_every: int | None = None
+        self.scaling = False
+        self.scaling_next: dict[str, bool] = {}  # deployments whose update scales out next
+        self.faults: list[tuple[int, str, str]] = []  # (status, method, path) of every injected fault
+        self._calls = 0
+        self.computes = {"gpu-cluster": "STANDARD_NC6S_V3", "cpu-cluster": "STANDARD_DS3_V2"}  # name -> vmSize
+        self.deployment_failure_code = "DeploymentFailed"
+        self.storage_log: list[str] = ["Downloading model files", "Model files downloaded"]
         self.requests: list[Recorded] = []
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
         self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
@@ -189,8 +209,46 @@ class FakeAzureML(HttpTransport):
     def close(self) -> None:
         pass
 
+    def adversarial(self) -> FakeAzureML:
+        """Every mode at once, at rates that keep a whole lifecycle under a minute."""
+        self.retry_after_s, self.page_size, self.scaling = 1, 1, True
+        self.throttle_every, self.unavailable_every = 23, 17
+        return self
+
+    def _fault(self, request: Any, host: str) -> HttpResponseImpl | None:
+        """A 429 (reads only: ARM throttles reads and writes separately) or a transient 503, when due."""
+        if host not in (ARM, API_HOST):
+            return None
+        self._calls += 1
+        if self.throttle_every and request.method == "GET" and self._calls % self.throttle_every == 0:
+            return _response(request, 429, {"error": {"code": "TooManyRequests", "message": "The request is being "
+                             "throttled: the number of read requests for the subscription exceeded the limit."}},
+                             {"Retry-After": "1"})
+        if self.unavailable_every and self._calls % self.unavailable_every == 0:
+            return _error(request, 503, "ServiceUnavailable", "The service is temporarily unavailable.")
+        return None
+
+    def _wait_header(self) -> dict[str, str]:
+        if self.retry_after_s:
+            return {"Retry-After": str(self.retry_after_s)}
+        return {"x-ms-retry-after-ms": str(self.retry_after_ms)}
+
+    def page(self, request: Any, recorded: Recorded, values: list[Any]) -> HttpResponseImpl:
+        """ARM's list shape; with ``page_size``, one page and a ``nextLink`` to the rest ($skipToken)."""
+        if not self.page_size:
+            return _response(request, 200, {"value": values})
+        start = int(recorded.query.get("$skipToken", 0))
+        body: dict[str, Any] = {"value": values[start:start + self.page_size]}
+        if start + self.page_size < len(values):
+            query = {**recorded.query, "$skipToken": str(start + self.page_size)}
+            body["nextLink"] = f"https://{recorded.host}{recorded.path}?{urlencode(query)}"
+        return _response(request, 200, body)
+
     def send(self, request: Any, **kwargs: Any) -> HttpResponseImpl:
         url = urlparse(request.url)
+        if (fault := self._fault(request, url.netloc)) is not None:
+            self.faults.append((fault.status_code, request.method, unquote(url.path)))
+            return fault
         body = request.body if isinstance(request.body, bytes) else (request.body or "").encode() \
             if isinstance(request.body, str) else b"".join(request.body) if request.body else b""
         if not body and getattr(request, "content", None) is not None and isinstance(request.content, bytes):
@@ -235,7 +293,8 @@ class FakeAzureML(HttpTransport):
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/deployments/(?P<dep>[^/]+)/getLogs", self._get_logs),
             ("PUT", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._put_online),
             ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
-            ("GET", f"{ARM}/operations/(?P<op>[^/]+)", self._operation),
+            ("GET", f"{ARM}{re.escape(OPERATIONS)}/mfeOperation(?:sStatus|Results)/(?P<op>[^/]+)", self._operation),
+            ("GET", f"{ws}/computes/(?P<name>[^/]+)", self._compute),
             ("PUT", f"{ws}/.+", self._put_generic),
             ("GET", f"{ws}/.+", self._get_generic),
             ("GET", f"{API_HOST}/discovery", self._discovery),
@@ -282,10 +341,11 @@ class FakeAzureML(HttpTransport):
         path = self._arm(request).lower()
         if len(path[len(WS_PATH):].strip("/").split("/")) % 2:  # a collection: .../onlineEndpoints/x/deployments
             depth = path.count("/") + 1
-            return _response(request, 200, {"value": [r for p, r in self.resources.items()
-                                                      if p.startswith(path + "/") and p.count("/") == depth]})
+            return self.page(request, recorded, [r for p, r in self.resources.items()
+                                                 if p.startswith(path + "/") and p.count("/") == depth])
         if (op := self.provisioning.get(path)) is not None:  # the service provisions whether or not anyone polls
-            self._advance(op)
+            if not self._advance(op) and self.scaling_next.pop(path, False):
+                self.resources[path]["properties"]["provisioningState"] = "Scaling"  # an update scales out
         resource = self.resources.get(path)
         if resource is None:
             return _error(request, 404, "UserError", f"Resource {self._arm(request)} not found")
@@ -301,7 +361,25 @@ class FakeAzureML(HttpTransport):
         if "hash" in recorded.query:  # code assets found by content hash: a new hash is never there yet
             values = [r for r in values if r["properties"].get("properties", {}).get("hash") == recorded.query["hash"]]
         values.sort(key=lambda r: int(r["name"]) if r["name"].isdigit() else 0, reverse=True)
-        return _response(request, 200, {"value": values})
+        return self.page(request, recorded, values)
+
+    # -- computes ------------------------------------------------------------------------------------
+    def _compute(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        """An AmlCompute cluster as the spec's example (Compute/get/AmlCompute.json) has it."""
+        if name not in self.computes:
+            return _error(request, 404, "ResourceNotFound", f"Compute {name} was not found in workspace {WORKSPACE}")
+        return _response(request, 200, {
+            "id": f"{WS_PATH}/computes/{name}", "type": "Microsoft.MachineLearningServices/workspaces/computes",
+            "name": name, "location": REGION,
+            "properties": {"computeType": "AmlCompute", "provisioningState": "Succeeded", "description": name,
+                           "createdOn": "2026-11-01T10:00:00.0000000+00:00",
+                           "modifiedOn": "2026-11-01T10:00:00.0000000+00:00",
+                           "properties": {"vmSize": self.computes[name], "vmPriority": "Dedicated", "osType": "Linux",
+                                          "scaleSettings": {"maxNodeCount": 4, "minNodeCount": 0,
+                                                            "nodeIdleTimeBeforeScaleDown": "PT5M"},
+                                          "allocationState": "Steady", "currentNodeCount": 0, "targetNodeCount": 0,
+                                          "remoteLoginPortPublicAccess": "Disabled", "isolatedNetwork": False}},
+        })
 
     # -- workspace and datastores ---------------------------------------------------------------------
     def _workspace(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
@@ -414,6 +492,10 @@ class FakeAzureML(HttpTransport):
             return _response(request, 200, self.resources[path.lower()])
         body = recorded.json()
         props = body["properties"]
+        compute = (props.get("computeId") or "").rsplit("/computes/", 1)[-1] if props.get("computeId") else None
+        if compute is not None and compute not in self.computes:  # the service's 400 for a compute it lacks
+            return _error(request, 400, "UserError", f"Compute {compute} not found in workspace {WORKSPACE}. "
+                          "Create the compute target or use an existing one.")
         props.update(status="NotStarted", services={"Studio": {"jobServiceType": "Studio", "endpoint": self._studio(name)}})
         props.setdefault("properties", {})
         final = self.job_final.get(name, "Completed")
@@ -438,7 +520,7 @@ class FakeAzureML(HttpTransport):
 
     def _list_jobs(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
         prefix = self._arm(request).lower() + "/"
-        return _response(request, 200, {"value": [r for p, r in self.resources.items() if p.startswith(prefix)]})
+        return self.page(request, recorded, [r for p, r in self.resources.items() if p.startswith(prefix)])
 
     def _set_status(self, name: str, status: str) -> None:
         job = self.resources[f"{WS_PATH}/jobs/{name}".lower()]
@@ -470,14 +552,17 @@ class FakeAzureML(HttpTransport):
         if f"{WS_PATH}/jobs/{name}".lower() not in self.resources:
             return _error(request, 404, "UserError", f"job {name} not found")
         self.job_script[name] = ["CancelRequested", "Canceled"]
-        op = self._new_operation(then=lambda: self._set_status(name, "Canceled"))
-        return _response(request, 202, None, {"Location": op, "x-ms-retry-after-ms": str(self.retry_after_ms)})
+        op = self._new_operation(then=lambda: self._set_status(name, "Canceled"), results=True)
+        return _response(request, 202, None, {"Location": op, **self._wait_header()})
 
     # -- long-running operations ---------------------------------------------------------------------
-    def _new_operation(self, then: Callable[[], None], result: Callable[[], Any] | None = None) -> str:
+    def _new_operation(self, then: Callable[[], Any], *, results: bool = False) -> str:
+        """An ARM async operation: its status URL (for Azure-AsyncOperation, answered 200 with a status) or,
+        with ``results``, its result URL (for Location, answered 202 until done)."""
         op_id = str(uuid.uuid4())
-        self.operations[op_id] = {"left": self.steps, "then": then, "result": result, "error": None}
-        return f"https://{ARM}/operations/{op_id}?api-version=2024-01-01-preview"
+        self.operations[op_id] = {"left": self.steps, "then": then, "error": None, "results": results}
+        kind = "mfeOperationResults" if results else "mfeOperationsStatus"
+        return f"https://{ARM}{OPERATIONS}/{kind}/{op_id}?api-version=2024-04-01"
 
     def _advance(self, op: str) -> bool:
         """One step of the service's own progress on an operation; True once it has finished."""
@@ -493,11 +578,15 @@ class FakeAzureML(HttpTransport):
     def _operation(self, request: Any, recorded: Recorded, op: str) -> HttpResponseImpl:
         state = self.operations[op]
         if not self._advance(op):
-            return _response(request, 200 if "Azure-AsyncOperation" in recorded.path else 202,
-                             {"status": "InProgress"}, {"x-ms-retry-after-ms": str(self.retry_after_ms)})
+            if state["results"]:
+                return _response(request, 202, None, {"Location": request.url, **self._wait_header()})
+            return _response(request, 200, {"id": recorded.path, "name": op, "status": "InProgress"},
+                             self._wait_header())
+        if state["results"]:
+            return _response(request, 204)
         if state["error"]:
-            return _response(request, 200, {"status": "Failed", "error": state["error"]})
-        return _response(request, 200, {"status": "Succeeded"})
+            return _response(request, 200, {"id": recorded.path, "name": op, "status": "Failed", "error": state["error"]})
+        return _response(request, 200, {"id": recorded.path, "name": op, "status": "Succeeded"})
 
     # -- models --------------------------------------------------------------------------------------
     def _put_model(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
@@ -536,15 +625,16 @@ class FakeAzureML(HttpTransport):
         def finish() -> dict[str, Any] | None:
             resource["properties"]["provisioningState"] = "Failed" if failure else "Succeeded"
             if failure:
-                return {"code": "DeploymentFailed", "message": failure}
+                return {"code": self.deployment_failure_code, "message": failure}
             if dep is not None:
                 self._scorers.pop(f"{name}/{dep}", None)
             return None
 
         op = self._new_operation(then=finish)
         self.provisioning[path.lower()] = urlparse(op).path.rsplit("/", 1)[1]
-        return _response(request, 201 if created else 200, resource,
-                         {"Azure-AsyncOperation": op, "x-ms-retry-after-ms": str(self.retry_after_ms)})
+        if dep is not None and not created and self.scaling:
+            self.scaling_next[path.lower()] = True
+        return _response(request, 201 if created else 200, resource, {"Azure-AsyncOperation": op, **self._wait_header()})
 
     def _delete_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
         path = self._arm(request).lower()
@@ -555,7 +645,8 @@ class FakeAzureML(HttpTransport):
             for key in [k for k in self.resources if k == path or k.startswith(path + "/")]:
                 del self.resources[key]
 
-        return _response(request, 202, None, {"Location": self._new_operation(then=gone), "x-ms-retry-after-ms": str(self.retry_after_ms)})
+        return _response(request, 202, None, {"Location": self._new_operation(then=gone, results=True),
+                                              **self._wait_header()})
 
     def _list_keys(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
         if self.resource("onlineEndpoints", name) is None:
@@ -564,6 +655,8 @@ class FakeAzureML(HttpTransport):
 
     def _get_logs(self, request: Any, recorded: Recorded, name: str, dep: str) -> HttpResponseImpl:
         tail = recorded.json().get("tail", 100)
+        if recorded.json().get("containerType") == "StorageInitializer":
+            return _response(request, 200, {"content": "\n".join(self.storage_log[-tail:])})
         lines = ["Starting scoring container", f"Loading model for deployment {dep}"]
         if self.deployment_failure:
             lines.append(f"ERROR: {self.deployment_failure}")
@@ -652,8 +745,12 @@ class FakeAzureML(HttpTransport):
                                         "pipelines": base, "studiocoreservices": base})
 
     def _run_children(self, request: Any, recorded: Recorded, run: str) -> HttpResponseImpl:
-        return _response(request, 200, {"value": [self._run_body(r) for r, v in self.runs.items() if v.get("parent") == run],
-                                        "continuationToken": None})
+        runs = [self._run_body(r) for r, v in self.runs.items() if v.get("parent") == run]
+        start = int(recorded.query.get("$continuationtoken") or 0)
+        size = self.page_size or len(runs) or 1
+        more = start + size < len(runs)
+        return _response(request, 200, {"value": runs[start:start + size],
+                                        "continuationToken": str(start + size) if more else None})
 
     def _run_details(self, request: Any, recorded: Recorded, run: str) -> HttpResponseImpl:
         if run not in self.runs:

@@ -7,11 +7,13 @@ service ended up holding, never on calls between our own functions.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from mlrunway import pipeline
+from mlrunway.azure.environments import GPU_IMAGE, TORCH_VERSION
 from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound
 from mlrunway.onnx_export import export_registered
@@ -43,7 +45,12 @@ def test_train_job_is_created_once_waited_on_and_read_back(fake, azure, small_di
     assert props["inputs"]["data"]["jobInputType"] == "uri_folder"
     assert props["inputs"]["data"]["uri"].startswith("azureml://datastores/workspaceblobstore/paths/LocalUpload/")
     assert props["computeId"].endswith(f"{WS_PATH}/computes/gpu-cluster")
-    assert props["environmentId"] == "azureml:AzureML-acpt-pytorch-2.8-cuda12.6@latest"
+    # The trial trains with the project's torch (a .pt2 loads in the torch that wrote it): gpu-cluster is an NC
+    # VM, so the CUDA base image with PyPI's torch, pinned.
+    environment = fake.resources[props["environmentId"].lower()]["properties"]
+    assert environment["image"] == GPU_IMAGE
+    assert f"torch=={TORCH_VERSION}" in environment["condaFile"] and "download.pytorch.org" not in environment["condaFile"]
+    only(fake.sent("GET", f"{WS_PATH}/computes/gpu-cluster$"), "compute GET")
     assert props["experimentName"] == "mlrunway"
     # The code snapshot went to blob storage and was registered as the code asset the job names.
     code = fake.resources[props["codeId"].lower()]["properties"]["codeUri"]
@@ -154,7 +161,7 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     # The traffic change came after the smoke test through the header, and the operations were polled.
     order = [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests]
     assert order.index(("POST", "score")) < max(i for i, r in enumerate(order) if r == ("PUT", "mlr-run"))
-    assert fake.sent("GET", r"management\.azure\.com/operations/")
+    assert fake.sent("GET", r"management\.azure\.com/.*/locations/westeurope/mfeOperationsStatus/")
     assert deployed["scoring_uri"] == "https://mlr-run.westeurope.inference.ml.azure.com/score"
     assert deployed["smoke_label"] in [str(d) for d in range(10)]
 
@@ -177,13 +184,28 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"))["endpoint_deleted"] is False  # gone is fine
 
 
-def test_failed_deployment_surfaces_its_logs_and_leaves_traffic(fake, azure, tmp_path: Path, trained_model: Path) -> None:
+@pytest.mark.parametrize(("code", "message", "storage_log", "expect"), [
+    pytest.param("ImageBuildFailure", "The image build failed: conda env creation exited with 1", [],
+                 "ImageBuildFailure: The image build failed", id="image-build"),
+    pytest.param("OutOfQuota", "Not enough quota available for Standard_DS3_v2 in SubscriptionId", [],
+                 "OutOfQuota: Not enough quota", id="out-of-quota"),
+    pytest.param("DeploymentFailed", "ResourceNotReady: User container has crashed or terminated",
+                 ["Downloading model files", "Error: AuthorizationPermissionMismatch while downloading the model"],
+                 "(?s)storage-initializer log.*AuthorizationPermissionMismatch", id="model-download"),
+])
+def test_a_failed_deployment_says_why_from_its_operation_and_both_logs_and_leaves_traffic(
+        fake, azure, trained_model: Path, code: str, message: str, storage_log: list[str], expect: str) -> None:
+    """Azure keeps the reason in the deployment's operation status and the storage initializer's log, not in
+    the deployment resource: the error carries the operation's code and message and both logs' tails."""
     azure.models.register("m", str(trained_model))
     azure.endpoints.create_or_update("ep-fail")
-    fake.deployment_failure = "ResourceNotReady: User container has crashed or terminated: ModuleNotFoundError"
-    with pytest.raises(EndpointError, match="(?s)failed.*its log.*ModuleNotFoundError"):
+    fake.deployment_failure, fake.deployment_failure_code, fake.storage_log = message, code, storage_log
+    with pytest.raises(EndpointError, match=f"deployment ep-fail/blue failed: {code}: ") as failed:
         azure.endpoints.create_or_update_deployment("ep-fail", "blue", DeploymentSettings(model="m:1", code_dir=str(CODE)))
-    only(fake.sent("POST", r"/deployments/blue/getLogs$"), "getLogs")
+    assert re.search(expect, str(failed.value))
+    logs = fake.sent("POST", r"/deployments/blue/getLogs$")
+    assert sorted(r.json().get("containerType") or "default" for r in logs) == ["StorageInitializer", "default"]
+    assert fake.sent("GET", r"/mfeOperationsStatus/")  # the operation the PUT returned was read back
     assert fake.resource("onlineEndpoints", "ep-fail")["properties"].get("traffic") in (None, {})
 
 
