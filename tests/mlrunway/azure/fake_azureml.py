@@ -168,7 +168,6 @@ class FakeAzureML(HttpTransport):
         self.throttle_every: int | None = None
         self.unavailable_every: int | None = None
         self.scaling = False
-        self.scaling_next: dict[str, bool] = {}  # deployments whose update scales out next
         self.faults: list[tuple[int, str, str]] = []  # (status, method, path) of every injected fault
         self._calls = 0
         self.computes = {"gpu-cluster": "STANDARD_NC6S_V3", "cpu-cluster": "STANDARD_DS3_V2"}  # name -> vmSize
@@ -344,8 +343,7 @@ class FakeAzureML(HttpTransport):
             return self.page(request, recorded, [r for p, r in self.resources.items()
                                                  if p.startswith(path + "/") and p.count("/") == depth])
         if (op := self.provisioning.get(path)) is not None:  # the service provisions whether or not anyone polls
-            if not self._advance(op) and self.scaling_next.pop(path, False):
-                self.resources[path]["properties"]["provisioningState"] = "Scaling"  # an update scales out
+            self._advance(op)
         resource = self.resources.get(path)
         if resource is None:
             return _error(request, 404, "UserError", f"Resource {self._arm(request)} not found")
@@ -569,6 +567,8 @@ class FakeAzureML(HttpTransport):
         state = self.operations[op]
         if state["left"] > 0:
             state["left"] -= 1
+            if state.get("during") is not None:
+                state["during"]()
             return False
         if state["then"] is not None:
             state["error"] = state["then"]()
@@ -631,9 +631,9 @@ class FakeAzureML(HttpTransport):
             return None
 
         op = self._new_operation(then=finish)
-        self.provisioning[path.lower()] = urlparse(op).path.rsplit("/", 1)[1]
-        if dep is not None and not created and self.scaling:
-            self.scaling_next[path.lower()] = True
+        self.provisioning[path.lower()] = op_id = urlparse(op).path.rsplit("/", 1)[1]
+        if dep is not None and not created and self.scaling:  # an update scales the deployment out on its way
+            self.operations[op_id]["during"] = lambda: resource["properties"].update(provisioningState="Scaling")
         return _response(request, 201 if created else 200, resource, {"Azure-AsyncOperation": op, **self._wait_header()})
 
     def _delete_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:

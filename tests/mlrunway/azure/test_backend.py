@@ -95,9 +95,14 @@ def test_cancel_and_wait_timeout_use_begin_cancel(fake, azure, small_digits: Pat
 
 
 @pytest.mark.slow
-def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: Path, trained_model: Path) -> None:
+@pytest.mark.parametrize("adversarial", [False, True], ids=["plain", "adversarial"])
+def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: Path, trained_model: Path,
+                                                    adversarial: bool) -> None:
     """The DAG's steps on Azure: sweep, best trial registered from its outputs, ONNX export with the parity
-    gate, blue at 0% then smoke-tested by header then 100%, scoring through traffic, delete."""
+    gate, blue at 0% then smoke-tested by header then 100%, scoring through traffic, delete. Adversarial: the
+    same with every list paged, Retry-After in seconds, 429s and transient 503s, and an update through Scaling."""
+    if adversarial:
+        fake.adversarial()
     fake.trial_outputs = trained_model
     fake.sweep_trials["mlr-run-sweep"] = [
         Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.50, 0.61, 0.70]),
@@ -175,6 +180,9 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     with pytest.raises(EndpointError, match=r'HTTP 424 \(score.py answered 400: .*JSON object with \\?"data'):
         azure.endpoints.invoke("mlr-run", payload={"pixels": []}, deployment="blue")
 
+    if adversarial:
+        assert_survived_the_adversarial_service(fake, azure, settings, trained_model)
+
     done = pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"), archive=[("mlr-run", 1)])
     assert fake.sent("GET", r"/jobs$") == []  # the run's jobs by name: the workspace's job list is never read
     assert done["endpoint_deleted"] and done["archived_models"] == ["mlr-run:1"]
@@ -182,6 +190,23 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert fake.resource("onlineEndpoints", "mlr-run") is None
     assert fake.resource("models/versions", "mlr-run", "1")["properties"]["isArchived"] is True
     assert pipeline.cleanup(azure, pipeline.RunNames("mlr", "run"))["endpoint_deleted"] is False  # gone is fine
+
+
+def assert_survived_the_adversarial_service(fake, azure, settings: DeploymentSettings, model: Path) -> None:
+    """What the adversarial modes did to the lifecycle that just passed; then paged version numbering and an
+    update through Scaling."""
+    from mlrunway.backend.types import ProvisioningState
+
+    assert {status for status, _, _ in fake.faults} == {429, 503}
+    assert [azure.models.register("mlr-paged", str(model)).version for _ in range(3)] == [1, 2, 3]
+    assert any("$skipToken" in r.query for r in fake.sent("GET", r"/models/mlr-paged/versions$"))  # via nextLink
+    children = fake.sent("GET", r"/runs/mlr-run-sweep/children$")
+    assert any("$continuationtoken" in r.query for r in children)  # and Run History's continuation tokens
+    fake.steps = 2  # the update stays in progress over the SDK's own first poll and the next read
+    started = azure.endpoints.begin_create_or_update_deployment("mlr-run", "blue", settings)
+    states = [started.provisioning_state] + [azure.endpoints.get_deployment("mlr-run", "blue").provisioning_state
+                                             for _ in range(3)]
+    assert ProvisioningState.SCALING in states and states[-1] is ProvisioningState.SUCCEEDED
 
 
 @pytest.mark.parametrize(("code", "message", "storage_log", "expect"), [
