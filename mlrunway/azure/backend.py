@@ -363,7 +363,6 @@ class AzureJobs:
         return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
                            stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)
 
-
     def _children(self, name: str) -> builtins.list[dict[str, Any]]:
         """Every child run of a sweep from Run History, following its continuation tokens (the SDK's
         ``jobs.list(parent_job_name=...)`` reads the first page only: a large sweep would lose trials)."""

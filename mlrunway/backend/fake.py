@@ -98,6 +98,7 @@ class FakeJobs:
         self.logged: dict[str, dict[str, tuple[float, ...]]] = {}
         self.canceled: list[tuple[str, str]] = []
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
+        self.validated: list[CommandJobSpec] = []
 
     # -- scripting ---------------------------------------------------------------------------------
     def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
@@ -116,7 +117,9 @@ class FakeJobs:
 
     # -- the protocol ------------------------------------------------------------------------------
     def validate(self, spec: CommandJobSpec) -> None:
-        """Refuse a compute that is not in ``computes`` (when a test scripts the workspace's computes)."""
+        """Refuse a compute that is not in ``computes`` (when a test scripts the workspace's computes); keep each
+        spec checked in ``validated``."""
+        self.validated.append(spec)
         if spec.compute and self.computes is not None and spec.compute not in self.computes:
             raise check.fail("command_job.compute", f"{spec.compute!r} is not a compute of the fake workspace",
                              f"use one of {sorted(self.computes)}")

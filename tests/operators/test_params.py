@@ -75,3 +75,20 @@ def test_preflight_accepts_the_defaults(dag, digits):
     from operators.preflight import check_run_params
 
     check_run_params(context(dag, digits))
+
+
+def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):
+    """After the params, the backend checks the job it will run (Azure: the compute exists) before any job."""
+    from dataclasses import replace
+
+    from mlrunway.backend.fake import FakeBackend
+    from operators.preflight import check_run_params
+
+    train = copy.copy(dag.get_task("train"))
+    backend = train.__dict__["backend"] = FakeBackend()
+    check_run_params({**context(dag, digits), "task": train})
+    (spec,) = backend.jobs.validated
+    assert spec.code == str(REPO / "training") and "${{inputs.learning_rate}}" in spec.command
+    backend.jobs.computes = {"gpu-cluster"}
+    with pytest.raises(SpecError, match="command_job.compute: 'cpu-cluster' is not a compute of the fake workspace"):
+        backend.jobs.validate(replace(spec, compute="cpu-cluster"))
