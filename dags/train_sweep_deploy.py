@@ -7,12 +7,15 @@ the Airflow connection in ``backend_conn_id``; ``mlrunway_default`` is the local
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import datetime
 from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.data import check_image_folder
+from mlrunway.specs import check
 from operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -21,7 +24,7 @@ from operators import (
     SweepOperator,
     TrainModelOperator,
 )
-from operators.preflight import check_run_params
+from operators.preflight import check_run
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
@@ -29,6 +32,73 @@ DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "di
 # A deployment's cadence without editing the DAG: a cron expression or preset; "none" for manual triggers only.
 SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
 P = "{{ params.%s }}"
+# The tutorial's command: the example's own script and flags, given here as any team would give its own.
+TUTORIAL_COMMAND = ("python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
+                    "--learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}")
+EXPRESSIONS = ["choice", "uniform", "loguniform", "quniform", "qloguniform", "normal", "lognormal", "randint"]
+
+
+def training_job(params: dict) -> dict:
+    """The job in azure-ai-ml's words: the tutorial's, or the form's own command with its own inputs."""
+    own = bool(params.get("command"))
+    inputs = {} if own else {"data": {"type": "uri_folder", "path": params["data_dir"]},
+                             "num_epochs": params["epochs"], "learning_rate": 0.01, "momentum": 0.9}
+    return {"command": params.get("command") or TUTORIAL_COMMAND, "code": params["code_dir"],
+            "inputs": {**inputs, **(params.get("inputs") or {})}, "distribution": params.get("distribution") or None,
+            "compute": params.get("compute") or None, "environment": params.get("environment") or None,
+            "experiment_name": "mlrunway"}
+
+
+def search_space(params: dict) -> dict:
+    """The form's search space, else the tutorial's: log-uniform learning rate and uniform momentum (random),
+    or three evenly spread values of each (grid)."""
+    if params.get("search_space"):
+        return params["search_space"]
+    (lr_low, lr_high), (m_low, m_high) = (params["lr_min"], params["lr_max"]), (params["momentum_min"], params["momentum_max"])
+    if params["sampling"] == "grid":
+        def spread(low: float, high: float) -> dict:
+            return {"type": "choice", "values": [round(low + (high - low) * i / 2, 6) for i in range(3)]}
+
+        return {"learning_rate": spread(lr_low, lr_high), "momentum": spread(m_low, m_high)}
+    return {"learning_rate": {"type": "loguniform", "min_value": math.log(lr_low), "max_value": math.log(lr_high)},
+            "momentum": {"type": "uniform", "min_value": m_low, "max_value": m_high}}
+
+
+def early_termination(params: dict) -> dict:
+    """The form's policy (``{"type": "none"}`` for none), else the tutorial's Bandit from its three fields."""
+    return params.get("early_termination") or {
+        "type": "bandit", "slack_factor": params["slack_factor"], "evaluation_interval": params["evaluation_interval"],
+        "delay_evaluation": params["delay_evaluation"]}
+
+
+def sweep_arguments(params: dict) -> dict:
+    return {"trial": training_job(params), "search_space": search_space(params),
+            "objective": {"primary_metric": params["primary_metric"], "goal": params["goal"]},
+            "sampling_algorithm": params["sampling"], "seed": params["seed"],
+            "limits": {"max_total_trials": params["max_trials"], "max_concurrent_trials": params["max_concurrent_trials"]},
+            "early_termination": early_termination(params)}
+
+
+def preflight(context: dict) -> None:
+    """Before the first job: the example's own checks (ranges, ImageFolder data, score.py), then every job built
+    and checked together with the backend's checks (operators.preflight.check_run)."""
+    params = context["params"]
+    code = Path(params["code_dir"])
+    if not (code / "score.py").is_file():
+        raise check.fail("code_dir", f"{code} has no score.py", "pass the folder that holds the scoring script")
+    check_image_folder("data_dir", params["data_dir"])
+    for low, high in (("lr_min", "lr_max"), ("momentum_min", "momentum_max")):
+        if params[low] >= params[high]:
+            raise check.fail(low, f"{params[low]} is not less than {high} {params[high]}", f"make {low} < {high}")
+    if params["max_concurrent_trials"] > params["max_trials"]:
+        raise check.fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
+                                                  f"{params['max_trials']}", "lower it to at most max_trials")
+    check_run(context, job=training_job(params), sweep=sweep_arguments(params), name_prefix=params["endpoint_prefix"])
+
+
+CODE, JOB, SWEEP, POLICY, DEPLOY, BACKEND = ("Code and data", "Training job", "Sweep", "Early termination",
+                                              "Deployment", "Backend")
+NULLABLE_STRING = ["null", "string"]  # optional: the trigger form will not submit a plain string param empty
 
 with DAG(
     dag_id="train_sweep_deploy",
@@ -38,49 +108,78 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     render_template_as_native_obj=True,
+    user_defined_macros={"training_job": training_job, "search_space": search_space,
+                         "early_termination": early_termination},
     tags=["mlrunway", "pytorch"],
     params={
-        "epochs": Param(20, type="integer", minimum=1, maximum=500, description="Epochs per training run and sweep trial."),
-        "lr_min": Param(0.001, type="number", exclusiveMinimum=0, maximum=1, description="Smallest learning rate (log-uniform)."),
-        "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, description="Largest learning rate."),
-        "momentum_min": Param(0.5, type="number", minimum=0, exclusiveMaximum=1, description="Smallest momentum."),
-        "momentum_max": Param(0.95, type="number", minimum=0, exclusiveMaximum=1, description="Largest momentum."),
-        "sampling": Param("random", enum=["random", "grid"], description="Random (seeded) or a 3x3 grid."),
-        "seed": Param(0, type="integer", minimum=0, description="Seed of random sampling."),
-        "max_trials": Param(8, type="integer", minimum=1, maximum=100, description="Trials at most."),
-        "max_concurrent_trials": Param(2, type="integer", minimum=1, maximum=16, description="Trials at once."),
-        "slack_factor": Param(0.15, type="number", exclusiveMinimum=0, maximum=1, description="Bandit slack factor."),
-        "evaluation_interval": Param(1, type="integer", minimum=1, maximum=100, description="Epochs between Bandit evaluations."),
-        "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500, description="Epochs before the first evaluation."),
-        "primary_metric": Param("best_val_acc", type="string", minLength=1, description="Metric the script logs once per epoch."),
-        "goal": Param("maximize", enum=["maximize", "minimize"], description="Direction of the primary metric."),
-        "data_dir": Param(DEFAULT_DATA, type="string", minLength=1, description="ImageFolder data: train/ and val/."),
-        "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, description="Folder with train.py and score.py."),
-        "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$",
+        "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, section=CODE,
+                          description="The code folder: the training script and score.py."),
+        "data_dir": Param(DEFAULT_DATA, type="string", minLength=1, section=CODE,
+                          description="ImageFolder data (train/ and val/): the example's input, the parity gate's "
+                                      "and the smoke test's images."),
+        "command": Param(None, type=NULLABLE_STRING, section=JOB,
+                         description="Your own command, with ${{inputs.x}}; empty: the tutorial's train.py."),
+        "inputs": Param({}, type="object", section=JOB,
+                        description='Inputs of your command: literals, or {"type": "uri_folder", "path": ...}.'),
+        "epochs": Param(20, type="integer", minimum=1, maximum=500, section=JOB,
+                        description="Epochs per training run and sweep trial (the tutorial's command)."),
+        "distribution": Param(None, section=JOB, type=["null", "object"], description=(
+            'As azure-ai-ml: {"type": "pytorch", "process_count_per_instance": 2}, mpi, or tensorflow with '
+            "worker_count and parameter_server_count."), properties={
+                "type": {"enum": ["pytorch", "mpi", "tensorflow"]}, "process_count_per_instance": {"type": "integer",
+                "minimum": 1}, "worker_count": {"type": "integer", "minimum": 1},
+                "parameter_server_count": {"type": "integer", "minimum": 0}}, required=["type"],
+            additionalProperties=False),
+        "compute": Param(None, type=NULLABLE_STRING, section=JOB,
+                         description="Azure: a compute cluster (empty: the connection's, or serverless)."),
+        "environment": Param(None, type=NULLABLE_STRING, section=JOB,
+                             description="Azure: an environment (empty: one pinned to the project's torch)."),
+        "search_space": Param({}, type="object", section=SWEEP, description=(
+            'As azure.ai.ml.sweep: {"batch_size": {"type": "choice", "values": [32, 64]}}; empty: the '
+            "tutorial's learning rate and momentum from the fields below."),
+            additionalProperties={"type": "object", "required": ["type"],
+                                  "properties": {"type": {"enum": EXPRESSIONS}}}),
+        "lr_min": Param(0.001, type="number", exclusiveMinimum=0, maximum=1, section=SWEEP,
+                        description="Smallest learning rate (log-uniform)."),
+        "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, section=SWEEP, description="Largest learning rate."),
+        "momentum_min": Param(0.5, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Smallest momentum."),
+        "momentum_max": Param(0.95, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Largest momentum."),
+        "sampling": Param("random", enum=["random", "grid"], section=SWEEP, description="Random (seeded) or a grid."),
+        "seed": Param(0, type="integer", minimum=0, section=SWEEP, description="Seed of random sampling."),
+        "max_trials": Param(8, type="integer", minimum=1, maximum=100, section=SWEEP, description="Trials at most."),
+        "max_concurrent_trials": Param(2, type="integer", minimum=1, maximum=16, section=SWEEP, description="Trials at once."),
+        "primary_metric": Param("best_val_acc", type="string", minLength=1, section=SWEEP,
+                                description="Metric the script logs once per epoch."),
+        "goal": Param("maximize", enum=["maximize", "minimize"], section=SWEEP, description="Direction of the primary metric."),
+        "early_termination": Param(None, type=["null", "object"], section=POLICY, description=(
+            'As azure.ai.ml.sweep: {"type": "median_stopping", "evaluation_interval": 1, "delay_evaluation": 5}, '
+            'truncation_selection, bandit, or {"type": "none"}; empty: Bandit from the fields below.'),
+            properties={"type": {"enum": ["bandit", "median_stopping", "truncation_selection", "none"]}},
+            required=["type"]),
+        "slack_factor": Param(0.15, type="number", exclusiveMinimum=0, maximum=1, section=POLICY, description="Bandit slack factor."),
+        "evaluation_interval": Param(1, type="integer", minimum=1, maximum=100, section=POLICY,
+                                     description="Epochs between evaluations."),
+        "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500, section=POLICY,
+                                  description="Epochs before the first evaluation."),
+        "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", section=DEPLOY,
                                  description="Prefix of the run's names; the endpoint is <prefix>-<8 hex of the run>."),
-        "keep_endpoint": Param(False, type="boolean", description="Keep the endpoint serving after the run."),
-        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1,
-                                 description="Airflow connection of the backend; mlrunway_default is local."),
-        # Optional, so null: the trigger form marks a plain string required and will not submit it empty.
-        "instance_type": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9_]+$",
+        "keep_endpoint": Param(False, type="boolean", section=DEPLOY, description="Keep the endpoint serving after the run."),
+        "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", section=DEPLOY,
                                description="Azure: VM size of the blue deployment (empty: the connection's)."),
-        "instance_count": Param(1, type="integer", minimum=1, maximum=20,
+        "instance_count": Param(1, type="integer", minimum=1, maximum=20, section=DEPLOY,
                                 description="Azure: instances of the blue deployment."),
+        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, section=BACKEND,
+                                 description="Airflow connection of the backend; mlrunway_default is local."),
     },
 ) as dag:
     common = {"backend_conn_id": P % "backend_conn_id", "name_prefix": P % "endpoint_prefix"}
-    train = TrainModelOperator(
-        task_id="train", code_dir=P % "code_dir", data_dir=P % "data_dir", num_epochs=P % "epochs",
-        pre_execute=check_run_params, **common,
-    )
+    job = "{{ training_job(params) }}"
+    train = TrainModelOperator(task_id="train", job=job, pre_execute=preflight, **common)
     sweep = SweepOperator(
-        task_id="sweep", code_dir=P % "code_dir", data_dir=P % "data_dir", num_epochs=P % "epochs",
-        learning_rate_range=["{{ params.lr_min }}", "{{ params.lr_max }}"],
-        momentum_range=["{{ params.momentum_min }}", "{{ params.momentum_max }}"],
-        sampling_algorithm=P % "sampling", seed=P % "seed", max_total_trials=P % "max_trials",
-        max_concurrent_trials=P % "max_concurrent_trials", slack_factor=P % "slack_factor",
-        evaluation_interval=P % "evaluation_interval", delay_evaluation=P % "delay_evaluation",
-        primary_metric=P % "primary_metric", goal=P % "goal", **common,
+        task_id="sweep", trial=job, search_space="{{ search_space(params) }}",
+        objective={"primary_metric": P % "primary_metric", "goal": P % "goal"}, sampling_algorithm=P % "sampling",
+        seed=P % "seed", limits={"max_total_trials": P % "max_trials", "max_concurrent_trials": P % "max_concurrent_trials"},
+        early_termination="{{ early_termination(params) }}", **common,
     )
     pick = PickBestModelOperator(task_id="pick_best", sweep_name=sweep.output["sweep_name"], **common)
     export = ExportOnnxOperator(

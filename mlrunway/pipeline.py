@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,8 +40,54 @@ def require_completed(info: JobInfo, what: str) -> None:
         raise JobFailed(f"{what} {info.name} ended {info.status.value}: {info.error or 'no reason recorded'}")
 
 
-def pick_best(backend: Backend, sweep_name: str, model_name: str) -> dict[str, Any]:
-    """Register the best trial's model with its hyperparameters and metric; return the reference.
+_NAMED_OUTPUT = re.compile(r"^\$\{\{\s*outputs\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
+MODEL_FILES = ("model.pt2", "model.onnx")
+
+
+def model_source(backend: Backend, job_name: str, model_path: str) -> tuple[str, str]:
+    """Where job ``job_name`` leaves its model, as the registry's (base, path): a folder under the job's
+    outputs (``outputs/model``) or a named output (``${{outputs.model}}``)."""
+    if named := _NAMED_OUTPUT.match(model_path.strip()):
+        return backend.named_output(job_name, named[1]), ""
+    folder = model_path.strip().removeprefix("./")
+    if folder != "outputs" and not folder.startswith("outputs/"):
+        raise check.fail("model_path", f"{model_path!r} is neither under outputs/ nor a named output",
+                         "pass a folder under the job's outputs (outputs/model) or ${{outputs.<name>}}")
+    return backend.job_outputs(job_name), folder.removeprefix("outputs").strip("/")
+
+
+def check_model_output(backend: Backend, job_name: str, model_path: str) -> list[str]:
+    """The model contract, checked where the job left its model: ``signature.json`` and the model file it names
+    (``model.pt2`` or ``model.onnx``). JobFailed names what is missing. A backend whose outputs are not files
+    here (Azure ML) is checked when pick-best downloads the model; the files found are returned."""
+    base, path = model_source(backend, job_name, model_path)
+    if not backend.capabilities.local_outputs:
+        return [f"{base}{path} (checked at download)"]
+    folder = Path(base, path)
+    found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    signature = folder / "signature.json"
+    problem = None
+    if not found:
+        problem = "nothing is there"
+    elif not signature.is_file():
+        problem = "signature.json is missing"
+    else:
+        try:
+            model_file = json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
+        except ValueError as exc:
+            model_file, problem = None, f"signature.json is not JSON ({exc})"
+        if model_file is not None and model_file not in found:
+            problem = f"signature.json names {model_file!r}, which is not there"
+    if problem:
+        raise JobFailed(f"job {job_name}: no model at {model_path}: {problem} (found: {', '.join(found) or 'none'}); "
+                        "save model.pt2 (torch.export) or model.onnx with signature.json there, as the README's "
+                        "model contract says, or point model_path at where the job saves it")
+    return found
+
+
+def pick_best(backend: Backend, sweep_name: str, model_name: str, model_path: str = "outputs/model") -> dict[str, Any]:
+    """Register the best trial's model (found at ``model_path``, see :func:`model_source`) with its
+    hyperparameters and metric; return the reference.
 
     The trials of the sweep's earlier attempts that completed count too (a retried sweep carries them over).
     """
@@ -54,8 +101,9 @@ def pick_best(backend: Backend, sweep_name: str, model_name: str) -> dict[str, A
     if existing:  # a retried task: the model is already registered
         model = existing[-1]
     else:
+        base, path = model_source(backend, best.name, model_path)
         model = backend.models.register(
-            model_name, "model", base=backend.job_outputs(best.name), format="torch.export",
+            model_name, path, base=base, format="torch.export",
             tags={**{k: str(v) for k, v in best.params.items()}, objective.primary_metric: f"{metric:.6f}"},
             properties={"source_job": best.name, "sweep": sweep_name, "params": best.params,
                         objective.primary_metric: metric},

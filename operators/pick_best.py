@@ -11,15 +11,18 @@ from operators._base import MlrunwayBaseOperator
 
 
 class PickBestModelOperator(MlrunwayBaseOperator):
-    """:param sweep_name: the sweep job (the Sweep task's ``sweep_name``)."""
+    """:param sweep_name: the sweep job (the Sweep task's ``sweep_name``).
+    :param model_path: where each trial leaves its model: a folder under its outputs (``outputs/model``) or a
+        named output (``${{outputs.model}}``), as for the Train task.
+    """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "sweep_name")
+    template_fields = (*MlrunwayBaseOperator.template_fields, "sweep_name", "model_path")
 
-    def __init__(self, *, sweep_name: str, **kwargs: Any) -> None:
+    def __init__(self, *, sweep_name: str, model_path: str = "outputs/model", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sweep_name = sweep_name
+        self.sweep_name, self.model_path = sweep_name, model_path
 
     def execute(self, context: Context) -> dict[str, Any]:
-        picked = pick_best(self.backend, self.sweep_name, self.names(context).model)
+        picked = pick_best(self.backend, self.sweep_name, self.names(context).model, self.model_path)
         self.link(context, "model", picked["model_name"], picked["model_version"])
         return picked

@@ -8,96 +8,63 @@ from airflow.sdk import Context
 
 from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
-from mlrunway.specs import BanditPolicy, Choice, Objective, SweepLimits, SweepSpec, Uniform
-from mlrunway.specs.search_space import LogUniform, SearchExpression
+from mlrunway.specs import CommandJobSpec, Objective, SweepSpec, check, vocabulary
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
 from mlrunway.sweep.leaderboard import format_leaderboard, trial_score
-from mlrunway.sweep.presets import train_job
 from operators._job import MlrunwayJobOperator
 
 
-def search_space(sampling: str, lr: tuple[float, float], momentum: tuple[float, float]) -> dict[str, SearchExpression]:
-    """Random: log-uniform learning rate, uniform momentum. Grid: 3 values of each, evenly spread."""
-    if sampling == "grid":
-        def spread(low: float, high: float) -> Choice:
-            return Choice(values=tuple(round(low + (high - low) * i / 2, 6) for i in range(3)))
-
-        return {"learning_rate": spread(*lr), "momentum": spread(*momentum)}
-    return {"learning_rate": LogUniform.from_range(*lr), "momentum": Uniform(min_value=momentum[0], max_value=momentum[1])}
-
-
-def sweep_spec(*, code_dir: str, data_dir: str, num_epochs: Any, learning_rate_range: Any, momentum_range: Any,
-               sampling_algorithm: Any, max_total_trials: Any, max_concurrent_trials: Any, slack_factor: Any,
-               evaluation_interval: Any, delay_evaluation: Any, primary_metric: Any, goal: Any, seed: Any,
-               experiment_name: str = "mlrunway", data_interval: tuple[str, str] | None = None) -> SweepSpec:
-    """The sweep the operator's arguments (rendered templates: strings or numbers) describe; a pure function,
-    so preflight checks a run's params with it before any job starts."""
-    lr = (float(learning_rate_range[0]), float(learning_rate_range[1]))
-    momentum = (float(momentum_range[0]), float(momentum_range[1]))
+def sweep_spec(*, trial: Any, search_space: Any, objective: Any, sampling_algorithm: Any = "random",
+               seed: Any = None, limits: Any = None, early_termination: Any = None,
+               data_interval: tuple[str, str] | None = None) -> SweepSpec:
+    """The sweep the operator's (rendered) arguments describe, in azure-ai-ml's words; a pure function, so a
+    preflight builds it from a run's params before any job starts."""
+    sampling: Any = check.one_of("sampling_algorithm", str(sampling_algorithm), ("random", "grid", "bayesian"))
     return SweepSpec(
-        trial=train_job(code_dir, data_dir, num_epochs=int(num_epochs), experiment_name=experiment_name,
-                        data_interval=data_interval),
-        search_space=search_space(str(sampling_algorithm), lr, momentum),
-        objective=Objective(primary_metric=primary_metric, goal=goal),
-        sampling_algorithm=sampling_algorithm, seed=int(seed),
-        limits=SweepLimits(max_total_trials=int(max_total_trials), max_concurrent_trials=int(max_concurrent_trials)),
-        early_termination=BanditPolicy(slack_factor=float(slack_factor), evaluation_interval=int(evaluation_interval),
-                                       delay_evaluation=int(delay_evaluation)),
+        trial=vocabulary.command_job(trial, "trial").with_data_interval(data_interval),
+        search_space=vocabulary.search_space(search_space), objective=vocabulary.objective(objective),
+        sampling_algorithm=sampling, seed=None if seed in (None, "") else int(seed),
+        limits=vocabulary.limits(limits), early_termination=vocabulary.early_termination(early_termination),
     )
 
 
 class SweepOperator(MlrunwayJobOperator):
-    """Run a sweep over learning rate and momentum with a Bandit policy and wait for it.
+    """Run a hyperparameter sweep over the team's own job, with early termination, and wait for it.
 
-    :param code_dir: folder with the training script.
-    :param data_dir: ImageFolder data.
-    :param num_epochs: epochs per trial (one interval per epoch).
-    :param learning_rate_range: (min, max), sampled log-uniformly.
-    :param momentum_range: (min, max), sampled uniformly.
-    :param sampling_algorithm: ``random`` or ``grid``.
-    :param max_total_trials: trials at most.
-    :param max_concurrent_trials: trials at once.
-    :param slack_factor: Bandit slack factor.
-    :param evaluation_interval: Bandit evaluation interval, in epochs.
-    :param delay_evaluation: epochs before the first evaluation.
-    :param primary_metric: metric the script logs once per epoch.
-    :param goal: ``maximize`` or ``minimize``.
-    :param seed: random sampling seed.
+    :param trial: the job each trial runs, in the words of ``azure.ai.ml.command`` (the dict a DAG hands the
+        Train task too), or a ``CommandJobSpec``; each search-space name must reach its command as
+        ``${{inputs.<name>}}``.
+    :param search_space: ``{"lr": {"type": "loguniform", "min_value": -7, "max_value": -2}, "batch_size":
+        {"type": "choice", "values": [32, 64]}}``: choice, uniform, loguniform, quniform, qloguniform, normal,
+        lognormal, randint, as ``azure.ai.ml.sweep``.
+    :param objective: ``{"primary_metric": "val_loss", "goal": "minimize"}``; the script logs the metric once
+        per epoch (one interval).
+    :param sampling_algorithm: ``random``, ``grid`` (choice only) or ``bayesian`` (Azure ML only).
+    :param seed: random sampling's seed.
+    :param limits: ``max_total_trials``, ``max_concurrent_trials``, ``timeout``, ``trial_timeout`` (seconds).
+    :param early_termination: ``{"type": "bandit", "slack_factor": 0.15, "evaluation_interval": 1,
+        "delay_evaluation": 10}``, ``median_stopping``, ``truncation_selection``, or None.
     :param max_wait_s: cancel the sweep and fail past this many seconds.
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 
     link_kind = "sweep"
-    template_fields = (*MlrunwayJobOperator.template_fields, "code_dir", "data_dir", "num_epochs",
-                       "learning_rate_range", "momentum_range", "sampling_algorithm", "max_total_trials",
-                       "max_concurrent_trials", "slack_factor", "evaluation_interval", "delay_evaluation",
-                       "primary_metric", "goal", "seed")
+    template_fields = (*MlrunwayJobOperator.template_fields, "trial", "search_space", "objective",
+                       "sampling_algorithm", "seed", "limits", "early_termination")
 
-    def __init__(self, *, code_dir: str, data_dir: str, num_epochs: int | str = 20,
-                 learning_rate_range: Any = (1e-3, 1e-1), momentum_range: Any = (0.5, 0.95),
-                 sampling_algorithm: str = "random", max_total_trials: int | str = 8,
-                 max_concurrent_trials: int | str = 2, slack_factor: float | str = 0.15,
-                 evaluation_interval: int | str = 1, delay_evaluation: int | str = 10,
-                 primary_metric: str = "best_val_acc", goal: str = "maximize", seed: int | str = 0,
-                 experiment_name: str = "mlrunway", max_wait_s: float = 7200, **kwargs: Any) -> None:
+    def __init__(self, *, trial: dict[str, Any] | CommandJobSpec, search_space: dict[str, Any],
+                 objective: dict[str, Any], sampling_algorithm: str = "random", seed: int | str | None = None,
+                 limits: dict[str, Any] | None = None, early_termination: dict[str, Any] | None = None,
+                 max_wait_s: float = 7200, **kwargs: Any) -> None:
         super().__init__(max_wait_s=max_wait_s, **kwargs)
-        self.code_dir, self.data_dir, self.num_epochs = code_dir, data_dir, num_epochs
-        self.learning_rate_range, self.momentum_range = learning_rate_range, momentum_range
+        self.trial, self.search_space, self.objective = trial, search_space, objective
         self.sampling_algorithm, self.seed = sampling_algorithm, seed
-        self.max_total_trials, self.max_concurrent_trials = max_total_trials, max_concurrent_trials
-        self.slack_factor, self.evaluation_interval, self.delay_evaluation = slack_factor, evaluation_interval, delay_evaluation
-        self.primary_metric, self.goal, self.experiment_name = primary_metric, goal, experiment_name
+        self.limits, self.early_termination = limits, early_termination
 
     def spec(self, data_interval: tuple[str, str] | None = None) -> SweepSpec:
-        return sweep_spec(
-            code_dir=self.code_dir, data_dir=self.data_dir, num_epochs=self.num_epochs,
-            learning_rate_range=self.learning_rate_range, momentum_range=self.momentum_range,
-            sampling_algorithm=self.sampling_algorithm, max_total_trials=self.max_total_trials,
-            max_concurrent_trials=self.max_concurrent_trials, slack_factor=self.slack_factor,
-            evaluation_interval=self.evaluation_interval, delay_evaluation=self.delay_evaluation,
-            primary_metric=self.primary_metric, goal=self.goal, seed=self.seed, experiment_name=self.experiment_name,
-            data_interval=data_interval,
-        )
+        return sweep_spec(trial=self.trial, search_space=self.search_space, objective=self.objective,
+                          sampling_algorithm=self.sampling_algorithm, seed=self.seed, limits=self.limits,
+                          early_termination=self.early_termination, data_interval=data_interval)
 
     def job_name(self, context: Context) -> str:
         return self.names(context).sweep
@@ -113,7 +80,7 @@ class SweepOperator(MlrunwayJobOperator):
         return info
 
     def progress(self, name: str) -> TrialReporter:
-        return TrialReporter(self, name, self.spec().objective)
+        return TrialReporter(self, name, vocabulary.objective(self.objective))
 
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         result = sweep_result(self.backend.jobs, info.name)

@@ -1,4 +1,4 @@
-"""TrainModelOperator: run training/train.py (or your script) as one command job and wait for it."""
+"""TrainModelOperator: the team's own command job, in azure-ai-ml's words, run once and waited on."""
 
 from __future__ import annotations
 
@@ -7,44 +7,65 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway.backend.types import JobInfo
-from mlrunway.pipeline import require_completed
-from mlrunway.sweep.presets import train_job
+from mlrunway.pipeline import check_model_output, require_completed
+from mlrunway.specs import CommandJobSpec
+from mlrunway.specs.vocabulary import JOB_ARGUMENTS, merged_job
 from operators._base import MlrunwayBaseOperator
 from operators._job import MlrunwayJobOperator
 
 
 class TrainModelOperator(MlrunwayJobOperator):
-    """Submit the command job under a name derived from the run (a retry re-attaches to it) and stream its log.
+    """Submit the command job under a name derived from the run (a retry re-attaches to it), stream its log,
+    and check the model it leaves against the model contract before anything downstream spends on it.
 
-    :param code_dir: folder with the training script (snapshotted at submit).
-    :param data_dir: ImageFolder data (train/ and val/).
-    :param num_epochs: epochs to train.
-    :param learning_rate: SGD learning rate.
-    :param momentum: SGD momentum.
+    :param job: the job as ``azure.ai.ml.command`` takes it, one dict (``{"command": "python fit.py --lr
+        ${{inputs.lr}}", "code": "./src", "inputs": {"lr": 0.01}, ...}``), or a ``CommandJobSpec`` as it is.
+        The keyword arguments below, when given, override its fields one by one; all are templated.
+    :param command: the command line, with ``${{inputs.x}}`` and ``${{outputs.y}}``.
+    :param code: the folder snapshotted as the job's working directory.
+    :param inputs: literals, local paths or ``azureml://`` URIs (``{"type": "uri_folder", "path": ...}``).
+    :param outputs: named outputs (``{"model": {"type": "uri_folder"}}``).
+    :param environment: Azure: a curated ``name@version`` or a registered environment; locally ignored.
+    :param compute: Azure: a compute cluster, or empty for serverless; locally ignored.
+    :param distribution: ``{"type": "pytorch", "process_count_per_instance": 4}``, ``mpi`` or ``tensorflow``.
+    :param instance_count: nodes (the local backend has one).
+    :param environment_variables: for every process of the job.
     :param experiment_name: MLflow / Azure ML experiment.
+    :param display_name: the job's display name.
+    :param tags: the job's tags.
+    :param model_path: where the job leaves its model: a folder under its outputs (``outputs/model``, the
+        default) or a named output (``${{outputs.model}}``); checked as soon as the job ends.
     :param max_wait_s: cancel the job and fail past this many seconds.
     :param poll_interval_s: seconds between status checks (default: the backend's).
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     """
 
-    template_fields = (*MlrunwayJobOperator.template_fields, "code_dir", "data_dir", "num_epochs",
-                       "learning_rate", "momentum", "experiment_name")
+    template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path")
 
-    def __init__(self, *, code_dir: str, data_dir: str, num_epochs: int | str = 20, learning_rate: float | str = 0.01,
-                 momentum: float | str = 0.9, experiment_name: str = "mlrunway", **kwargs: Any) -> None:
+    def __init__(self, *, job: dict[str, Any] | CommandJobSpec | None = None, command: str | None = None,
+                 code: str | None = None, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None,
+                 environment: str | None = None, compute: str | None = None, distribution: Any = None,
+                 instance_count: int | str | None = None, environment_variables: dict[str, str] | None = None,
+                 experiment_name: str | None = None, display_name: str | None = None,
+                 tags: dict[str, str] | None = None, timeout: float | str | None = None,
+                 model_path: str = "outputs/model", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.code_dir, self.data_dir = code_dir, data_dir
-        self.num_epochs, self.learning_rate, self.momentum = num_epochs, learning_rate, momentum
-        self.experiment_name = experiment_name
+        self.job, self.command, self.code, self.inputs, self.outputs = job, command, code, inputs, outputs
+        self.environment, self.compute, self.distribution = environment, compute, distribution
+        self.instance_count, self.environment_variables = instance_count, environment_variables
+        self.experiment_name, self.display_name, self.tags, self.timeout = experiment_name, display_name, tags, timeout
+        self.model_path = model_path
+
+    def spec(self, data_interval: tuple[str, str] | None = None) -> CommandJobSpec:
+        """The job these (rendered) arguments describe; a pure function of them, so preflight can build it."""
+        return merged_job(self.job, {name: getattr(self, name) for name in JOB_ARGUMENTS}).with_data_interval(
+            data_interval)
 
     def job_name(self, context: Context) -> str:
         return self.names(context).train_job
 
     def submit(self, name: str, context: Context) -> JobInfo:
-        spec = train_job(self.code_dir, self.data_dir, num_epochs=int(self.num_epochs),
-                         learning_rate=float(self.learning_rate), momentum=float(self.momentum),
-                         experiment_name=self.experiment_name, data_interval=self.data_interval(context))
-        info = self.backend.jobs.submit(name, spec)
+        info = self.backend.jobs.submit(name, self.spec(self.data_interval(context)))
         self.log.info("Training job %s submitted", name)
         return info
 
@@ -53,6 +74,8 @@ class TrainModelOperator(MlrunwayJobOperator):
 
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         require_completed(info, "training job")
+        files = check_model_output(self.backend, info.name, self.model_path)
+        self.log.info("%s left a model at %s: %s", info.name, self.model_path, ", ".join(files))
         return {"job_name": info.name, "status": info.status.value, "metrics": self.backend.jobs.metrics(info.name)}
 
 

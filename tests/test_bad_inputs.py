@@ -6,6 +6,7 @@ preflight, the hook, the endpoint), and each test checks afterwards that the wor
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import dataclass
@@ -54,12 +55,12 @@ class Ctx:
 
     def preflight(self, **changes) -> None:
         sys.path.insert(0, str(REPO / "dags"))
-        from train_sweep_deploy import dag
-
-        from operators.preflight import check_run_params
+        from train_sweep_deploy import dag, preflight
 
         params = {**dag.params.validate(), "data_dir": str(self.digits), **changes}
-        check_run_params({"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__x"})
+        task = copy.copy(dag.get_task("train"))
+        task.backend_conn_id = params["backend_conn_id"]  # rendered, as pre_execute sees it
+        preflight({"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__x", "task": task})
 
     def folder(self, layout: dict[str, bytes]) -> str:
         root = self.tmp / "data"

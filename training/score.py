@@ -68,9 +68,14 @@ def _decode_images(items: list) -> np.ndarray:
             raise ValueError(f"images[{index}] is not a base64-encoded PNG or JPEG ({exc})") from exc
         image = image.convert(prep.get("color", "L")).resize((width, height))
         array = np.asarray(image, dtype=np.float32) * float(prep.get("scale", 1 / 255))
-        array = (array - float(prep.get("mean", 0.0))) / float(prep.get("std", 1.0))
-        arrays.append(array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
-    return np.stack(arrays)
+        array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+        arrays.append((array - _channels(prep, "mean", 0.0)) / _channels(prep, "std", 1.0))
+    return np.stack(arrays).astype(np.float32)
+
+
+def _channels(prep: dict, key: str, default: float) -> np.ndarray:
+    """``mean`` or ``std``: one number for every channel, or a list of one per channel (shape (C, 1, 1))."""
+    return np.asarray(prep.get(key, default), dtype=np.float32).reshape(-1, 1, 1)
 
 
 def _batch(body: object) -> np.ndarray:

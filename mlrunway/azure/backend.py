@@ -30,6 +30,7 @@ from azure.core.rest import HttpRequest
 from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import is_gpu_size, scoring_environment, training_environment
 from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentSettings,
@@ -173,6 +174,10 @@ class AzureBackend:
         would be read back as a datastore named ``artifacts`` if the service kept it)."""
         return f"azureml://datastores/workspaceartifactstore/paths/ExperimentRun/dcid.{job_name}/outputs/"
 
+    def named_output(self, job_name: str, output: str) -> str:
+        """A named output's default place: ``azureml/<job>/<output>/`` in the workspace's default datastore."""
+        return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/{output}/"
+
     @property
     def workspace_id(self) -> str:
         c = self.client
@@ -225,6 +230,8 @@ class AzureJobs:
         """The compute exists in the workspace (one ARM read) and local input paths exist; serverless (no
         compute) needs nothing."""
         self._vm_size(spec.compute or self.backend.compute)
+        if Path(spec.code).is_dir():  # the SDK uploads what .amlignore / .gitignore leave: check its size first
+            check_size("command_job.code", spec.code, snapshot_files(spec.code))
         for key, value in spec.inputs.items():
             path = getattr(value, "path", "")
             if path and "://" not in path and not Path(path).exists():

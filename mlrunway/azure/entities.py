@@ -67,6 +67,7 @@ def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str |
         instance_count=spec.instance_count,
         experiment_name=spec.experiment_name,
         display_name=spec.display_name or name,
+        tags=dict(spec.tags),
         timeout=int(spec.timeout) if spec.timeout else None,
     )
 

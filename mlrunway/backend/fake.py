@@ -49,7 +49,7 @@ class FakeBackend:
     """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
 
     kind = "fake"
-    capabilities = Capabilities(poll_interval_s=0.1)
+    capabilities = Capabilities(poll_interval_s=0.1, local_outputs=True)
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -75,6 +75,9 @@ class FakeBackend:
     def job_outputs(self, job_name: str) -> str:
         return str(self.root / "jobs" / job_name / "outputs")
 
+    def named_output(self, job_name: str, output: str) -> str:
+        return str(Path(self.job_outputs(job_name)) / output)
+
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         return None
 
@@ -99,6 +102,9 @@ class FakeJobs:
         self.canceled: list[tuple[str, str]] = []
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
         self.validated: list[CommandJobSpec] = []
+        # What a command job leaves in its outputs (path -> text): by default a model as the contract asks.
+        self.output_files: dict[str, str] = {"model/signature.json": json.dumps({"file": "model.pt2"}),
+                                             "model/model.pt2": "a torch.export program"}
 
     # -- scripting ---------------------------------------------------------------------------------
     def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
@@ -135,7 +141,11 @@ class FakeJobs:
         if name in self.records:
             return self.get(name)
         statuses, error = self.scripts.get(name, ([JobStatus.COMPLETED], None))
-        Path(self.backend.job_outputs(name)).mkdir(parents=True, exist_ok=True)
+        outputs = Path(self.backend.job_outputs(name))
+        outputs.mkdir(parents=True, exist_ok=True)
+        for relative, text in (self.output_files.items() if kind == "command" else ()):
+            (outputs / relative).parent.mkdir(parents=True, exist_ok=True)
+            (outputs / relative).write_text(text)
         info = JobInfo(name=name, kind=kind, status=JobStatus.QUEUED, outputs=self.backend.job_outputs(name),
                        error=error)
         self.records[name] = _Job(info, spec, list(statuses))

@@ -36,11 +36,13 @@ class Capabilities:
         plugin's own pages (MLflow run, endpoint) stand in for it.
     :param poll_interval_s: how often a waiter asks for a status when its task does not say: seconds for a
         local process, tens of seconds on a cloud whose reads count against a rate limit.
+    :param local_outputs: ``job_outputs`` and ``named_output`` are folders of this machine, readable as they are.
     """
 
     artifacts: bool = False
     studio: bool = False
     poll_interval_s: float = 2.0
+    local_outputs: bool = False
 
 
 class Jobs(Protocol):
@@ -117,6 +119,10 @@ class Backend(Protocol):
 
     def job_outputs(self, job_name: str) -> str:
         """Where a job's ``./outputs`` files are: a folder, or a URI the backend's registry takes as ``base``."""
+        ...
+
+    def named_output(self, job_name: str, output: str) -> str:
+        """Where a job's named output ``${{outputs.<output>}}`` is: a folder, or a URI the registry takes."""
         ...
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:

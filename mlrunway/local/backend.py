@@ -22,7 +22,8 @@ class LocalBackend:
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
-    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=1.0)
+    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=1.0,
+                                                   local_outputs=True)
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
@@ -41,6 +42,10 @@ class LocalBackend:
     def job_outputs(self, job_name: str) -> str:
         """The folder of a job's ``./outputs`` files (Azure: ``azureml://jobs/<name>/outputs/artifacts/paths/outputs/``)."""
         return self.jobs.get(job_name).outputs or ""
+
+    def named_output(self, job_name: str, output: str) -> str:
+        """A named output's folder: ``outputs/<output>`` of the job, where the launcher points it."""
+        return str(Path(self.job_outputs(job_name)) / output)
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
@@ -35,7 +36,6 @@ from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
 SWEEP_TIMEOUT_MARGIN_S = 120.0
-_SNAPSHOT_IGNORE = shutil.ignore_patterns("outputs", "__pycache__", "*.pyc", ".git", ".venv")
 
 
 class LocalJobs:
@@ -48,9 +48,10 @@ class LocalJobs:
     # -- submit -----------------------------------------------------------------------------------
     def validate(self, spec: CommandJobSpec) -> None:
         """What ``submit`` would refuse, before any job: a distribution or node count this machine cannot run,
-        a missing code folder, a missing input path."""
+        a missing code folder or one whose snapshot is over the size limit, a missing input path."""
         check_runnable(spec)
-        _existing_folder("command_job.code", spec.code)
+        code = _existing_folder("command_job.code", spec.code)
+        check_size("command_job.code", code, snapshot_files(code, exclude=[self.workspace.root]))
         _absolute_inputs(spec)
 
     def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None) -> JobInfo:
@@ -99,8 +100,8 @@ class LocalJobs:
         final = self.workspace.job_dir(name)
         for sub in ("logs", "outputs"):
             (staging / sub).mkdir()
-        if code is not None:
-            shutil.copytree(code, staging / "code", ignore=_SNAPSHOT_IGNORE, symlinks=True)
+        if code is not None:  # never the workspace itself, when the code folder holds it
+            copy_snapshot("command_job.code", code, staging / "code", exclude=[self.workspace.root])
         else:
             (staging / "code").mkdir()
         (staging / "code" / "outputs").symlink_to("../outputs")

@@ -21,10 +21,39 @@ SIGNATURE = "signature.json"
 
 
 def read_signature(model_dir: Path) -> dict[str, Any]:
+    """The model folder's signature.json, checked: a field the pipeline cannot use is a named SpecError here,
+    at export, rather than a TypeError in the parity gate, the smoke test or score.py."""
     path = Path(model_dir) / SIGNATURE
     if not path.is_file():
         raise SpecError(f"model: {path} is missing; a model folder needs signature.json next to its model file")
-    return json.loads(path.read_text())
+    try:
+        signature = json.loads(path.read_text())
+    except ValueError as exc:
+        raise SpecError(f"model: {path} is not JSON ({exc}); write it with json.dump") from exc
+    check_signature(signature)
+    return signature
+
+
+def check_signature(signature: Any) -> None:
+    """``inputs[0].shape`` a list of sizes (None for any); ``preprocessing`` (when present) with a 2-number
+    ``size`` and a ``mean``/``std`` of one number or one per channel; ``classes`` a list when present."""
+    from mlrunway.data.images import normalization
+
+    inputs = signature.get("inputs") if isinstance(signature, dict) else None
+    shape = inputs[0].get("shape") if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else None
+    if not isinstance(shape, list) or not all(d is None or (isinstance(d, int) and d > 0) for d in shape):
+        raise SpecError(f"signature.json inputs[0].shape: {shape!r} is not a list of sizes; write e.g. "
+                        "[null, 3, 32, 32] (null for the batch axis)")
+    if "classes" in signature and not (isinstance(signature["classes"], list) and signature["classes"]):
+        raise SpecError(f"signature.json classes: {signature['classes']!r} is not a non-empty list; "
+                        "list the class names in output order, or leave classes out for a non-classifier")
+    prep = signature.get("preprocessing")
+    if prep is None:
+        return
+    size = prep.get("size") if isinstance(prep, dict) else None
+    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise SpecError(f"signature.json preprocessing.size: {size!r} is not [height, width]; write two sizes")
+    normalization(prep)
 
 
 def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int):

@@ -133,6 +133,7 @@ class CommandJobSpec:
     :param environment: Azure environment (curated name or ``name@latest``); ignored locally.
     :param compute: Azure compute target; ignored locally.
     :param timeout: seconds after which the job is canceled.
+    :param tags: the job's tags (Azure ML's job tags; MLflow run tags locally).
     """
 
     code: str
@@ -147,6 +148,7 @@ class CommandJobSpec:
     environment: str | None = None
     compute: str | None = None
     timeout: float | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.code, str) or not self.code:
@@ -175,12 +177,23 @@ class CommandJobSpec:
         object.__setattr__(self, "inputs", MappingProxyType(inputs))
         object.__setattr__(self, "outputs", MappingProxyType(outputs))
         object.__setattr__(self, "environment_variables", MappingProxyType(dict(self.environment_variables)))
+        object.__setattr__(self, "tags", MappingProxyType({str(k): str(v) for k, v in self.tags.items()}))
 
     @property
     def process_count(self) -> int:
         """Processes across all instances."""
         per_instance = self.distribution.processes_per_instance if self.distribution else 1
         return per_instance * self.instance_count
+
+    def with_data_interval(self, interval: tuple[str, str] | None) -> CommandJobSpec:
+        """A copy whose processes get an Airflow run's data interval (ISO start and end) as the environment
+        variables ``MLRUNWAY_DATA_INTERVAL_START`` and ``_END``: a backfill's run can train on its own interval's
+        data, and a script that ignores them runs unchanged."""
+        if interval is None:
+            return self
+        return replace(self, environment_variables={**self.environment_variables,
+                                                    "MLRUNWAY_DATA_INTERVAL_START": interval[0],
+                                                    "MLRUNWAY_DATA_INTERVAL_END": interval[1]})
 
     def with_inputs(self, **values: Literal_ | Input) -> CommandJobSpec:
         """Return a copy with inputs added or replaced (a sweep trial's hyperparameters)."""
@@ -204,6 +217,7 @@ class CommandJobSpec:
             "environment": self.environment,
             "compute": self.compute,
             "timeout": self.timeout,
+            "tags": dict(self.tags),
         }
 
     @classmethod

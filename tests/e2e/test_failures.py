@@ -19,6 +19,7 @@ from mlrunway.backend.types import JobStatus
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 from tests.e2e.test_dag_local import assert_nothing_left, run_dag
+from tests.tutorial import OBJECTIVE, SPACE, bandit, tutorial_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TINY = {"epochs": 3, "max_trials": 2, "max_concurrent_trials": 2, "delay_evaluation": 1}
@@ -106,8 +107,9 @@ def test_killing_the_sweep_task_cancels_the_sweep_and_its_trials(small_digits, t
     from operators import SweepOperator
 
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
-    op = SweepOperator(task_id="sweep", code_dir=str(REPO / "training"), data_dir=str(small_digits), num_epochs=200,
-                       max_total_trials=2, max_concurrent_trials=2)
+    op = SweepOperator(task_id="sweep", trial=tutorial_job(str(small_digits), epochs=200), search_space=SPACE,
+                       objective=OBJECTIVE, early_termination=bandit(),
+                       limits={"max_total_trials": 2, "max_concurrent_trials": 2})
     context = {"dag": SimpleNamespace(dag_id="kill"), "run_id": "manual__kill", "ti": SimpleNamespace(
         xcom_push=lambda **_: None)}
     name = op.submit_job(context)

@@ -34,11 +34,13 @@ from datetime import datetime
 sys.path.insert(0, {repo!r})
 from airflow.sdk import DAG
 from operators import SweepOperator
+from tests.tutorial import OBJECTIVE, SPACE, bandit, tutorial_job
 
 with DAG(dag_id="sweep_crash", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-    SweepOperator(task_id="sweep", code_dir={code!r}, data_dir={data!r}, num_epochs=4, max_total_trials=3,
-                  max_concurrent_trials=1, delay_evaluation=1, deferrable=False, poll_interval_s=0.5,
-                  name_prefix="crash")
+    SweepOperator(task_id="sweep", trial=tutorial_job({data!r}, epochs=4, code={code!r}), search_space=SPACE,
+                  objective=OBJECTIVE, early_termination=bandit(delay_evaluation=1),
+                  limits={{"max_total_trials": 3, "max_concurrent_trials": 1}}, deferrable=False,
+                  poll_interval_s=0.5, name_prefix="crash")
 '''
 RUN = textwrap.dedent('''
     import sys

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,11 +25,12 @@ from mlrunway.backend.attempts import Action
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
-from mlrunway.errors import EndpointError, JobFailed, JobTimedOut
+from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, SpecError
 from mlrunway.specs.sweep import SweepSpec
 from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
 from tests.conftest import REPO
 from tests.mlrunway.airflow.test_triggers import first_event
+from tests.tutorial import OBJECTIVE, SPACE, bandit, tutorial_job
 
 DAG, RUN = "fake_dag", "manual__1"
 NAMES = RunNames.of(DAG, RUN, "fk")
@@ -72,14 +74,15 @@ def fake(request, tmp_path, monkeypatch) -> FakeBackend:
 
 
 def train(**kwargs: Any) -> TrainModelOperator:
-    return TrainModelOperator(task_id="train", backend_conn_id="fake", name_prefix="fk", code_dir=str(REPO / "training"),
-                              data_dir="/data", poll_interval_s=0.01, **kwargs)
+    return TrainModelOperator(**{"task_id": "train", "backend_conn_id": "fake", "name_prefix": "fk",
+                                 "job": tutorial_job("/data"), "poll_interval_s": 0.01, **kwargs})
 
 
 def sweep(**kwargs: Any) -> SweepOperator:
-    return SweepOperator(task_id="sweep", backend_conn_id="fake", name_prefix="fk", code_dir=str(REPO / "training"),
-                         data_dir="/data", num_epochs=3, max_total_trials=4, max_concurrent_trials=2, seed=7,
-                         poll_interval_s=0.01, **kwargs)
+    return SweepOperator(**{"task_id": "sweep", "backend_conn_id": "fake", "name_prefix": "fk",
+                            "trial": tutorial_job("/data"), "search_space": SPACE, "objective": OBJECTIVE, "seed": 7,
+                            "early_termination": bandit(), "limits": {"max_total_trials": 4, "max_concurrent_trials": 2},
+                            "poll_interval_s": 0.01, **kwargs})
 
 
 def trial(name: str, status: JobStatus, history: tuple[float, ...], **params: float) -> TrialInfo:
@@ -318,3 +321,46 @@ def test_a_retry_resumes_what_the_backend_can_recover_instead_of_submitting_anew
     fake.jobs.recover = lambda name: resumed  # what LocalJobs.recover does for a killed sweep
     attempt = submit_or_reattach(fake.jobs, "swp", lambda n: pytest.fail(f"{n} must not be submitted"))
     assert attempt.action is Action.REATTACHED and attempt.job.status is JobStatus.RUNNING
+
+
+# -- the team's own job ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("files", "model_path", "problem"), [
+    pytest.param({}, "outputs/model", "nothing is there", id="no-model"),
+    pytest.param({"model/model.pt2": "x"}, "outputs/model", "signature.json is missing", id="no-signature"),
+    pytest.param({"model/signature.json": '{"file": "model.onnx"}', "model/model.pt2": "x"}, "outputs/model",
+                 "signature.json names 'model.onnx', which is not there", id="names-a-missing-file"),
+    pytest.param({"model/signature.json": "{}", "model/model.pt2": "x"}, "outputs/weights", "nothing is there",
+                 id="elsewhere"),
+])
+def test_a_training_job_without_the_model_contract_fails_before_the_sweep(fake, files, model_path, problem):
+    fake.jobs.output_files = files
+    with pytest.raises(JobFailed, match=f"no model at {model_path}: {re.escape(problem)}"):
+        train(defer_after_s=0, model_path=model_path).execute(context())
+
+
+def test_a_model_in_a_named_output_passes_the_contract(fake):
+    fake.jobs.output_files = {"model/signature.json": "{}", "model/model.pt2": "x"}
+    job = {**tutorial_job("/data"), "outputs": {"model": {"type": "uri_folder"}}}
+    job["command"] += " --output-dir ${{outputs.model}}"
+    assert train(job=job, model_path="${{outputs.model}}", defer_after_s=0).execute(context())["status"] == "Completed"
+
+
+def test_keyword_arguments_override_the_jobs_fields_and_reach_the_backend(fake):
+    train(command="torchrun fit.py --lr ${{inputs.lr}}", inputs={"lr": 0.3}, tags={"team": "vision"},
+          distribution={"type": "pytorch", "process_count_per_instance": 2}, defer_after_s=0).execute(context())
+    spec = fake.jobs.spec(NAMES.train_job)
+    assert spec.command == "torchrun fit.py --lr ${{inputs.lr}}" and dict(spec.inputs) == {"lr": 0.3}
+    assert spec.distribution.process_count_per_instance == 2 and dict(spec.tags) == {"team": "vision"}
+    assert spec.code == str(REPO / "training")  # kept from job=
+
+
+def test_a_sweep_in_the_sdks_words_reaches_the_backend_as_a_spec(fake):
+    task = sweep(search_space={**SPACE, "batch_size": {"type": "choice", "values": [16, 32]}},
+                 early_termination={"type": "median_stopping", "evaluation_interval": 1, "delay_evaluation": 2},
+                 trial={**tutorial_job("/data"), "inputs": {**tutorial_job("/data")["inputs"], "batch_size": 8},
+                        "command": tutorial_job("/data")["command"] + " --batch-size ${{inputs.batch_size}}"})
+    spec = task.spec()
+    assert spec.search_space["batch_size"].values == (16, 32)
+    assert spec.early_termination.kind == "median_stopping" and spec.limits.max_total_trials == 4
+    with pytest.raises(SpecError, match="search_space.batch_size.values: empty"):
+        sweep(search_space={"batch_size": {"type": "choice", "values": []}}).spec()

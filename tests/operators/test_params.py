@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 from types import SimpleNamespace
 
@@ -50,8 +51,11 @@ def test_defaults_are_valid(dag):
 
 
 def context(dag, digits, **changes):
+    """What the train task's pre_execute gets: the params, the run, and the task (its backend: local)."""
     params = {**dag.params.validate(), "data_dir": str(digits), **changes}
-    return {"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__2026-11-21"}
+    task = copy.copy(dag.get_task("train"))
+    task.backend_conn_id = params["backend_conn_id"]  # rendered, as pre_execute sees it
+    return {"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__2026-11-21", "task": task}
 
 
 @pytest.mark.parametrize(
@@ -61,33 +65,51 @@ def context(dag, digits, **changes):
         pytest.param({"momentum_min": 0.9, "momentum_max": 0.5}, "momentum_min: 0.9 is not less than", id="momentum-range"),
         pytest.param({"max_trials": 2, "max_concurrent_trials": 4}, "max_concurrent_trials: 4 is more than max_trials 2", id="concurrency"),
         pytest.param({"data_dir": "/nowhere"}, "data_dir: folder '/nowhere' does not exist", id="missing-data"),
-        pytest.param({"code_dir": "/tmp"}, "code_dir: /tmp lacks train.py or score.py", id="missing-scripts"),
+        pytest.param({"code_dir": "/tmp"}, "code_dir: /tmp has no score.py", id="missing-scoring-script"),
+        pytest.param({"search_space": {"batch_size": {"type": "choice", "values": []}}},
+                     "search_space.batch_size.values: empty", id="empty-choice"),
+        pytest.param({"search_space": {"batch_size": {"type": "choice", "values": [16, 32]}}},
+                     "sweep.search_space.batch_size: never reaches the trial's command line", id="unused-hyperparameter"),
+        pytest.param({"command": "python fit.py --rows ${{inputs.rows}}"},
+                     r"job.command: \$\{\{inputs.rows\}\} has no matching input", id="undefined-input"),
+        pytest.param({"command": "python fit.py --data ${{inputs.d}} --lr ${{inputs.learning_rate}} --m "
+                                 "${{inputs.momentum}}", "inputs": {"d": {"type": "uri_folder", "path": "/nowhere/data"},
+                                                                    "learning_rate": 0.1, "momentum": 0.9}},
+                     "command_job.inputs.d: uri_folder '/nowhere/data' does not exist", id="missing-input-path"),
+        pytest.param({"distribution": {"type": "mpi", "process_count_per_instance": 2}},
+                     "distribution mpi: no mpirun on PATH", id="a-distribution-this-machine-cannot-run",
+                     marks=pytest.mark.skipif(shutil.which("mpirun") is not None, reason="mpirun is installed")),
+        pytest.param({"early_termination": {"type": "truncation_selection", "truncation_percentage": 120}},
+                     "early_termination.truncation_percentage: 120", id="bad-policy-value"),
     ],
 )
 def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes, message):
-    from operators.preflight import check_run_params
+    from train_sweep_deploy import preflight
 
     with pytest.raises(SpecError, match=message):
-        check_run_params(context(dag, digits, **changes))
+        preflight(context(dag, digits, **changes))
 
 
 def test_preflight_accepts_the_defaults(dag, digits):
-    from operators.preflight import check_run_params
+    from train_sweep_deploy import preflight
 
-    check_run_params(context(dag, digits))
+    preflight(context(dag, digits))
 
 
 def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):
     """After the params, the backend checks the job it will run (Azure: the compute exists) before any job."""
     from dataclasses import replace
 
+    from train_sweep_deploy import preflight
+
     from mlrunway.backend.fake import FakeBackend
-    from operators.preflight import check_run_params
 
     train = copy.copy(dag.get_task("train"))
     backend = train.__dict__["backend"] = FakeBackend()
-    check_run_params({**context(dag, digits), "task": train})
-    (spec,) = backend.jobs.validated
+    preflight({**context(dag, digits), "task": train})
+    train_spec, trial_spec = backend.jobs.validated  # the training job, then the sweep's trial
+    assert train_spec == trial_spec
+    spec = trial_spec
     assert spec.code == str(REPO / "training") and "${{inputs.learning_rate}}" in spec.command
     backend.jobs.computes = {"gpu-cluster"}
     with pytest.raises(SpecError, match="command_job.compute: 'cpu-cluster' is not a compute of the fake workspace"):

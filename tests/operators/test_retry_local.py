@@ -19,13 +19,16 @@ pytestmark = pytest.mark.slow
 FLAKY_TRAIN = """
 import argparse, pathlib, sys
 parser = argparse.ArgumentParser()
-for flag in ("--data-dir", "--num-epochs", "--learning-rate", "--momentum"):
-    parser.add_argument(flag)
+parser.add_argument("--data-dir")
 args = parser.parse_args()
 marker = pathlib.Path(args.data_dir) / "first-attempt-ran"
 if not marker.exists():
     marker.write_text("x")
     sys.exit("the node was preempted")  # the first attempt fails, as a transient fault would
+model = pathlib.Path("outputs/model")
+model.mkdir(parents=True)
+(model / "model.pt2").write_text("weights")
+(model / "signature.json").write_text('{"file": "model.pt2"}')
 print("trained")
 """
 
@@ -52,8 +55,10 @@ def test_a_failed_first_attempt_is_followed_by_a_second_that_succeeds(tmp_path, 
     name = RunNames.of("retry_dag", "manual__1", "retry").train_job
 
     def task() -> TrainModelOperator:
-        return TrainModelOperator(task_id="train", name_prefix="retry", code_dir=str(code), data_dir=str(tmp_path / "data"),
-                                  num_epochs=1, deferrable=False, poll_interval_s=0.2, retries=1)
+        job = {"command": "python train.py --data-dir ${{inputs.data}}", "code": str(code),
+               "inputs": {"data": {"type": "uri_folder", "path": str(tmp_path / "data")}}}
+        return TrainModelOperator(task_id="train", name_prefix="retry", job=job, deferrable=False,
+                                  poll_interval_s=0.2, retries=1)
 
     with pytest.raises(JobFailed, match="the node was preempted"):
         task().execute(context)  # try 1
