@@ -36,6 +36,14 @@ def dag():
         pytest.param("endpoint_prefix", "1digits", id="prefix-starts-with-digit"),
         pytest.param("endpoint_prefix", "a" * 24, id="prefix-too-long"),
         pytest.param("keep_endpoint", "yes", id="keep-not-boolean"),
+        pytest.param("distribution", {"type": "horovod"}, id="distribution-type"),
+        pytest.param("distribution", {"type": "pytorch", "process_count_per_instance": 0}, id="zero-processes"),
+        pytest.param("distribution", {"type": "pytorch", "processes": 2}, id="distribution-argument"),
+        pytest.param("search_space", {"lr": {"min_value": 0.1}}, id="expression-without-type"),
+        pytest.param("search_space", {"lr": {"type": "gaussian"}}, id="expression-type"),
+        pytest.param("early_termination", {"type": "hyperband"}, id="policy-type"),
+        pytest.param("inputs", ["not", "an", "object"], id="inputs-not-an-object"),
+        pytest.param("command", 42, id="command-not-a-string"),
     ],
 )
 def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
