@@ -53,9 +53,9 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
         lines.append(f"best: {pick['trial']} {pick['metric']}={pick['value']:.4f} ({params}) -> "
                      f"model {pick['model_name']}:{pick['model_version']}")
     if parity:
+        top1 = "" if parity.get("top1_agreement") is None else f", top-1 agreement {parity['top1_agreement']:.0%}"
         lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, max |onnx - torch| "
-                     f"{parity['max_abs_diff']:.2g}, top-1 agreement {parity['top1_agreement']:.0%} on "
-                     f"{parity['samples']} {parity['inputs']}")
+                     f"{parity['max_abs_diff']:.2g}{top1} on {parity['samples']} {parity['inputs']}")
     if deploy:
         lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; a real validation image of a "
                      f"{deploy['smoke_truth']} -> {deploy['smoke_label']} (p={deploy['smoke_probability']:.2f})")

@@ -56,13 +56,26 @@ def check_signature(signature: Any) -> None:
     normalization(prep)
 
 
-def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int):
-    """Validation images (when ``data_dir`` has ``val/``) or seeded random inputs; return (inputs, description)."""
+def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int,
+                    inputs_file: str | Path | None = None):
+    """The parity gate's inputs: a file of model inputs the user names (``.npy``, batch first), else validation
+    images (an image signature and ``data_dir/val/``), else seeded random inputs of the signature's shape;
+    return (inputs, description)."""
     import numpy as np
 
     from mlrunway.data.images import load_labeled
 
-    if data_dir is not None and (Path(data_dir) / "val").is_dir():
+    if inputs_file is not None:
+        try:
+            inputs = np.asarray(np.load(inputs_file, allow_pickle=False), dtype=np.float32)
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"inputs_file: {inputs_file} is not a .npy array ({exc}); save one with numpy.save") from exc
+        expected = signature["inputs"][0]["shape"][1:]
+        if list(inputs.shape[1:]) != expected or not len(inputs):
+            raise SpecError(f"inputs_file: {inputs_file} holds shape {list(inputs.shape)}; the signature wants "
+                            f"[N, {', '.join(map(str, expected))}]")
+        return inputs[:samples], f"inputs from {Path(inputs_file).name}"
+    if data_dir is not None and signature.get("preprocessing") and (Path(data_dir) / "val").is_dir():
         inputs, _ = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=samples)
         return inputs, "validation images"
     shape = [samples, *signature["inputs"][0]["shape"][1:]]
@@ -70,7 +83,7 @@ def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samp
 
 
 def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float,
-                min_top1_agreement: float) -> ParityReport:
+                min_top1_agreement: float, classifier: bool = True) -> ParityReport:
     """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``; ParityError when they disagree."""
     import numpy as np
     import onnxruntime as ort
@@ -86,13 +99,14 @@ def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol:
             return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
 
     return compare(torch_logits, lambda batch: session.run(None, {name: batch})[0], inputs, source=source,
-                   atol=atol, min_top1_agreement=min_top1_agreement)
+                   atol=atol, min_top1_agreement=min_top1_agreement, classifier=classifier)
 
 
 def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
                 data_dir: str | Path | None = None, samples: int = 256, atol: float = 1e-4,
-                min_top1_agreement: float = 1.0) -> ParityReport:
-    """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails)."""
+                min_top1_agreement: float = 1.0, inputs_file: str | Path | None = None) -> ParityReport:
+    """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails).
+    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate."""
     import onnx
     import torch
 
@@ -105,9 +119,10 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
                       input_names=["input"], output_names=["logits"], external_data=False)
     onnx.checker.check_model(str(onnx_path), full_check=True)
-    inputs, source = held_out_inputs(signature, data_dir, samples)
+    inputs, source = held_out_inputs(signature, data_dir, samples,
+                                     None if inputs_file is None else model_dir / inputs_file)
     report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol,
-                         min_top1_agreement=min_top1_agreement)
+                         min_top1_agreement=min_top1_agreement, classifier="classes" in signature)
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
     for extra in model_dir.iterdir():  # labels, notes and the like travel with the model

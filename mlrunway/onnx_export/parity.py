@@ -11,10 +11,11 @@ from mlrunway.errors import ParityError
 
 @dataclass(frozen=True)
 class ParityReport:
-    """How far the exported model is from its source on ``samples`` inputs."""
+    """How far the exported model is from its source on ``samples`` inputs; ``top1_agreement`` is measured for
+    classifiers only (None for a model whose outputs are not class scores)."""
 
     max_abs_diff: float
-    top1_agreement: float
+    top1_agreement: float | None
     samples: int
     inputs: str
     atol: float
@@ -22,19 +23,22 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        return self.max_abs_diff <= self.atol and self.top1_agreement >= self.min_top1_agreement
+        return self.max_abs_diff <= self.atol and (self.top1_agreement is None
+                                                   or self.top1_agreement >= self.min_top1_agreement)
 
     def summary(self) -> str:
-        return (f"max |onnx - torch| {self.max_abs_diff:.3g} (tolerance {self.atol:g}), top-1 agreement "
-                f"{self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%}) on {self.samples} {self.inputs}")
+        top1 = "" if self.top1_agreement is None else \
+            f", top-1 agreement {self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%})"
+        return f"max |onnx - torch| {self.max_abs_diff:.3g} (tolerance {self.atol:g}){top1} on {self.samples} {self.inputs}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**vars(self), "passed": self.passed}
 
 
 def compare(reference: Callable[[Any], Any], candidate: Callable[[Any], Any], inputs: Any, *, source: str,
-            atol: float, min_top1_agreement: float, batch: int = 64) -> ParityReport:
-    """Run both models on ``inputs`` (N, ...) float32 in batches and report; raise ParityError when it fails."""
+            atol: float, min_top1_agreement: float, batch: int = 64, classifier: bool = True) -> ParityReport:
+    """Run both models on ``inputs`` (N, ...) float32 in batches and report; raise ParityError when it fails.
+    Top-1 agreement counts only for a ``classifier``."""
     import numpy as np
 
     worst, agree = 0.0, 0
@@ -45,7 +49,8 @@ def compare(reference: Callable[[Any], Any], candidate: Callable[[Any], Any], in
             raise ParityError(f"onnx parity: output shape {got.shape} differs from PyTorch's {expected.shape}")
         worst = max(worst, float(np.max(np.abs(expected - got))))
         agree += int(np.sum(expected.argmax(1) == got.argmax(1)))
-    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / len(inputs), samples=len(inputs), inputs=source,
+    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / len(inputs) if classifier else None,
+                          samples=len(inputs), inputs=source,
                           atol=atol, min_top1_agreement=min_top1_agreement)
     if not report.passed:
         raise ParityError(f"onnx parity gate failed: {report.summary()}; the ONNX model was not registered")

@@ -20,7 +20,7 @@ class ModelStore(Protocol):
 
 def export_registered(models: ModelStore, name: str, version: int | str, *, onnx_name: str | None = None,
                       data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float = 1e-4,
-                      min_top1_agreement: float = 1.0) -> tuple[Any, dict[str, Any]]:
+                      min_top1_agreement: float = 1.0, inputs_file: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Download ``name:version``, export and gate it, register ``onnx_name`` (default ``<name>-onnx``).
 
     Return (the new model version, the parity report as a dict). A failed gate registers nothing.
@@ -28,7 +28,7 @@ def export_registered(models: ModelStore, name: str, version: int | str, *, onnx
     with tempfile.TemporaryDirectory() as scratch:
         source = models.download(name, version, Path(scratch) / "source")
         report = export_onnx(source, Path(scratch) / "onnx", opset=opset, data_dir=data_dir, atol=atol,
-                             min_top1_agreement=min_top1_agreement)
+                             min_top1_agreement=min_top1_agreement, inputs_file=inputs_file)
         figures = report.to_dict()
         registered = models.register(
             onnx_name or f"{name}-onnx", "onnx", base=scratch, format="onnx",

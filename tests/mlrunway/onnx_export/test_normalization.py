@@ -122,3 +122,35 @@ def test_score_py_reads_a_per_channel_png_sent_as_base64(tmp_path, monkeypatch):
     answer = score.run(json.dumps({"images": [base64.b64encode(buffer.getvalue()).decode()]}))
     assert answer["predictions"][0]["label"] in CLASSES
     assert sum(answer["predictions"][0]["probabilities"]) == pytest.approx(1.0, abs=1e-5)
+
+
+def regressor(folder: Path) -> Path:
+    """A model that is not a classifier: 8 features in, one value out; no classes, no preprocessing."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).eval()
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    folder.mkdir(parents=True)
+    torch.export.save(torch.export.export(model, (torch.zeros(2, 8),), dynamic_shapes=({0: batch},)),
+                      folder / "model.pt2")
+    (folder / "signature.json").write_text(json.dumps({"file": "model.pt2",
+                                                       "inputs": [{"name": "x", "shape": [None, 8]}]}))
+    np.save(folder / "sample_inputs.npy", np.random.default_rng(3).standard_normal((40, 8)).astype(np.float32))
+    return folder
+
+
+def test_a_regressor_passes_the_gate_on_its_own_inputs_without_a_top1_check(tmp_path):
+    report = export_onnx(regressor(tmp_path / "model"), tmp_path / "onnx", inputs_file="sample_inputs.npy")
+    assert report.passed and report.top1_agreement is None
+    assert (report.samples, report.inputs) == (40, "inputs from sample_inputs.npy")
+    assert "top-1" not in report.summary() and report.max_abs_diff < 1e-4
+    assert (tmp_path / "onnx" / "sample_inputs.npy").is_file()  # files beside the model travel with it
+
+
+def test_inputs_of_the_wrong_shape_are_a_named_error(tmp_path):
+    folder = regressor(tmp_path / "model")
+    np.save(folder / "wrong.npy", np.zeros((4, 3), dtype=np.float32))
+    with pytest.raises(SpecError, match=r"inputs_file: .*wrong.npy holds shape \[4, 3\]; the signature wants \[N, 8\]"):
+        export_onnx(folder, tmp_path / "onnx", inputs_file="wrong.npy")
