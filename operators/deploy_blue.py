@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Context
@@ -27,7 +28,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param model_name: the ONNX model.
     :param model_version: its version.
     :param code_dir: folder holding score.py.
-    :param data_dir: ImageFolder data; the smoke image comes from val/.
+    :param data_dir: ImageFolder data; the smoke image comes from val/ (an image classifier's smoke test).
+    :param sample_request: a JSON request file score.py answers (Azure's ``request_file``), in the code folder
+        or absolute: the smoke test sends it instead of an image, for any model.
     :param workers: server workers of a local endpoint.
     :param instance_type: VM size of the deployment (Azure; default: the connection's).
     :param instance_count: instances of the deployment (Azure; default: the connection's); locally, the
@@ -38,14 +41,16 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     """
 
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
-                       "data_dir", "instance_type", "instance_count")
+                       "data_dir", "instance_type", "instance_count", "sample_request")
 
-    def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str, workers: int = 2,
+    def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
+                 sample_request: str | None = None, workers: int = 2,
                  instance_type: str | None = None, instance_count: int | str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
+        self.sample_request = sample_request
         self.instance_type, self.instance_count = instance_type, instance_count
 
     def settings(self) -> DeploymentSettings:
@@ -57,7 +62,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         endpoint = self._endpoint = self.names(context).endpoint
         self.link(context, "endpoint", endpoint)
         if not self.deferrable:
-            return deploy_blue(self.backend, endpoint, self.settings(), self.data_dir,
+            return deploy_blue(self.backend, endpoint, self.settings(), self.data_dir, sample_request=self.request(),
                                endpoint_settings=EndpointSettings(workers=self.workers), timeout_s=self.max_wait_s)
         self.backend.endpoints.begin_create_or_update(endpoint, EndpointSettings(workers=self.workers))
         info = self.settle(lambda: self.backend.endpoints.get(endpoint), lambda i: i.provisioning_state.is_terminal())
@@ -105,4 +110,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                                                                              operation=started.operation),
                                lambda i: i.provisioning_state.is_terminal())
             return self.step(endpoint, info.name, info.provisioning_state, info.error, info.operation)
-        return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir)
+        return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir,
+                            self.request())
+
+    def request(self) -> Path | None:
+        """The smoke test's request file: ``sample_request`` in the code folder, or as given when absolute."""
+        return None if not self.sample_request else Path(self.code_dir) / self.sample_request

@@ -57,8 +57,10 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
         lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, max |onnx - torch| "
                      f"{parity['max_abs_diff']:.2g}{top1} on {parity['samples']} {parity['inputs']}")
     if deploy:
-        lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; a real validation image of a "
-                     f"{deploy['smoke_truth']} -> {deploy['smoke_label']} (p={deploy['smoke_probability']:.2f})")
+        smoke = f"{deploy['smoke_request']} -> {deploy['smoke_answer']}" if "smoke_request" in deploy else (
+            f"a real validation image of a {deploy['smoke_truth']} -> {deploy['smoke_label']} "
+            f"(p={deploy['smoke_probability']:.2f})")
+        lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; {smoke}")
     if clean:
         kept = clean.get("endpoint_kept")
         lines.append(f"cleanup: endpoint {'kept (keep_endpoint)' if kept else 'deleted'}; "

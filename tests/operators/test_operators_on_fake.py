@@ -364,3 +364,29 @@ def test_a_sweep_in_the_sdks_words_reaches_the_backend_as_a_spec(fake):
     assert spec.early_termination.kind == "median_stopping" and spec.limits.max_total_trials == 4
     with pytest.raises(SpecError, match="search_space.batch_size.values: empty"):
         sweep(search_space={"batch_size": {"type": "choice", "values": []}}).spec()
+
+
+def test_a_model_that_is_not_an_image_classifier_is_smoke_tested_with_its_sample_request(fake, tmp_path):
+    """Azure's invoke(request_file=...): the request goes by header, then through traffic; no images needed."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sample_request.json").write_text(json.dumps({"data": [[0.1] * 8]}))
+    fake.models.register("reg", REPO / "training" / "score.py")
+    fake.endpoints.scorer = lambda payload, deployment: json.dumps({"predictions": [sum(payload["data"][0])]})
+    deployed = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                                  model_version=1, code_dir=str(code), sample_request="sample_request.json",
+                                  defer_after_s=1, poll_interval_s=0.001).execute(context())
+    assert deployed["smoke_request"] == "sample_request.json" and deployed["smoke_answer"].startswith('{"predictions"')
+    assert [(d, p) for _, d, p in fake.endpoints.invocations] == [("blue", {"data": [[0.1] * 8]})] * 2
+    assert fake.endpoints.get(NAMES.endpoint).traffic == {"blue": 100}
+
+
+def test_a_sample_request_the_endpoint_answers_with_no_json_fails_and_leaves_traffic(fake, tmp_path):
+    (tmp_path / "req.json").write_text("{}")
+    fake.models.register("reg", REPO / "training" / "score.py")
+    fake.endpoints.scorer = lambda payload, deployment: "<html>oops</html>"
+    with pytest.raises(EndpointError, match="smoke test: the endpoint answered '<html>oops</html>' to req.json"):
+        DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                           model_version=1, code_dir=str(tmp_path), sample_request=str(tmp_path / "req.json"),
+                           defer_after_s=1, poll_interval_s=0.001).execute(context())
+    assert fake.endpoints.get(NAMES.endpoint).traffic in ({}, {"blue": 0})
