@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 
 # Lint, then the layers (import-linter contracts in pyproject.toml) and types (mypy), then every test.
 check: $(STAMP)
-	$(PY) -m ruff check mlrunway operators dags plugins training tests bench
+	$(PY) -m ruff check mlrunway operators dags plugins training examples tests bench
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
 

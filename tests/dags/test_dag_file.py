@@ -3,13 +3,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 HEAVY = ("torch", "onnx", "onnxruntime", "mlflow", "azure")
 
 
-def test_dag_file_imports_no_heavy_module():
-    probe = (f"import sys; sys.path.insert(0, {str(REPO / 'dags')!r}); import train_sweep_deploy; "
+@pytest.mark.parametrize("module", ["train_sweep_deploy", "demand_forecast"])
+def test_dag_file_imports_no_heavy_module(module):
+    probe = (f"import sys; sys.path.insert(0, {str(REPO / 'dags')!r}); import {module}; "
              f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
@@ -26,3 +29,5 @@ def test_dagbag_loads_the_dag_without_errors():
         ["sweep"], ["pick_best"], ["export_onnx"], ["deploy_blue"], ["cleanup"]]
     assert dag.get_task("cleanup").trigger_rule == "all_done"
     assert dag.catchup is False
+    second = bag.dags["demand_forecast"]  # a team's own project through the same operators
+    assert second.task_ids == dag.task_ids

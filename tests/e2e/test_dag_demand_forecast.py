@@ -1,0 +1,53 @@
+"""The second example end to end on the local backend: a team's own regressor through the same six operators
+(DDP on two processes, its own flags and data, val_rmse minimized with median stopping, a named output, its own
+parity inputs and smoke request), then what it left behind."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+
+from mlrunway.airflow.summary import leftovers, run_results
+from mlrunway.local.backend import LocalBackend
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_a_regressor_of_its_own_trains_with_ddp_sweeps_minimizing_exports_and_deploys(airflow_db, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    sys.path.insert(0, str(REPO / "dags"))
+    from demand_forecast import dag
+
+    defaults = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
+    try:
+        run = dag.test(run_conf={"epochs": 6, "max_trials": 4})
+    finally:
+        for task in dag.tasks:
+            task.params = defaults[task.task_id]
+    results = run_results(dag.dag_id, run.run_id)
+    assert str(run.state) == "success", results
+    backend = LocalBackend.at(tmp_path / "ws")
+
+    train = results["train"]["job_name"]
+    assert backend.jobs.params(train)["world_size"] == 2  # DDP: two processes, rank 0 logged
+    assert backend.jobs.metrics(train)["val_rmse"] < 1.5
+    swept = backend.jobs.sweep_result(results["sweep"]["sweep_name"])
+    assert swept.objective.goal == "minimize" and len(swept.trials) == 4
+    assert {type(t.params["hidden_units"]) for t in swept.trials} == {int}  # the integer choice stays an integer
+    assert all(set(t.params) >= {"hidden_units", "lr", "weight_decay"} for t in swept.trials)
+    finished = [t for t in swept.trials if t.history]
+    best = results["pick_best"]
+    assert best["value"] == min(min(t.history) for t in finished)  # minimized: the lowest val_rmse wins
+
+    parity = results["export_onnx"]["parity"]
+    assert parity["inputs"] == "inputs from sample_inputs.npy" and parity["top1_agreement"] is None
+    assert parity["passed"] and parity["max_abs_diff"] < 1e-4
+    deployed = results["deploy_blue"]
+    assert deployed["smoke_request"] == "sample_request.json"
+    assert deployed["smoke_answer"].startswith('{"predictions": [')
+    assert results["cleanup"]["endpoint_deleted"] is True
+    assert backend.endpoints.list() == [] and leftovers(str(backend.workspace.root)) == []
