@@ -125,3 +125,35 @@ def test_every_search_expression_and_policy_round_trips_through_the_sdk(policy):
 def test_a_bad_value_names_its_argument_path_and_the_fix(build, message):
     with pytest.raises(SpecError, match=message):
         build()
+
+
+def test_the_second_examples_jobs_go_through_the_sdks_serializer():
+    """dags/demand_forecast.py's job and sweep, rendered as Airflow would, become the REST bodies Azure takes."""
+    import sys
+
+    from operators.sweep import sweep_spec
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "dags"))
+    from demand_forecast import dag
+
+    rendered = {"epochs": 6, "processes": 2, "max_trials": 4}
+
+    def render(value):
+        if isinstance(value, str) and value.startswith("{{ params."):
+            return rendered[value.removeprefix("{{ params.").removesuffix(" }}")]
+        if isinstance(value, dict):
+            return {k: render(v) for k, v in value.items()}
+        return value
+
+    train, sweep = dag.get_task("train"), dag.get_task("sweep")
+    props = rest_job(render(train.job), name="demand-1-train", compute="cpu-cluster")
+    assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 2}
+    assert props["outputs"]["model"]["jobOutputType"] == "uri_folder" and "${{outputs.model}}" in props["command"]
+    spec = sweep_spec(trial=render(sweep.trial), search_space=sweep.search_space, objective=sweep.objective,
+                      sampling_algorithm=sweep.sampling_algorithm, seed=sweep.seed, limits=render(sweep.limits),
+                      early_termination=sweep.early_termination)
+    body = az_sweep(spec, name="demand-1-sweep")._to_job()._to_rest_object().as_dict()["properties"]
+    assert body["searchSpace"]["hidden_units"] == ["choice", [[16, 32, 64]]]
+    assert body["objective"] == {"goal": "minimize", "primaryMetric": "val_rmse"}
+    assert body["earlyTermination"]["policyType"] == "MedianStopping"
