@@ -3,6 +3,7 @@ that wait on remote work share: deferral, a poll interval and a maximum wait."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from functools import cached_property
@@ -17,6 +18,8 @@ from mlrunway.backend.protocol import Backend
 from mlrunway.pipeline import check_prefix
 
 T = TypeVar("T")
+# azure-ai-ml's placeholders: ``${{inputs.lr}}`` would otherwise be read by Jinja as its own ``{{ inputs.lr }}``.
+_AZURE_PLACEHOLDER = re.compile(r"\$\{\{.*?\}\}")
 
 
 class MlrunwayBaseOperator(BaseOperator):
@@ -32,6 +35,13 @@ class MlrunwayBaseOperator(BaseOperator):
         super().__init__(**kwargs)
         self.backend_conn_id = backend_conn_id
         self.name_prefix = name_prefix
+
+    def render_template(self, content: Any, context: Any, jinja_env: Any = None, seen_oids: Any = None) -> Any:
+        """As Airflow's, but azure-ai-ml's own ``${{inputs.x}}`` / ``${{outputs.y}}`` placeholders pass through
+        untouched, so a command with both (``--epochs {{ params.epochs }} --lr ${{inputs.lr}}``) renders right."""
+        if isinstance(content, str) and "${{" in content:
+            content = _AZURE_PLACEHOLDER.sub(lambda m: "{% raw %}" + m[0] + "{% endraw %}", content)
+        return super().render_template(content, context, jinja_env, seen_oids)
 
     @cached_property
     def backend(self) -> Backend:

@@ -390,3 +390,13 @@ def test_a_sample_request_the_endpoint_answers_with_no_json_fails_and_leaves_tra
                            model_version=1, code_dir=str(tmp_path), sample_request=str(tmp_path / "req.json"),
                            defer_after_s=1, poll_interval_s=0.001).execute(context())
     assert fake.endpoints.get(NAMES.endpoint).traffic in ({}, {"blue": 0})
+
+
+def test_azure_placeholders_survive_jinja_while_airflow_templates_render(fake):
+    """``${{inputs.lr}}`` is azure-ai-ml's, ``{{ params.epochs }}`` Airflow's: both in one job, as a DAG writes it."""
+    task = train(job={"command": "python fit.py --epochs {{ params.epochs }} --lr ${{inputs.lr}} --out ${{ outputs.model }}",
+                      "code": "{{ params.code }}", "inputs": {"lr": 0.1}})
+    rendered = task.render_template(task.job, {"params": {"epochs": 3, "code": "/src"}})
+    assert rendered["command"] == "python fit.py --epochs 3 --lr ${{inputs.lr}} --out ${{ outputs.model }}"
+    assert rendered["code"] == "/src"
+    assert task.render_template("${{outputs.model}}", {}) == "${{outputs.model}}"
