@@ -198,9 +198,14 @@ def _onnx_html(onnx: dict[str, Any] | None) -> str:
     if onnx is None:
         return "<p>not exported yet</p>"
     parity = onnx["properties"].get("parity", {})
-    figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g} on {parity['samples']} {parity['inputs']}, "
-               + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
-                  else "not a classifier")) if parity else "no parity figures recorded"
+    if not parity:
+        figures = "no parity figures recorded"
+    elif parity.get("max_abs_diff") is None:
+        figures = f"no PyTorch model to compare with: ran on {parity['samples']} {parity['inputs']}"
+    else:
+        figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g} on {parity['samples']} {parity['inputs']}, "
+                   + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
+                      else "not a classifier"))
     return (f"<p><b>{html.escape(onnx['name'])}:{onnx['version']}</b>, opset {onnx['properties'].get('opset', '?')}: "
             f"{html.escape(figures)}</p>")
 

@@ -54,8 +54,10 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
                      f"model {pick['model_name']}:{pick['model_version']}")
     if parity:
         top1 = "" if parity.get("top1_agreement") is None else f", top-1 agreement {parity['top1_agreement']:.0%}"
-        lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, max |onnx - torch| "
-                     f"{parity['max_abs_diff']:.2g}{top1} on {parity['samples']} {parity['inputs']}")
+        diff = "no PyTorch model to compare with" if parity.get("max_abs_diff") is None else \
+            f"max |onnx - torch| {parity['max_abs_diff']:.2g}{top1}"
+        lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, {diff} on "
+                     f"{parity['samples']} {parity['inputs']}")
     if deploy:
         smoke = f"{deploy['smoke_request']} -> {deploy['smoke_answer']}" if "smoke_request" in deploy else (
             f"a real validation image of a {deploy['smoke_truth']} -> {deploy['smoke_label']} "

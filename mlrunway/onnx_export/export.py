@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlrunway.errors import SpecError
+from mlrunway.errors import ParityError, SpecError
 from mlrunway.onnx_export.parity import ParityReport, compare
 
 DEFAULT_OPSET = 18
@@ -102,30 +102,66 @@ def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol:
                    atol=atol, min_top1_agreement=min_top1_agreement, classifier=classifier)
 
 
+def run_once(onnx_path: Path, inputs: Any, *, source: str, atol: float, min_top1_agreement: float) -> ParityReport:
+    """ONNX Runtime on the inputs, with no source to compare against: it must load, take the inputs and give
+    finite outputs for each of them; ParityError says what went wrong."""
+    import numpy as np
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        outputs = np.asarray(session.run(None, {session.get_inputs()[0].name: inputs})[0])
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime raises its own types; the model is what failed
+        raise ParityError(f"onnx: {onnx_path.name} does not run on {source}: {type(exc).__name__}: "
+                          f"{str(exc)[:300]}") from exc
+    if len(outputs) != len(inputs) or not np.isfinite(outputs).all():
+        raise ParityError(f"onnx: {onnx_path.name} gave {outputs.shape} outputs with non-finite values or the "
+                          f"wrong batch size for {len(inputs)} {source}")
+    return ParityReport(max_abs_diff=None, top1_agreement=None, samples=len(inputs), inputs=source, atol=atol,
+                        min_top1_agreement=min_top1_agreement)
+
+
 def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
                 data_dir: str | Path | None = None, samples: int = 256, atol: float = 1e-4,
                 min_top1_agreement: float = 1.0, inputs_file: str | Path | None = None) -> ParityReport:
     """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails).
-    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate."""
+    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate.
+
+    A model folder whose signature names a ``.onnx`` (the team exported it itself) is taken as it is: the ONNX
+    checker, then the gate against a ``model.pt2`` beside it, else one ONNX Runtime run on the gate's inputs
+    (the deployment's smoke test then runs score.py on it)."""
     import onnx
     import torch
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     signature = read_signature(model_dir)
-    program = torch.export.load(model_dir / signature.get("file", "model.pt2"))
+    model_file = signature.get("file", "model.pt2")
+    pt2 = model_dir / (model_file if model_file.endswith(".pt2") else "model.pt2")
+    program = torch.export.load(pt2) if pt2.is_file() else None
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / ONNX_FILE
-    example = torch.zeros(2, *signature["inputs"][0]["shape"][1:])
-    torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
-                      input_names=["input"], output_names=["logits"], external_data=False)
-    onnx.checker.check_model(str(onnx_path), full_check=True)
+    if model_file.endswith(".onnx"):
+        shutil.copy(model_dir / model_file, onnx_path)
+    elif program is None:
+        raise SpecError(f"model: {pt2} is missing; save model.pt2 (torch.export) or model.onnx, as signature.json says")
+    else:
+        example = torch.zeros(2, *signature["inputs"][0]["shape"][1:])
+        torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
+                          input_names=["input"], output_names=["logits"], external_data=False)
+    try:
+        onnx.checker.check_model(str(onnx_path), full_check=True)
+    except onnx.checker.ValidationError as exc:  # a team's own file, or (never seen) our export
+        raise ParityError(f"onnx: {model_file} fails the ONNX checker: {str(exc)[:300]}") from exc
     inputs, source = held_out_inputs(signature, data_dir, samples,
                                      None if inputs_file is None else model_dir / inputs_file)
-    report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol,
-                         min_top1_agreement=min_top1_agreement, classifier="classes" in signature)
+    if program is None:
+        report = run_once(onnx_path, inputs, source=source, atol=atol, min_top1_agreement=min_top1_agreement)
+    else:
+        report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol,
+                             min_top1_agreement=min_top1_agreement, classifier="classes" in signature)
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
     for extra in model_dir.iterdir():  # labels, notes and the like travel with the model
-        if extra.is_file() and extra.name not in (SIGNATURE, signature.get("file", "model.pt2")):
+        if extra.is_file() and extra.name not in (SIGNATURE, model_file):
             shutil.copy(extra, out_dir / extra.name)
     return report

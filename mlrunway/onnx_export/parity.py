@@ -12,9 +12,11 @@ from mlrunway.errors import ParityError
 @dataclass(frozen=True)
 class ParityReport:
     """How far the exported model is from its source on ``samples`` inputs; ``top1_agreement`` is measured for
-    classifiers only (None for a model whose outputs are not class scores)."""
+    classifiers only (None for a model whose outputs are not class scores). ``max_abs_diff`` is None when there
+    was no source to compare with (a team's own ``model.onnx`` with no ``.pt2`` beside it): the model was only
+    checked and run, and ``inputs`` says so."""
 
-    max_abs_diff: float
+    max_abs_diff: float | None
     top1_agreement: float | None
     samples: int
     inputs: str
@@ -23,12 +25,14 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        return self.max_abs_diff <= self.atol and (self.top1_agreement is None
-                                                   or self.top1_agreement >= self.min_top1_agreement)
+        within = self.max_abs_diff is None or self.max_abs_diff <= self.atol
+        return within and (self.top1_agreement is None or self.top1_agreement >= self.min_top1_agreement)
 
     def summary(self) -> str:
         top1 = "" if self.top1_agreement is None else \
             f", top-1 agreement {self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%})"
+        if self.max_abs_diff is None:
+            return f"no PyTorch model to compare with: ran on {self.samples} {self.inputs}"
         return f"max |onnx - torch| {self.max_abs_diff:.3g} (tolerance {self.atol:g}){top1} on {self.samples} {self.inputs}"
 
     def to_dict(self) -> dict[str, Any]:

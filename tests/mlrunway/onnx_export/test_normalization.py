@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlrunway.errors import SpecError
+from mlrunway.errors import ParityError, SpecError
 from mlrunway.onnx_export import export_onnx
 from tests.conftest import REPO
 
@@ -154,3 +154,34 @@ def test_inputs_of_the_wrong_shape_are_a_named_error(tmp_path):
     np.save(folder / "wrong.npy", np.zeros((4, 3), dtype=np.float32))
     with pytest.raises(SpecError, match=r"inputs_file: .*wrong.npy holds shape \[4, 3\]; the signature wants \[N, 8\]"):
         export_onnx(folder, tmp_path / "onnx", inputs_file="wrong.npy")
+
+
+def own_onnx(folder: Path, keep_pt2: bool) -> Path:
+    """A team that exported ONNX itself: model.onnx named by the signature, with or without its .pt2."""
+    source = regressor(folder.parent / f"{folder.name}-src")
+    export_onnx(source, folder, inputs_file="sample_inputs.npy")
+    signature = json.loads((folder / "signature.json").read_text())
+    signature.pop("parity")
+    (folder / "signature.json").write_text(json.dumps({**signature, "file": "model.onnx"}))
+    if keep_pt2:
+        (folder / "model.pt2").write_bytes((source / "model.pt2").read_bytes())
+    return folder
+
+
+def test_a_teams_own_onnx_with_its_pt2_beside_it_goes_through_the_gate(tmp_path):
+    report = export_onnx(own_onnx(tmp_path / "own", keep_pt2=True), tmp_path / "onnx", inputs_file="sample_inputs.npy")
+    assert report.passed and report.max_abs_diff is not None and report.max_abs_diff < 1e-4
+
+
+def test_a_teams_own_onnx_alone_is_checked_and_run_not_compared(tmp_path):
+    report = export_onnx(own_onnx(tmp_path / "own", keep_pt2=False), tmp_path / "onnx", inputs_file="sample_inputs.npy")
+    assert report.passed and report.max_abs_diff is None and report.samples == 40
+    assert report.summary() == "no PyTorch model to compare with: ran on 40 inputs from sample_inputs.npy"
+    assert json.loads((tmp_path / "onnx" / "signature.json").read_text())["file"] == "model.onnx"
+
+
+def test_a_teams_own_onnx_that_is_not_a_model_is_refused_by_the_checker(tmp_path):
+    folder = own_onnx(tmp_path / "own", keep_pt2=False)
+    (folder / "model.onnx").write_bytes(b"not a protobuf")
+    with pytest.raises(ParityError, match="onnx: model.onnx fails the ONNX checker: Unable to parse proto"):
+        export_onnx(folder, tmp_path / "onnx")
