@@ -59,11 +59,13 @@ def model_source(backend: Backend, job_name: str, model_path: str) -> tuple[str,
 def check_model_output(backend: Backend, job_name: str, model_path: str) -> list[str]:
     """The model contract, checked where the job left its model: ``signature.json`` and the model file it names
     (``model.pt2`` or ``model.onnx``). JobFailed names what is missing. A backend whose outputs are not files
-    here (Azure ML) is checked when pick-best downloads the model; the files found are returned."""
+    here (Azure ML) is read through a download; the files found are returned."""
     base, path = model_source(backend, job_name, model_path)
-    if not backend.capabilities.local_outputs:
-        return [f"{base}{path} (checked at download)"]
-    folder = Path(base, path)
+    with backend.output_folder(base, path) as folder:
+        return _check_model_folder(job_name, model_path, folder)
+
+
+def _check_model_folder(job_name: str, model_path: str, folder: Path) -> list[str]:
     found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     signature = folder / "signature.json"
     problem = None

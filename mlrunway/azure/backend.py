@@ -14,6 +14,8 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -177,6 +179,17 @@ class AzureBackend:
     def named_output(self, job_name: str, output: str) -> str:
         """A named output's default place: ``azureml/<job>/<output>/`` in the workspace's default datastore."""
         return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/{output}/"
+
+    @contextmanager
+    def output_folder(self, base: str, path: str) -> Iterator[Path]:
+        """A job's outputs downloaded from their datastore into a scratch folder for the context (through the
+        SDK's own artifact download, the one ``models.download`` uses), then removed."""
+        from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
+
+        with tempfile.TemporaryDirectory(dir=self.cache_dir) as scratch:
+            uri = f"{base.rstrip('/')}/{path}".rstrip("/") + "/"
+            download_artifact_from_aml_uri(uri, scratch, self.client.datastores)
+            yield Path(scratch)
 
     @property
     def workspace_id(self) -> str:

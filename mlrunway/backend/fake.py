@@ -19,6 +19,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,7 +50,7 @@ class FakeBackend:
     """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
 
     kind = "fake"
-    capabilities = Capabilities(poll_interval_s=0.1, local_outputs=True)
+    capabilities = Capabilities(poll_interval_s=0.1)
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -77,6 +78,9 @@ class FakeBackend:
 
     def named_output(self, job_name: str, output: str) -> str:
         return str(Path(self.job_outputs(job_name)) / output)
+
+    def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
+        return nullcontext(Path(base, path))
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         return None

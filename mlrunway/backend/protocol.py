@@ -9,6 +9,7 @@ Records that cross it are in :mod:`mlrunway.backend.types`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,13 +37,11 @@ class Capabilities:
         plugin's own pages (MLflow run, endpoint) stand in for it.
     :param poll_interval_s: how often a waiter asks for a status when its task does not say: seconds for a
         local process, tens of seconds on a cloud whose reads count against a rate limit.
-    :param local_outputs: ``job_outputs`` and ``named_output`` are folders of this machine, readable as they are.
     """
 
     artifacts: bool = False
     studio: bool = False
     poll_interval_s: float = 2.0
-    local_outputs: bool = False
 
 
 class Jobs(Protocol):
@@ -123,6 +122,11 @@ class Backend(Protocol):
 
     def named_output(self, job_name: str, output: str) -> str:
         """Where a job's named output ``${{outputs.<output>}}`` is: a folder, or a URI the registry takes."""
+        ...
+
+    def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
+        """The files under ``base``/``path`` (a job's outputs, as ``job_outputs`` or ``named_output`` gives
+        ``base``) as a folder of this machine while the context lasts: the folder itself, or a download."""
         ...
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,7 @@ class LocalBackend:
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
-    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=1.0,
-                                                   local_outputs=True)
+    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=1.0)
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
@@ -46,6 +46,10 @@ class LocalBackend:
     def named_output(self, job_name: str, output: str) -> str:
         """A named output's folder: ``outputs/<output>`` of the job, where the launcher points it."""
         return str(Path(self.job_outputs(job_name)) / output)
+
+    def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
+        """A job's outputs are folders of this machine already."""
+        return nullcontext(Path(base, path))
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""

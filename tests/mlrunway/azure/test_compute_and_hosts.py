@@ -4,6 +4,7 @@ real MLClient against the fake service; every assertion is on what the SDK sent 
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -146,3 +147,21 @@ def test_the_trials_torch_and_the_scorings_onnxruntime_are_the_projects():
 def test_gpu_vm_sizes_are_the_n_families(size, gpu):
     assert is_gpu_size(size) is gpu
 
+
+
+@pytest.mark.parametrize("model_path", ["outputs/model", "${{outputs.model}}"])
+def test_the_model_contract_is_checked_on_azure_through_the_artifact_download(fake, azure, trained_model, model_path):
+    """A training job's outputs are not files here: they are downloaded from their datastore and checked, so a
+    job that saved no model fails before the sweep, as locally."""
+    from mlrunway.errors import JobFailed
+    from mlrunway.pipeline import check_model_output
+    from tests.mlrunway.azure.fake_azureml import ARTIFACT_CONTAINER, CONTAINER
+
+    prefix = f"{ARTIFACT_CONTAINER}/ExperimentRun/dcid.job-m/outputs/model" if model_path == "outputs/model" \
+        else f"{CONTAINER}/azureml/job-m/model"
+    with pytest.raises(JobFailed, match=f"job job-m: no model at {re.escape(model_path)}: nothing is there"):
+        check_model_output(azure, "job-m", model_path)
+    for file in (f for f in trained_model.rglob("*") if f.is_file()):
+        fake.blobs[f"{prefix}/{file.relative_to(trained_model)}"] = file.read_bytes()
+    assert check_model_output(azure, "job-m", model_path) == ["model.pt2", "signature.json"]
+    assert not any(azure.cache_dir.iterdir())  # the scratch download is gone
