@@ -1,12 +1,18 @@
-"""The tutorial's job and sweep in azure-ai-ml's words, as a DAG hands them to the operators."""
+"""The tutorial's job and sweep in azure-ai-ml's words, as a DAG hands them to the operators.
+
+DAG files that tests write import this module, so it imports nothing of the test session (tests/conftest.py
+resets the Airflow home and the workspace when imported).
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from mlrunway.sweep.presets import TRAIN_COMMAND
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def tutorial_job(data: str, *, epochs: int = 3, code: str | None = None) -> dict[str, Any]:
