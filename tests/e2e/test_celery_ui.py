@@ -28,7 +28,8 @@ from tests.e2e.stack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 DAG = "train_sweep_deploy"
-FORM = {"epochs": "6", "max_trials": "4", "max_concurrent_trials": "2", "delay_evaluation": "2"}
+FORM = {"Training job": {"epochs": "6"}, "Sweep": {"max_trials": "4", "max_concurrent_trials": "2"},
+        "Early termination": {"delay_evaluation": "2"}}
 SECTIONS = ("Code and data", "Training job", "Sweep", "Early termination", "Deployment", "Backend")
 SHOTS = REPO / ".test-artifacts" / "browser"
 
@@ -95,14 +96,16 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
             page.goto(f"{stack.base_url}/dags/{DAG}")
             page.get_by_role("button", name=re.compile("^Trigger", re.I)).first.click()
             form = page.get_by_role("dialog")
-            for section in SECTIONS:  # the form is in sections (accordion items): open each one
-                header = form.get_by_role("button", name=re.compile(f"^{re.escape(section)}", re.I))
-                expect(header.first).to_be_visible()
-                if header.first.get_attribute("aria-expanded") == "false":
-                    header.first.click()
-            for field, value in FORM.items():
-                form.locator(f"input[name=element_{field}]").fill(value)
-            page.screenshot(path=SHOTS / "1-trigger-form.png", full_page=True)
+            for section in SECTIONS:  # the form shows the DAG's Params in these sections, one open at a time
+                expect(form.get_by_role("button", name=section, exact=True)).to_be_visible()
+            for section, fields in FORM.items():
+                header = form.get_by_role("button", name=section, exact=True)
+                if header.get_attribute("aria-expanded") == "false":
+                    header.click()
+                for field, value in fields.items():
+                    form.locator(f"input[name=element_{field}]").fill(value)
+                if section == "Training job":  # its JSON fields: command, inputs, distribution, compute...
+                    page.screenshot(path=SHOTS / "1-trigger-form.png", full_page=True)
             submit = form.get_by_role("button", name=re.compile("^Trigger$"))
             expect(submit).to_be_enabled()  # every default of the form is valid as it stands
             submit.click()
