@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+if str(REPO) not in sys.path:  # the example's specs (training/tutorial.py) for the scripts run as bench/<name>.py
+    sys.path.insert(0, str(REPO))
 
 
 def build_model(tmp: Path, epochs: int = 3) -> tuple[Path, Path, Path]:

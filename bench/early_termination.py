@@ -29,7 +29,7 @@ from mlrunway.early_termination import bandit, evaluation_points
 from mlrunway.local import tracking
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.workspace import Workspace
-from mlrunway.sweep.presets import TUTORIAL_BANDIT, train_job, tutorial_sweep
+from training.tutorial import TUTORIAL_BANDIT, train_job, tutorial_sweep
 
 
 def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:

@@ -54,7 +54,7 @@ def plain_run(workspace: Path, data: Path, args: argparse.Namespace) -> float:
     from mlrunway.onnx_export.registered import export_registered
     from mlrunway.pipeline import RunNames, cleanup, deploy_blue, pick_best
     from mlrunway.specs import BanditPolicy
-    from mlrunway.sweep.presets import train_job, tutorial_sweep
+    from training.tutorial import train_job, tutorial_sweep
 
     backend = LocalBackend.at(workspace)
     names = RunNames.of("train_sweep_deploy", "plain", "digits")

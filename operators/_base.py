@@ -3,6 +3,7 @@ that wait on remote work share: deferral, a poll interval and a maximum wait."""
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.airflow.links import ALL_LINKS, links_for
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend
+from mlrunway.errors import shorten_exception
 from mlrunway.pipeline import check_prefix
 
 T = TypeVar("T")
@@ -22,13 +24,38 @@ T = TypeVar("T")
 _AZURE_PLACEHOLDER = re.compile(r"\$\{\{.*?\}\}")
 
 
+def _screen_sized(method: Callable[..., T]) -> Callable[..., T]:
+    """``method``, whose exceptions reach the task log with messages at most a screen long (a library's
+    message can be megabytes: a recursive copy's path, a whole response body)."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            short = shorten_exception(exc)
+            if short is exc:
+                raise
+        raise short  # outside the handler: the long original is not attached as its context
+
+    return run
+
+
 class MlrunwayBaseOperator(BaseOperator):
     """:param backend_conn_id: Airflow connection of the backend (``mlrunway_default``: local, no set-up).
     :param name_prefix: prefix of every name this run creates (jobs, models, the endpoint).
+
+    No exception of an operator carries a message longer than a screen (:func:`~mlrunway.errors.shorten`).
     """
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
     operator_extra_links = ALL_LINKS
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method in ("execute", "execute_complete"):
+            if method in cls.__dict__:
+                setattr(cls, method, _screen_sized(cls.__dict__[method]))
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]

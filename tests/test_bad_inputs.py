@@ -33,8 +33,8 @@ from mlrunway.specs import (
     Uniform,
 )
 from mlrunway.specs.search_space import LogUniform
-from mlrunway.sweep.presets import train_job
 from tests.conftest import REPO
+from training.tutorial import train_job
 
 
 @dataclass

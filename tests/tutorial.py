@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mlrunway.sweep.presets import TRAIN_COMMAND
+from training.tutorial import TRAIN_COMMAND
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -57,7 +57,7 @@ def test_artifact_store_download_and_an_update_through_scaling(tmp_path, digits)
     from mlrunway.azure.backend import AzureBackend
     from mlrunway.backend.types import DeploymentSettings, ProvisioningState
     from mlrunway.onnx_export import export_registered
-    from mlrunway.sweep.presets import train_job
+    from training.tutorial import train_job
 
     azure = AzureBackend.from_connection({
         "subscription_id": os.environ["MLRUNWAY_AZURE_SUBSCRIPTION"],

@@ -130,7 +130,7 @@ def test_execute_complete_turns_every_outcome_into_its_result_or_exception(fake,
 
 
 def _any_spec():
-    from mlrunway.sweep.presets import train_job
+    from training.tutorial import train_job
 
     return train_job(str(REPO / "training"), "/data")
 
@@ -400,3 +400,16 @@ def test_azure_placeholders_survive_jinja_while_airflow_templates_render(fake):
     assert rendered["command"] == "python fit.py --epochs 3 --lr ${{inputs.lr}} --out ${{ outputs.model }}"
     assert rendered["code"] == "/src"
     assert task.render_template("${{outputs.model}}", {}) == "${{outputs.model}}"
+
+
+def test_a_librarys_huge_message_leaves_the_task_a_screen_long(fake, monkeypatch):
+    """A recursive copy's OSError carries its whole path: the task's exception, as Airflow logs it, is short."""
+    from mlrunway.errors import SCREEN_CHARS
+
+    def refuse(name: str, spec: Any) -> Any:
+        raise OSError(36, "File name too long", "/code/.workspace" * 600_000)
+
+    monkeypatch.setattr(fake.jobs, "submit", refuse)
+    with pytest.raises(OSError, match="File name too long") as raised:
+        train().execute(context())
+    assert len(str(raised.value)) <= SCREEN_CHARS

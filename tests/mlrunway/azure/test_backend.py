@@ -18,9 +18,9 @@ from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound
 from mlrunway.onnx_export import export_registered
 from mlrunway.report import collect, plot_curves, render_html
-from mlrunway.sweep.presets import train_job, tutorial_sweep
 from tests.conftest import REPO
 from tests.mlrunway.azure.fake_azureml import CONTAINER, SUBSCRIPTION, WS_PATH, Trial
+from training.tutorial import train_job, tutorial_sweep
 
 CODE = REPO / "training"
 ARM_JOB = f"management.azure.com{WS_PATH}/jobs/"

@@ -13,10 +13,10 @@ import pytest
 from mlrunway.azure.environments import CPU_IMAGE, SCORING_CONDA, TORCH_VERSION, is_gpu_size
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import JobFailed, SpecError
-from mlrunway.sweep.presets import train_job, tutorial_sweep
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import CONNECTION
 from tests.mlrunway.azure.fake_azureml import FakeCredential, Trial
+from training.tutorial import train_job, tutorial_sweep
 
 CODE = REPO / "training"
 

@@ -27,7 +27,7 @@ from mlrunway.specs import (
     TruncationSelectionPolicy,
     Uniform,
 )
-from mlrunway.sweep.presets import train_job, tutorial_sweep
+from training.tutorial import train_job, tutorial_sweep
 
 
 def rest(entity) -> dict:

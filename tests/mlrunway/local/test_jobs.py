@@ -234,7 +234,7 @@ def test_bad_submissions_fail_before_anything_starts(jobs, tmp_path):
 
 
 def test_bayesian_sampling_is_refused_locally_before_anything_starts(jobs, tmp_path):
-    from mlrunway.sweep.presets import train_job, tutorial_sweep
+    from training.tutorial import train_job, tutorial_sweep
 
     sweep = dataclasses.replace(tutorial_sweep(train_job(str(tmp_path), str(tmp_path))), sampling_algorithm="bayesian")
     with pytest.raises(NotSupportedOnBackend, match="sweep.sampling_algorithm: 'bayesian' runs on the Azure ML backend only"):

@@ -1,4 +1,6 @@
-"""The reference sweep: Azure ML's PyTorch tutorial, with its faults fixed (see AZURE_CONTRACT.md).
+"""The example's job and sweep as mlrunway specs, for the tests and benchmarks: Azure ML's PyTorch tutorial,
+with its faults fixed (see AZURE_CONTRACT.md). Nothing of the package reads this: the DAG builds its jobs from
+its params and its own command.
 
 learning_rate and momentum reach the command line; random sampling; ``best_val_acc`` maximized;
 ``BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10)``. train.py logs the metric once
