@@ -12,6 +12,7 @@ from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import JobFailed
 from mlrunway.pipeline import cleanup
+from mlrunway.production import stable
 from mlrunway.report import save_run_report
 from operators._base import MlrunwayBaseOperator
 
@@ -19,22 +20,30 @@ from operators._base import MlrunwayBaseOperator
 class CleanupOperator(MlrunwayBaseOperator):
     """:param keep_endpoint: leave the endpoint serving (the run's result) instead of deleting it.
     :param archive_models: ``[(name, version), ...]`` intermediate model versions to archive.
+    :param endpoint_name: the stable endpoint the run deployed to (see DeployBlueOperator): it is never deleted;
+        its deployment left without traffic (the loser, or the old champion after a promotion) is, and the run's
+        rollout lease is given back.
     """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "keep_endpoint")
+    template_fields = (*MlrunwayBaseOperator.template_fields, "keep_endpoint", "endpoint_name")
 
     def __init__(self, *, keep_endpoint: bool | str = False, archive_models: list[tuple[str, int]] | None = None,
-                 **kwargs: Any) -> None:
+                 endpoint_name: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", TriggerRule.ALL_DONE)
         super().__init__(**kwargs)
         self.keep_endpoint = keep_endpoint
         self.archive_models = archive_models or []
+        self.endpoint_name = endpoint_name
 
     def execute(self, context: Context) -> dict[str, Any]:
         keep = self.keep_endpoint in (True, "True", "true", "1")
         names = self.names(context)
         self.save_report(context, names)
-        done = cleanup(self.backend, names, delete_endpoint=not keep, archive=self.archive_models)
+        done = cleanup(self.backend, names, delete_endpoint=not keep and not self.endpoint_name,
+                       archive=self.archive_models)
+        if self.endpoint_name:
+            done["stable_endpoint"] = self.endpoint_name
+            done["deleted_deployments"] = stable.clean_up(self.backend, self.endpoint_name, names.run_key)
         run_id = context["run_id"]
         states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id]).get(run_id, {})
         failed = sorted(task for task, state in states.items() if state in ("failed", "upstream_failed"))

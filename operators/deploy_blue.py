@@ -8,14 +8,15 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway.airflow.assets import production_alias
 from mlrunway.airflow.triggers import DeploymentTrigger, Outcome
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.pipeline import deploy_blue, promote_blue, start_blue
-from operators._base import MlrunwayWaitingOperator
+from operators._stable import StableEndpointMixin
 
 
-class DeployBlueOperator(MlrunwayWaitingOperator):
+class DeployBlueOperator(StableEndpointMixin):
     """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it with a real validation image
     through the deployment header, then move traffic to ``{"blue": 100}``. A failed smoke test fails the task
     and leaves traffic where it was.
@@ -27,7 +28,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
 
     :param model_name: the ONNX model.
     :param model_version: its version.
-    :param code_dir: folder holding score.py.
+    :param code_dir: folder holding the scoring script.
+    :param scoring_script: its file name in ``code_dir`` (``init()`` and ``run(raw_data)``).
     :param data_dir: ImageFolder data; the smoke image comes from val/ (an image classifier's smoke test).
     :param sample_request: a JSON request file score.py answers (Azure's ``request_file``), in the code folder
         or absolute: the smoke test sends it instead of an image, for any model.
@@ -38,27 +40,50 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
 
     Killed while it waits (marked failed, timed out), the task deletes `blue` if it is still provisioning: a
     deployment with no traffic yet serves nobody. The run's cleanup deletes the endpoint.
+
+    **A stable endpoint** (``endpoint_name`` set) outlives runs (:mod:`mlrunway.production.stable`): the first run
+    creates it with `blue` at 100% (``created``); a later one deploys its model to the slot not serving, at 0%,
+    compares both on the evaluation set through the endpoint, and ends ``held``, ``skipped`` (a run that is not
+    the newest interval never moves production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task
+    fails with the figures). The XComs ``decision`` and ``live`` say which; a change of the live model is an
+    event of the endpoint's Asset (:mod:`mlrunway.airflow.assets`).
+
+    :param endpoint_name: the stable endpoint; empty: the run's own endpoint, deleted at cleanup.
+    :param min_improvement: how much better on the evaluation set the challenger must be (default 0: better).
+    :param evaluation: the team's evaluation set: ``{"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal":
+        "minimize"}`` in the code folder; default, for an image classifier: the ``test/`` split of ``data_dir``.
+    :param rollout: the staged rollout (:class:`~mlrunway.production.rollout.RolloutPolicy`): ``steps``,
+        ``window_s``, ``mirror_percent``, ``mirror_window_s`` and the bounds.
     """
 
-    template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
-                       "data_dir", "instance_type", "instance_count", "sample_request")
+    template_fields = (*StableEndpointMixin.template_fields, "model_name", "model_version", "code_dir",
+                       "data_dir", "instance_type", "instance_count", "sample_request", "scoring_script", "endpoint_name",
+                       "min_improvement", "evaluation", "rollout")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
-                 sample_request: str | None = None, workers: int = 2,
+                 sample_request: str | None = None, scoring_script: str = "score.py", workers: int = 2,
                  instance_type: str | None = None, instance_count: int | str | None = None,
+                 endpoint_name: str | None = None, min_improvement: float | str = 0.0,
+                 evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [production_alias()])
         super().__init__(**kwargs)
+        self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
+        self.evaluation, self.rollout = evaluation, rollout
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
-        self.sample_request = sample_request
+        self.sample_request, self.scoring_script = sample_request, scoring_script
         self.instance_type, self.instance_count = instance_type, instance_count
 
     def settings(self) -> DeploymentSettings:
         return DeploymentSettings(model=f"{self.model_name}:{int(self.model_version)}", code_dir=str(self.code_dir),
+                                  scoring_script=self.scoring_script,
                                   instance_type=self.instance_type or None,
                                   instance_count=int(self.instance_count) if self.instance_count else None)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.endpoint_name:
+            return self.stable_begin(context)
         endpoint = self._endpoint = self.names(context).endpoint
         self.link(context, "endpoint", endpoint)
         if not self.deferrable:

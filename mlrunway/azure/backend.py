@@ -35,6 +35,7 @@ from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import (
     DeploymentInfo,
+    DeploymentMetrics,
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
@@ -481,12 +482,26 @@ class AzureModels:
             shutil.copytree(top, dest, dirs_exist_ok=True)
         return dest
 
+    def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
+        """Tags of a registered version are mutable on Azure ML: the version is sent again with its new tags."""
+        try:
+            model = self.ml.models.get(name, str(version))
+        except ResourceNotFoundError as exc:
+            raise NotFound(f"model {name}:{version} does not exist") from exc
+        model.tags = {k: v for k, v in {**(model.tags or {}), **tags}.items() if v is not None}
+        return self._record(self.ml.models.create_or_update(model))
+
     def archive(self, name: str, version: int) -> ModelVersion:
         try:
             self.ml.models.archive(name, str(version))
         except ResourceNotFoundError as exc:
             raise NotFound(f"model {name}:{version} does not exist") from exc
         return self.get(name, version)
+
+
+_NO_ROLLOUT = ("a stable endpoint's staged rollout (endpoint_name) needs per-deployment metrics from Azure Monitor "
+               "and a rollout lease, which the Azure backend does not have yet; leave endpoint_name empty (the "
+               "per-run endpoint) on Azure ML")
 
 
 def _operation_url(poller: Any) -> str | None:
@@ -627,10 +642,22 @@ class AzureEndpoints:
         self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result()
         return True
 
-    def set_traffic(self, endpoint: str, traffic: dict[str, int]) -> EndpointInfo:
+    def set_traffic(self, endpoint: str, traffic: dict[str, int],
+                    mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         current = self.ml.online_endpoints.get(endpoint)
         current.traffic = dict(traffic)
+        if mirror_traffic is not None:
+            current.mirror_traffic = dict(mirror_traffic)
         return self._info(self.ml.online_endpoints.begin_create_or_update(current).result())
+
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        raise NotSupportedOnBackend(_NO_ROLLOUT)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        raise NotSupportedOnBackend(_NO_ROLLOUT)
+
+    def release(self, endpoint: str, holder: str) -> None:
+        raise NotSupportedOnBackend(_NO_ROLLOUT)
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
         """The tail of a deployment's log: its inference server's, or ``container="storage-initializer"``."""

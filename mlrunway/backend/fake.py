@@ -18,6 +18,7 @@ import builtins
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.backend.types import (
     DeploymentInfo,
+    DeploymentMetrics,
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
@@ -50,7 +52,7 @@ class FakeBackend:
     """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
 
     kind = "fake"
-    capabilities = Capabilities(poll_interval_s=0.1)
+    capabilities = Capabilities(poll_interval_s=0.1, rollout=True, metrics_lag_s=0.0)
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -259,10 +261,17 @@ class FakeModels:
         return dest
 
     def archive(self, name: str, version: int) -> ModelVersion:
+        return self._replace(self.get(name, version), archived=True)
+
+    def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
         model = self.get(name, version)
-        archived = replace(model, archived=True)
-        self.versions[name] = [archived if m is model else m for m in self.versions[name]]
-        return archived
+        merged = {k: v for k, v in {**model.tags, **tags}.items() if v is not None}
+        return self._replace(model, tags=merged)
+
+    def _replace(self, model: ModelVersion, **changes: Any) -> ModelVersion:
+        new = replace(model, **changes)
+        self.versions[model.name] = [new if m is model else m for m in self.versions[model.name]]
+        return new
 
 
 @dataclass
@@ -274,13 +283,19 @@ class _Endpoint:
 
 class FakeEndpoints:
     """Endpoints in memory. ``provisioning[name]`` scripts a deployment's states (one per read, the last stays;
-    Succeeded at once without); ``scorer(payload, deployment)`` answers every invoke."""
+    Succeeded at once without); ``scorer(payload, deployment)`` answers every invoke; ``metrics(deployment,
+    start, end)`` answers ``deployment_metrics`` (no traffic without); ``traffic_log`` holds every traffic change."""
 
     def __init__(self) -> None:
         self.endpoints: dict[str, _Endpoint] = {}
         self.provisioning: dict[str, list[ProvisioningState]] = {}
         self.invocations: list[tuple[str, str | None, Any]] = []
         self.scorer: Callable[[Any, str | None], str] = _no_scorer
+        self.metrics: Callable[[str, float, float], DeploymentMetrics] = (
+            lambda d, start, end: DeploymentMetrics(deployment=d, start=start, end=end, requests=0, errors=0,
+                                                    p99_ms=None))
+        self.traffic_log: list[tuple[dict[str, int], dict[str, int]]] = []
+        self.leases: dict[str, tuple[str, float]] = {}
 
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         return self.create_or_update(name, settings)
@@ -345,16 +360,39 @@ class FakeEndpoints:
         record = self._endpoint(endpoint)
         if record.info.traffic.get(name):
             raise check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic", "set it to 0 first")
+        record.info = replace(record.info, traffic={k: v for k, v in record.info.traffic.items() if k != name},
+                              mirror_traffic={k: v for k, v in record.info.mirror_traffic.items() if k != name})
         return record.deployments.pop(name, None) is not None
 
-    def set_traffic(self, endpoint: str, traffic: dict[str, int]) -> EndpointInfo:
+    def set_traffic(self, endpoint: str, traffic: dict[str, int],
+                    mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         record = self._endpoint(endpoint)
-        unknown = sorted(set(traffic) - set(record.deployments))
+        mirror = dict(record.info.mirror_traffic if mirror_traffic is None else mirror_traffic)
+        unknown = sorted((set(traffic) | set(mirror)) - set(record.deployments))
         if unknown or sum(traffic.values()) not in (0, 100):
             raise check.fail("endpoint.traffic", f"{traffic} names {unknown or 'weights that do not sum to 100'}",
                              "name existing deployments, weights summing to 0 or 100")
-        record.info = replace(record.info, traffic=dict(traffic))
+        if any(traffic.get(n) for n, w in mirror.items() if w) or sum(mirror.values()) > 50:
+            raise check.fail("endpoint.mirror_traffic", f"{mirror} is over the limit",
+                             "mirror at most 50% to one deployment with no live traffic")
+        record.info = replace(record.info, traffic=dict(traffic), mirror_traffic=mirror)
+        self.traffic_log.append((dict(traffic), mirror))
         return record.info
+
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        self._endpoint(endpoint)
+        return self.metrics(deployment, start, end)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        current = self.leases.get(endpoint)
+        if current and current[0] != holder and current[1] > time.time():
+            return current[0]
+        self.leases[endpoint] = (holder, time.time() + ttl_s)
+        return None
+
+    def release(self, endpoint: str, holder: str) -> None:
+        if self.leases.get(endpoint, ("",))[0] == holder:
+            del self.leases[endpoint]
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         return f"(the fake backend keeps no log of {endpoint}/{deployment})"

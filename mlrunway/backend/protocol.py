@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from mlrunway.backend.types import (
     DeploymentInfo,
+    DeploymentMetrics,
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
@@ -37,11 +38,16 @@ class Capabilities:
         plugin's own pages (MLflow run, endpoint) stand in for it.
     :param poll_interval_s: how often a waiter asks for a status when its task does not say: seconds for a
         local process, tens of seconds on a cloud whose reads count against a rate limit.
+    :param rollout: a stable endpoint's staged rollout works here: ``endpoints.deployment_metrics`` and the
+        rollout lease; else they raise NotSupportedOnBackend.
+    :param metrics_lag_s: how long after a second its requests show in ``deployment_metrics``.
     """
 
     artifacts: bool = False
     studio: bool = False
     poll_interval_s: float = 2.0
+    rollout: bool = False
+    metrics_lag_s: float = 2.0
 
 
 class Jobs(Protocol):
@@ -79,6 +85,9 @@ class Models(Protocol):
     def list(self, name: str | None = None) -> list[ModelVersion]: ...
     def download(self, name: str, version: int | str | None, dest: str | Path) -> Path: ...
     def archive(self, name: str, version: int) -> ModelVersion: ...
+    def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
+        """Set tags of a version; a None value removes the tag. Tags are mutable, a version's files are not."""
+        ...
 
 
 class Endpoints(Protocol):
@@ -96,7 +105,18 @@ class Endpoints(Protocol):
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo: ...
     def list_deployments(self, endpoint: str) -> list[DeploymentInfo]: ...
     def delete_deployment(self, endpoint: str, name: str) -> bool: ...
-    def set_traffic(self, endpoint: str, traffic: dict[str, int]) -> EndpointInfo: ...
+    def set_traffic(self, endpoint: str, traffic: dict[str, int],
+                    mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
+        """Live traffic weights (summing to 100, or 0) and, when given, mirror traffic (a copy of live requests
+        to one deployment with no traffic, at most 50%; its answers are discarded)."""
+        ...
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """What the deployment served over [start, end) (seconds since the epoch)."""
+        ...
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """Take or renew the endpoint's rollout lease for ``holder``: None, or who else holds it."""
+        ...
+    def release(self, endpoint: str, holder: str) -> None: ...
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str: ...
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None) -> str: ...

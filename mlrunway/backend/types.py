@@ -206,3 +206,23 @@ class ModelVersion:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentMetrics:
+    """What a deployment served over [start, end) (seconds since the epoch): requests, the errors it is to blame
+    for (5xx, 408, and 424s whose model status is 500 or more) and p99 latency in ms (None without requests)."""
+
+    deployment: str
+    start: float
+    end: float
+    requests: int
+    errors: int
+    p99_ms: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "error_rate": round(self.error_rate, 6)}

@@ -1,19 +1,23 @@
-"""Write scikit-learn's 8x8 digits (1,797 real scans, 10 classes) as ``train/`` and ``val/`` PNG folders.
+"""Write scikit-learn's 8x8 digits (1,797 real scans, 10 classes) as ``train/``, ``val/`` and ``test/`` PNG folders.
 
-``python -m mlrunway.data data/digits`` writes them; the split is stratified and seeded, so every
-machine gets the same files.
+``python -m mlrunway.data data/digits`` writes them; the split is stratified and seeded, so every machine gets
+the same files. ``val/`` (20%) is what a sweep selects on; ``test/`` (10%, taken from the rest) is never seen by
+training or the sweep: a production endpoint's champion/challenger gate scores on it.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from mlrunway.specs import check
 
+SPLITS = ("train", "val", "test")
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 
-def write_digits(root: str | Path, *, val_fraction: float = 0.2, seed: int = 0) -> Path:
+def write_digits(root: str | Path, *, val_fraction: float = 0.2, test_fraction: float = 0.1, seed: int = 0) -> Path:
     """Write the dataset under ``root`` (skipped when already complete); return ``root``."""
     import numpy as np
     from PIL import Image
@@ -21,13 +25,18 @@ def write_digits(root: str | Path, *, val_fraction: float = 0.2, seed: int = 0) 
     from sklearn.model_selection import train_test_split
 
     root = Path(root)
-    marker = root / ".complete"
+    marker = root / ".complete-train-val-test"
     if marker.exists():
         return root
+    for part in SPLITS:  # an older layout, or a write that was cut short
+        shutil.rmtree(root / part, ignore_errors=True)
     digits = load_digits()
     images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)  # 0..16 -> 0..255
-    split = train_test_split(images, digits.target, test_size=val_fraction, random_state=seed, stratify=digits.target)
-    for part, xs, ys in (("train", split[0], split[2]), ("val", split[1], split[3])):
+    rest_x, val_x, rest_y, val_y = train_test_split(images, digits.target, test_size=val_fraction, random_state=seed,
+                                                    stratify=digits.target)
+    train_x, test_x, train_y, test_y = train_test_split(rest_x, rest_y, test_size=test_fraction / (1 - val_fraction),
+                                                        random_state=seed, stratify=rest_y)
+    for part, xs, ys in (("train", train_x, train_y), ("val", val_x, val_y), ("test", test_x, test_y)):
         for index, (image, label) in enumerate(zip(xs, ys, strict=True)):
             folder = root / part / str(label)
             folder.mkdir(parents=True, exist_ok=True)

@@ -109,6 +109,17 @@ class LocalModels:
             write_json(folder / "model.json", {**model.to_dict(), "archived": True})
         return self._read(name, model.version)
 
+    def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
+        """Set (or, with None, remove) tags of a version: tags are mutable, as on Azure; files never are."""
+        model = self.get(name, version)
+        with locked(self.workspace.models / name / ".lock"):
+            merged = {**self._read(name, model.version).tags, **{k: v for k, v in tags.items() if v is not None}}
+            for key in [k for k, v in tags.items() if v is None]:
+                merged.pop(key, None)
+            write_json(self.workspace.models / name / str(model.version) / "model.json",
+                       {**self._read(name, model.version).to_dict(), "tags": merged})
+        return self._read(name, model.version)
+
     def _versions(self, name: str) -> builtins.list[int]:
         folder = self.workspace.models / name
         if not folder.is_dir():

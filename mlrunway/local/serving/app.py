@@ -17,6 +17,7 @@ import contextlib
 import hmac
 import json
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from mlrunway.local.serving.metrics import MODEL_STATUS_HEADER, Recorder
 from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.local.serving.state import EndpointState
 
@@ -49,6 +51,7 @@ class ScoringApp:
 
     def __init__(self, endpoint_dir: Path, scoring_threads: int = 1) -> None:
         self.runtime = Runtime(endpoint_dir)
+        self.metrics = Recorder(endpoint_dir)
         self.in_flight = 0
         self.background: set[asyncio.Task[Any]] = set()
         self.pool = ThreadPoolExecutor(max_workers=scoring_threads, thread_name_prefix="score")
@@ -106,6 +109,14 @@ class ScoringApp:
         return await self._run(deployment, body, state.request_timeout_ms, at_endpoint=direct is None)
 
     async def _run(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
+        """Score and record the deployment's request, status and latency (:mod:`metrics`)."""
+        started = time.perf_counter()
+        response = await self._score(deployment, body, timeout_ms, at_endpoint)
+        self.metrics.record(deployment.state.name, response.status_code, response.headers.get(MODEL_STATUS_HEADER),
+                            time.perf_counter() - started)
+        return response
+
+    async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
         headers = {DEPLOYMENT_HEADER: deployment.state.name}
         self.in_flight += 1
         try:
@@ -159,7 +170,10 @@ def create_app() -> Starlette:
         marker = folder / "ready" / str(os.getpid())
         marker.parent.mkdir(exist_ok=True)
         marker.touch()
+        flusher = asyncio.create_task(scoring.metrics.run())
         yield
+        flusher.cancel()
+        scoring.metrics.flush(everything=True)
         marker.unlink(missing_ok=True)
 
     return Starlette(lifespan=lifespan, routes=[

@@ -13,6 +13,7 @@ import builtins
 import json
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -21,16 +22,17 @@ from typing import Any
 
 from mlrunway.backend.types import (
     DeploymentInfo,
+    DeploymentMetrics,
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.local.files import locked, tail
+from mlrunway.local.files import locked, read_json, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
-from mlrunway.local.serving import master, provision
+from mlrunway.local.serving import master, metrics, provision
 from mlrunway.local.serving.state import (
     DeploymentState,
     EndpointState,
@@ -236,6 +238,33 @@ class LocalEndpoints:
             state.traffic, state.mirror_traffic = dict(traffic), mirror
             state.save(self._dir(endpoint))
         return self._info(state)
+
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """What ``deployment`` served over [start, end), from every server worker's per-second counts."""
+        self.state(endpoint)
+        return metrics.read(self._dir(endpoint), deployment, start, end)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """Hold the endpoint's rollout lease for ``ttl_s`` (taken, or renewed by its holder): None; else who holds
+        it and until when. The endpoint need not exist yet (the first run creates it under the lease)."""
+        folder = self._dir(endpoint)
+        folder.mkdir(parents=True, exist_ok=True)
+        with locked(folder / ".lease.lock"):
+            current = read_json(folder / "lease.json") if (folder / "lease.json").exists() else None
+            now = time.time()
+            if current and current["holder"] != holder and current["until"] > now:
+                return f"{current['holder']} (until {time.strftime('%H:%M:%S', time.localtime(current['until']))})"
+            write_json(folder / "lease.json", {"holder": holder, "until": now + ttl_s})
+        return None
+
+    def release(self, endpoint: str, holder: str) -> None:
+        """Give the lease back if ``holder`` holds it."""
+        folder = self._dir(endpoint)
+        if not (folder / "lease.json").exists():
+            return
+        with locked(folder / ".lease.lock"):
+            if read_json(folder / "lease.json").get("holder") == holder:
+                (folder / "lease.json").unlink()
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         self.get(endpoint)

@@ -8,7 +8,21 @@ from mlrunway.errors import SpecError
 
 def test_digits_are_written_in_imagefolder_layout(digits):
     assert check_image_folder("data", digits) == [str(i) for i in range(10)]
-    assert sum(1 for _ in (digits / "train").rglob("*.png")) + sum(1 for _ in (digits / "val").rglob("*.png")) == 1797
+    counts = {split: sum(1 for _ in (digits / split).rglob("*.png")) for split in ("train", "val", "test")}
+    assert counts == {"train": 1257, "val": 360, "test": 180}  # 70/20/10, stratified: every class in each split
+    assert all(len(list((digits / "test" / str(c)).iterdir())) >= 17 for c in range(10))
+
+
+def test_an_older_layout_is_rewritten_with_its_test_split(tmp_path, digits):
+    from mlrunway.data import write_digits
+
+    old = tmp_path / "old"
+    for split in ("train", "val"):  # what an earlier version wrote, with its marker
+        (old / split / "0").mkdir(parents=True)
+        (old / split / "0" / "99999.png").write_bytes(b"stale")
+    (old / ".complete").touch()
+    write_digits(old)
+    assert not (old / "train" / "0" / "99999.png").exists() and (old / "test").is_dir()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,127 @@
+"""A staged rollout with automatic rollback: optionally mirror live traffic to the challenger for a window, then
+move traffic in steps (10 -> 50 -> 100 by default), each held for a window while the challenger's error rate and
+p99 latency are compared with the champion's over the same window. Past a bound, traffic goes back to the
+champion at 100%. After every change, traffic and each deployment's model are read back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.types import DeploymentMetrics
+from mlrunway.errors import EndpointError
+from mlrunway.specs import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutPolicy:
+    """:param steps: the challenger's traffic at each step, ascending, ending at 100.
+    :param window_s: how long each step is held before it is judged (seconds locally; minutes on Azure, whose
+        metrics arrive per minute).
+    :param mirror_percent: live traffic copied to the challenger before the first step (0: no mirror phase).
+    :param mirror_window_s: how long the mirror phase lasts.
+    :param max_error_rate_increase: how far the challenger's error rate may exceed the champion's (0.01: one point).
+    :param max_p99_ratio: how many times the champion's p99 latency the challenger's may reach...
+    :param p99_slack_ms: ...or this many ms above it, whichever is larger (a 2 ms p99 is noise at 4 ms).
+    """
+
+    steps: tuple[int, ...] = (10, 50, 100)
+    window_s: float = 30.0
+    mirror_percent: int = 0
+    mirror_window_s: float = 0.0
+    max_error_rate_increase: float = 0.01
+    max_p99_ratio: float = 2.0
+    p99_slack_ms: float = 50.0
+
+    @classmethod
+    def parse(cls, value: dict[str, Any] | None, field: str = "rollout") -> RolloutPolicy:
+        """A policy from the DAG's dict; every bad field is a SpecError naming it and the fix."""
+        raw = dict(value or {})
+        unknown = sorted(set(raw) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise check.fail(f"{field}.{unknown[0]}", "is not a rollout setting",
+                             f"use {', '.join(cls.__dataclass_fields__)}")
+        steps = raw.pop("steps", cls.steps)
+        if (not isinstance(steps, list | tuple) or not steps or any(isinstance(s, bool) or not isinstance(s, int)
+                                                                     for s in steps)
+                or list(steps) != sorted(set(steps)) or not 0 < steps[0] or steps[-1] != 100):
+            raise check.fail(f"{field}.steps", f"{steps!r} is not an ascending list of percentages ending at 100",
+                             "write e.g. [10, 50, 100], or [100] to switch at once")
+        numbers: dict[str, Any] = {}
+        for name, value_ in raw.items():
+            if isinstance(value_, bool) or not isinstance(value_, int | float) or value_ < 0:
+                raise check.fail(f"{field}.{name}", f"{value_!r} is not a number >= 0", "write a number")
+            numbers[name] = value_
+        policy = cls(steps=tuple(steps), **numbers)
+        if not 0 <= policy.mirror_percent <= 50 or int(policy.mirror_percent) != policy.mirror_percent:
+            raise check.fail(f"{field}.mirror_percent", f"{policy.mirror_percent!r} is over Azure's limit",
+                             "mirror 0 to 50 percent")
+        return policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "steps": list(self.steps)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str
+    challenger: dict[str, Any]
+    champion: dict[str, Any]
+
+
+def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> Verdict:
+    """Whether the challenger stays within the policy's bounds over a window, against the champion's figures (of
+    the same window, or of the window before the rollout when the champion has no traffic left)."""
+    figures = challenger.to_dict(), champion.to_dict()
+    if not challenger.requests:
+        return Verdict(True, "no request reached the challenger in the window: nothing to compare", *figures)
+    allowed = champion.error_rate + policy.max_error_rate_increase
+    if challenger.error_rate > allowed:
+        return Verdict(False, f"error rate {challenger.error_rate:.1%} ({challenger.errors} of {challenger.requests}) "
+                              f"against the champion's {champion.error_rate:.1%} ({champion.errors} of "
+                              f"{champion.requests}); the bound is {allowed:.1%}", *figures)
+    if challenger.p99_ms is not None and champion.p99_ms is not None:
+        bound = max(champion.p99_ms * policy.max_p99_ratio, champion.p99_ms + policy.p99_slack_ms)
+        if challenger.p99_ms > bound:
+            return Verdict(False, f"p99 latency {challenger.p99_ms:.1f} ms against the champion's "
+                                  f"{champion.p99_ms:.1f} ms; the bound is {bound:.1f} ms", *figures)
+    return Verdict(True, f"error rate {challenger.error_rate:.1%} of {challenger.requests} requests, p99 "
+                         f"{_ms(challenger.p99_ms)} (champion: {champion.error_rate:.1%} of {champion.requests}, "
+                         f"p99 {_ms(champion.p99_ms)})", *figures)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def traffic_at(champion: str, challenger: str, percent: int) -> dict[str, int]:
+    return {champion: 100 - percent, challenger: percent}
+
+
+def apply(backend: Backend, endpoint: str, traffic: dict[str, int], mirror: dict[str, int],
+          models: dict[str, str]) -> None:
+    """Set traffic and mirror, then read both back with each deployment's model: what is live is what was asked,
+    or EndpointError says what differs."""
+    backend.endpoints.set_traffic(endpoint, traffic, mirror_traffic=mirror)
+    read_back(backend, endpoint, traffic, mirror, models)
+
+
+def read_back(backend: Backend, endpoint: str, traffic: dict[str, int], mirror: dict[str, int],
+              models: dict[str, str]) -> None:
+    info = backend.endpoints.get(endpoint)
+    live = {k: v for k, v in info.traffic.items() if v}
+    asked = {k: v for k, v in traffic.items() if v}
+    problems = []
+    if live != asked:
+        problems.append(f"traffic is {live}, not {asked}")
+    if {k: v for k, v in info.mirror_traffic.items() if v} != {k: v for k, v in mirror.items() if v}:
+        problems.append(f"mirror traffic is {info.mirror_traffic}, not {mirror}")
+    for slot, model in models.items():
+        serving = backend.endpoints.get_deployment(endpoint, slot).model
+        if serving and serving != model:
+            problems.append(f"deployment {slot} serves {serving}, not {model}")
+    if problems:
+        raise EndpointError(f"endpoint {endpoint}: what is live is not what was asked: {'; '.join(problems)}")

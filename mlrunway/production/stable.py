@@ -1,0 +1,247 @@
+"""A stable endpoint's lifecycle across runs: which slot serves, the challenger in the other one, the gate, the
+staged rollout, registry aliases, and the decision each run ends with.
+
+The first run creates the endpoint and deploys ``blue`` at 100% (``created``). Each later run deploys its model to
+the slot that is not serving (``green`` while ``blue`` serves, then back) at 0%, compares it with the champion on
+the evaluation set, and ends ``held`` (not better), ``skipped`` (better or not, a run that is not the newest never
+moves production), ``rolled_back`` (the staged rollout saw it fail) or ``promoted``. A lease per endpoint keeps two
+runs' rollouts from interleaving. The run's cleanup deletes the slot left without traffic, never the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings, ModelVersion
+from mlrunway.errors import EndpointError, NotFound
+from mlrunway.production import gate, rollout
+from mlrunway.production.rollout import RolloutPolicy
+from mlrunway.specs import check
+
+log = logging.getLogger(__name__)
+
+SLOTS = ("blue", "green")
+DECISIONS = ("created", "promoted", "held", "rolled_back", "skipped")
+ALIAS_TAG = "mlrunway.alias.{}"  # a version's tag; its value is when the alias was given (the newest holder wins)
+
+
+@dataclass(kw_only=True)
+class Rollout:
+    """A run's progress on a stable endpoint, kept as JSON between the deploy task's deferrals."""
+
+    endpoint: str
+    holder: str
+    model: str
+    slot: str
+    champion: dict[str, str] | None
+    policy: dict[str, Any]
+    gate: dict[str, Any] = field(default_factory=dict)
+    step: int = -1
+    started: float = 0.0
+    baseline: dict[str, Any] | None = None
+    windows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rollout:
+        return cls(**data)
+
+    @property
+    def rollout_policy(self) -> RolloutPolicy:
+        return RolloutPolicy.parse(self.policy)
+
+
+def serving(backend: Backend, endpoint: str) -> dict[str, str] | None:
+    """The slot with the most traffic and its model (``{"deployment", "model"}``), or None: no endpoint yet, or
+    nothing serves."""
+    try:
+        traffic = backend.endpoints.get(endpoint).traffic
+    except NotFound:
+        return None
+    live = sorted((weight, name) for name, weight in traffic.items() if weight)
+    if not live:
+        return None
+    slot = live[-1][1]
+    return {"deployment": slot, "model": backend.endpoints.get_deployment(endpoint, slot).model}
+
+
+def not_newest(run_type: str, next_interval_end: datetime | None, now: datetime) -> str | None:
+    """Why a run may not move production, or None. A backfill never may; a scheduled run whose next interval has
+    already ended is a catch-up or a cleared old run, and a newer one exists or is due; manual runs may."""
+    if run_type == "backfill":
+        return "a backfill run never moves production"
+    if run_type == "scheduled" and next_interval_end is not None and next_interval_end <= now:
+        return (f"the next interval (ending {next_interval_end.isoformat()}) has already ended: this run is a "
+                "catch-up or a cleared old run, and only the newest interval's run may roll out")
+    return None
+
+
+def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSettings, policy: RolloutPolicy,
+          lease_s: float) -> Rollout:
+    """Take the endpoint's lease, create or recover the endpoint, and start the challenger's deployment in the slot
+    that is not serving (``blue`` on a new endpoint) at 0%."""
+    held = backend.endpoints.lease(endpoint, holder, lease_s)
+    if held is not None:
+        raise EndpointError(f"endpoint {endpoint}: run {held} is rolling out to it; rollouts on one endpoint never "
+                            "interleave: this run fails now, and its retry (or the next run) goes ahead once that "
+                            "rollout has ended")
+    backend.endpoints.create_or_update(endpoint)  # a local endpoint whose server died is restarted here
+    champion = serving(backend, endpoint)
+    slot = SLOTS[0] if champion is None or champion["deployment"] == SLOTS[1] else SLOTS[1]
+    backend.endpoints.begin_create_or_update_deployment(endpoint, slot, settings)
+    log.info("endpoint %s: %s serves %s; the challenger %s goes to %s at 0%%", endpoint,
+             champion["deployment"] if champion else "nothing", champion["model"] if champion else "-", settings.model,
+             slot)
+    return Rollout(endpoint=endpoint, holder=holder, model=settings.model, slot=slot, champion=champion,
+                   policy=policy.to_dict())
+
+
+def evaluation_set(backend: Backend, model: str, code_dir: str | Path, data_dir: str | Path | None,
+                   spec: dict[str, Any] | None) -> gate.EvaluationSet:
+    """The team's set when it names one; else, for an image classifier, the ``test/`` split of ``data_dir``."""
+    if spec:
+        return gate.team_set(code_dir, spec)
+    name, _, version = model.partition(":")
+    with tempfile.TemporaryDirectory() as scratch:
+        signature = json.loads((backend.models.download(name, version, Path(scratch)) / "signature.json").read_text())
+    if not signature.get("classes") or data_dir is None:
+        raise check.fail("evaluation", f"model {model} is not an image classifier with data_dir, so there is no "
+                              "default evaluation set", "name one: {\"file\": \"eval.jsonl\", \"metric\": "
+                              "\"metrics.py:rmse\", \"goal\": \"minimize\"} in the code folder")
+    return gate.classifier_set(data_dir, signature)
+
+
+def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSet, min_improvement: float) -> bool:
+    """Score both deployments on the set through the endpoint; record the figures in ``r.gate``; True to promote."""
+    assert r.champion is not None
+    champion = gate.evaluate(backend, r.endpoint, r.champion["deployment"], evaluation)
+    challenger = gate.evaluate(backend, r.endpoint, r.slot, evaluation)
+    promote, improvement = gate.decide(champion, challenger, evaluation.goal, min_improvement)
+    r.gate = {"metric": evaluation.metric_name, "goal": evaluation.goal, "champion": round(champion, 6),
+              "challenger": round(challenger, 6), "improvement": round(improvement, 6),
+              "min_improvement": min_improvement, "samples": evaluation.size, "champion_model": r.champion["model"],
+              "challenger_model": r.model}
+    log.info("gate on %s (%d samples): champion %s %.4f, challenger %s %.4f: %s", evaluation.metric_name,
+             evaluation.size, r.champion["model"], champion, r.model, challenger, "better" if promote else "not better")
+    return promote
+
+
+def next_phase(backend: Backend, r: Rollout) -> float:
+    """Move to the rollout's next phase (the mirror window, or the next traffic step) and return its window in
+    seconds. Traffic and models are read back after the change."""
+    assert r.champion is not None
+    policy = r.rollout_policy
+    now = time.time()
+    if r.baseline is None:  # the champion alone, over the window before the rollout: the reference at 100%
+        r.baseline = backend.endpoints.deployment_metrics(r.endpoint, r.champion["deployment"],
+                                                          now - policy.window_s, now).to_dict()
+    mirror = policy.mirror_percent and policy.mirror_window_s and r.step == -1 and not r.windows
+    if mirror:
+        traffic, mirrored, window = {r.champion["deployment"]: 100, r.slot: 0}, {r.slot: int(policy.mirror_percent)}, \
+            policy.mirror_window_s
+    else:
+        r.step += 1
+        traffic = rollout.traffic_at(r.champion["deployment"], r.slot, policy.steps[r.step])
+        mirrored, window = {}, policy.window_s
+    rollout.apply(backend, r.endpoint, traffic, mirrored, _models(r))
+    r.started = now
+    log.info("endpoint %s: traffic %s, mirror %s, for %gs", r.endpoint, traffic, mirrored or "none", window)
+    return float(window)
+
+
+def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
+    """Judge the window that has just ended; on a failure, traffic goes back to the champion at 100%."""
+    assert r.champion is not None
+    end = time.time() - backend.capabilities.metrics_lag_s
+    challenger = backend.endpoints.deployment_metrics(r.endpoint, r.slot, r.started, end)
+    champion = backend.endpoints.deployment_metrics(r.endpoint, r.champion["deployment"], r.started, end)
+    if not champion.requests:  # at 100% the champion serves nothing: compare with its last window that served
+        earlier = [w["champion"] for w in r.windows if w["champion"]["requests"]] or [r.baseline]
+        if earlier[-1]:
+            champion = DeploymentMetrics(**{k: v for k, v in earlier[-1].items() if k != "error_rate"})
+    verdict = rollout.judge(challenger, champion, r.rollout_policy)
+    phase = f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
+    r.windows.append({"phase": phase, "ok": verdict.ok, "reason": verdict.reason,
+                      "challenger": verdict.challenger, "champion": verdict.champion})
+    log.info("endpoint %s, %s window: %s (%s)", r.endpoint, phase, "within bounds" if verdict.ok else "OUT OF BOUNDS",
+             verdict.reason)
+    if not verdict.ok:
+        rollout.apply(backend, r.endpoint, {r.champion["deployment"]: 100, r.slot: 0}, {}, _models(r))
+    return verdict
+
+
+def done(r: Rollout) -> bool:
+    return r.step == len(r.rollout_policy.steps) - 1
+
+
+def _models(r: Rollout) -> dict[str, str]:
+    return {r.slot: r.model, **({r.champion["deployment"]: r.champion["model"]} if r.champion else {})}
+
+
+def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[str, Any]:
+    """Record the decision and its evidence on the challenger's version (tags), move the aliases when it went
+    live (``production`` to it, ``previous`` to the old champion), and return the task's result."""
+    assert decision in DECISIONS
+    name, _, version = r.model.partition(":")
+    evidence = json.dumps({"gate": r.gate, "windows": [{k: w[k] for k in ("phase", "ok", "reason")} for w in r.windows]})
+    backend.models.update_tags(name, int(version), {"mlrunway.decision": decision, "mlrunway.endpoint": r.endpoint,
+                                                    "mlrunway.evidence": evidence[:4000], "mlrunway.reason": reason[:500]})
+    if decision in ("created", "promoted"):
+        set_alias(backend, r.model, "production")
+        if r.champion and r.champion["model"]:
+            set_alias(backend, r.champion["model"], "previous")
+    live = serving(backend, r.endpoint)
+    info = backend.endpoints.get(r.endpoint)
+    log.info("endpoint %s: %s (%s); %s serves %s", r.endpoint, decision, reason,
+             live["deployment"] if live else "nothing", live["model"] if live else "-")
+    return {"decision": decision, "reason": reason, "live": live, "endpoint": r.endpoint,
+            "scoring_uri": info.scoring_uri, "deployment": r.slot, "gate": r.gate, "windows": r.windows,
+            "model": r.model}
+
+
+def set_alias(backend: Backend, model: str, alias: str) -> None:
+    """Give ``alias`` to ``model`` (``name:version``) and take it from every other version of that name."""
+    name, _, version = model.partition(":")
+    tag = ALIAS_TAG.format(alias)
+    backend.models.update_tags(name, int(version), {tag: datetime.now(UTC).isoformat()})
+    for other in backend.models.list(name):
+        if tag in other.tags and other.version != int(version):
+            backend.models.update_tags(name, other.version, {tag: None})
+
+
+def aliased(backend: Backend, name: str, alias: str) -> ModelVersion | None:
+    """The version of ``name`` holding ``alias`` (the newest holder, should an interrupted move have left two)."""
+    tag = ALIAS_TAG.format(alias)
+    holders = [m for m in backend.models.list(name) if tag in m.tags]
+    return max(holders, key=lambda m: m.tags[tag]) if holders else None
+
+
+def clean_up(backend: Backend, endpoint: str, holder: str) -> list[str]:
+    """Delete the slots left with no traffic (the loser, or the old champion after a promotion), never the
+    endpoint; give the lease back. A rollout another run holds is left alone."""
+    if backend.endpoints.lease(endpoint, holder, 60.0) is not None:
+        log.info("endpoint %s: another run's rollout holds it; its cleanup deletes nothing", endpoint)
+        return []
+    deleted = []
+    try:
+        info = backend.endpoints.get(endpoint)
+        for deployment in backend.endpoints.list_deployments(endpoint):
+            name = deployment.name
+            if name in SLOTS and not info.traffic.get(name) and not info.mirror_traffic.get(name):
+                if backend.endpoints.delete_deployment(endpoint, name):
+                    deleted.append(name)
+    except NotFound:
+        pass
+    finally:
+        backend.endpoints.release(endpoint, holder)
+    return deleted

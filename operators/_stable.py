@@ -1,0 +1,141 @@
+"""DeployBlueOperator's stable-endpoint mode: the steps of :mod:`mlrunway.production.stable`, each wait deferred
+(provisioning in the DeploymentTrigger, each rollout window in a DateTimeTrigger), never in a worker slot."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+from airflow.sdk import Context
+
+from mlrunway.airflow.assets import emit_production
+from mlrunway.airflow.triggers import DeploymentTrigger, Outcome
+from mlrunway.backend.types import DeploymentSettings, ProvisioningState
+from mlrunway.errors import EndpointError, NotSupportedOnBackend
+from mlrunway.pipeline import promote_blue
+from mlrunway.production import stable
+from mlrunway.production.rollout import RolloutPolicy
+from mlrunway.production.stable import Rollout
+from mlrunway.specs import check
+from operators._base import MlrunwayWaitingOperator
+
+LEASE_MARGIN_S = 900.0
+
+
+class StableEndpointMixin(MlrunwayWaitingOperator):
+    """What DeployBlueOperator does when ``endpoint_name`` is set (see its docstring)."""
+
+    endpoint_name: str | None
+    min_improvement: float | str
+    evaluation: dict[str, Any] | None
+    rollout: dict[str, Any] | None
+
+    def settings(self) -> DeploymentSettings:
+        raise NotImplementedError
+
+    def request(self) -> Any:
+        raise NotImplementedError
+
+    code_dir: str
+    data_dir: str | None
+    model_name: str
+    model_version: int | str
+
+    def stable_begin(self, context: Context) -> dict[str, Any]:
+        endpoint = check.endpoint_name(str(self.endpoint_name), "endpoint_name")
+        if not self.backend.capabilities.rollout:
+            raise NotSupportedOnBackend(f"endpoint_name={endpoint!r}: the {self.backend.kind} backend has no "
+                                        "staged rollout yet; leave endpoint_name empty for the per-run endpoint")
+        self.link(context, "endpoint", endpoint)
+        policy = self.policy()
+        r = stable.begin(self.backend, endpoint, self.names(context).run_key, self.settings(), policy,
+                         self.lease_s(policy))
+        info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, r.slot),
+                           lambda i: i.provisioning_state.is_terminal())
+        return self.provisioned(context, r, info.provisioning_state, info.error, info.operation)
+
+    def policy(self) -> RolloutPolicy:
+        return RolloutPolicy.parse(self.rollout)
+
+    def lease_s(self, policy: RolloutPolicy) -> float:
+        return self.max_wait_s + policy.mirror_window_s + len(policy.steps) * policy.window_s + LEASE_MARGIN_S
+
+    def stable_resume(self, context: Context, event: dict[str, Any] | None = None, *, rollout: dict[str, Any],
+                      phase: str) -> dict[str, Any]:
+        r = Rollout.from_dict(rollout)
+        self.link(context, "endpoint", r.endpoint)
+        held = self.backend.endpoints.lease(r.endpoint, r.holder, self.lease_s(r.rollout_policy))
+        if held is not None:
+            raise EndpointError(f"endpoint {r.endpoint}: run {held} took the rollout lease while this run waited")
+        if phase == "provisioned":
+            assert event is not None
+            outcome = Outcome(event["outcome"])
+            if outcome is not Outcome.ENDED:
+                raise EndpointError(f"deployment {r.endpoint}/{r.slot}: {event['error']}")
+            return self.provisioned(context, r, ProvisioningState(event["status"]), event.get("error"),
+                                    event.get("operation"))
+        verdict = stable.check_window(self.backend, r)
+        if not verdict.ok:
+            result = self.conclude(context, r, "rolled_back", verdict.reason)
+            raise EndpointError(f"rolled_back: the challenger {r.model} went back to 0% and {r.champion} serves "
+                                f"100%: {verdict.reason}; windows: {result['windows']}")
+        if stable.done(r):
+            return self.conclude(context, r, "promoted", f"{r.gate['metric']} {r.gate['challenger']} against "
+                                 f"{r.gate['champion']}, and every rollout window within bounds")
+        return self.wait_window(context, r, stable.next_phase(self.backend, r))
+
+    def provisioned(self, context: Context, r: Rollout, state: ProvisioningState, error: str | None,
+                    operation: str | None) -> dict[str, Any]:
+        if not state.is_terminal():
+            self.defer(trigger=DeploymentTrigger(self.backend_conn_id, r.endpoint, r.slot, self.poll_s,
+                                                 time.time() + self.max_wait_s, operation=operation),
+                       method_name="stable_resume", kwargs={"rollout": r.to_dict(), "phase": "provisioned"})
+        if state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(error or f"deployment {r.endpoint}/{r.slot} ended {state.value}")
+        if r.champion is None:  # a new endpoint: the mission's blue at 100%, smoke-tested
+            promote_blue(self.backend, r.endpoint, self.model_name, int(self.model_version), self.data_dir,
+                         self.request())
+            return self.conclude(context, r, "created", "the endpoint's first model")
+        evaluation = stable.evaluation_set(self.backend, r.model, self.code_dir, self.data_dir, self.evaluation)
+        better = stable.judge_challenger(self.backend, r, evaluation, float(self.min_improvement or 0))
+        figures = f"{r.gate['metric']} {r.gate['challenger']} against the champion's {r.gate['champion']} " \
+                  f"on {r.gate['samples']} samples (min_improvement {r.gate['min_improvement']})"
+        if not better:
+            return self.conclude(context, r, "held", f"not better: {figures}")
+        if why := self.not_newest(context):
+            return self.conclude(context, r, "skipped", f"better ({figures}), but {why}")
+        return self.wait_window(context, r, stable.next_phase(self.backend, r))
+
+    def wait_window(self, context: Context, r: Rollout, window_s: float) -> dict[str, Any]:
+        if not self.deferrable:
+            time.sleep(window_s)
+            return self.stable_resume(context, rollout=r.to_dict(), phase="window")
+        self.defer(trigger=DateTimeTrigger(datetime.now(UTC) + timedelta(seconds=window_s)),
+                   method_name="stable_resume", kwargs={"rollout": r.to_dict(), "phase": "window"})
+        raise AssertionError("defer raises")  # pragma: no cover
+
+    def not_newest(self, context: Context) -> str | None:
+        """Why this run may not roll out (a backfill, a catch-up or cleared old run), or None."""
+        run = context.get("dag_run")
+        run_type = str(getattr(getattr(run, "run_type", None), "value", getattr(run, "run_type", "manual")))
+        next_end = None
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if run_type == "scheduled" and start is not None and end is not None:
+            from airflow.timetables.base import DataInterval, TimeRestriction
+
+            timetable: Any = context["dag"].timetable
+            info = timetable.next_dagrun_info(
+                last_automated_data_interval=DataInterval(start, end),
+                restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
+            next_end = getattr(info.data_interval, "end", None) if info else None
+        return stable.not_newest(run_type, next_end, datetime.now(UTC))
+
+    def conclude(self, context: Context, r: Rollout, decision: str, reason: str) -> dict[str, Any]:
+        result = stable.conclude(self.backend, r, decision, reason)
+        for key in ("decision", "live"):  # pushed now too: a rolled-back task fails after this
+            context["ti"].xcom_push(key=key, value=result[key])
+        if decision in ("created", "promoted"):
+            emit_production(context, r.endpoint, {"model": r.model, "decision": decision, "gate": r.gate})
+        return result

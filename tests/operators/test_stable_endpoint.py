@@ -1,0 +1,185 @@
+"""A stable endpoint through the real DeployBlue and Cleanup operators on the shipped fake: created, promoted
+after a staged rollout, held, rolled back, skipped (a backfill), the lease, and the asset events. The fake's
+scorer answers as the model each deployment serves would; its metrics say what each deployment served."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+from airflow.sdk.exceptions import TaskDeferred
+
+from mlrunway.backend.fake import FakeBackend
+from mlrunway.backend.naming import RunNames
+from mlrunway.backend.types import DeploymentMetrics
+from mlrunway.errors import EndpointError
+from mlrunway.production import stable
+from operators import CleanupOperator, DeployBlueOperator
+from tests.operators.test_operators_on_fake import TaskInstance
+
+ENDPOINT = "digits-prod"
+
+
+class Events:
+    """What the task adds to its alias outlet: ``outlet_events[alias].add(asset, extra=...)``."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, dict[str, Any]]] = []
+
+    def add(self, asset: Any, extra: dict[str, Any]) -> None:
+        self.added.append((asset.uri, extra))
+
+
+@pytest.fixture
+def team(tmp_path) -> Path:
+    """A regressor's code folder: labelled requests and an RMSE metric, as a team writes them."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "score.py").write_text("def init(): pass\ndef run(raw): return {}\n")
+    (code / "sample.json").write_text(json.dumps({"x": 1}))
+    (code / "eval.jsonl").write_text("\n".join(json.dumps({"request": {"x": x}, "expected": 2 * x}) for x in range(20)))
+    (code / "metrics.py").write_text(
+        "def rmse(answers, expected):\n"
+        "    return (sum((a['y'] - e) ** 2 for a, e in zip(answers, expected)) / len(expected)) ** 0.5\n")
+    return code
+
+
+ERROR = {1: 0.0, 2: 0.5, 3: 3.0, 4: 0.1}  # each model version's error on y = 2x: 2 beats 1, 3 is worse, 4 best
+
+
+def scorer(backend: Any):
+    def answer(payload: Any, deployment: str | None) -> str:
+        record = backend.endpoints.endpoints[ENDPOINT]
+        version = int(record.settings[deployment].model.partition(":")[2])
+        return json.dumps({"y": 2 * payload["x"] + ERROR[version] + (1.0 if version == 1 else 0.0)})
+    return answer
+
+
+def run(fake, team, version: int, run_id: str, *, run_type: str = "manual", **kwargs: Any) -> tuple[dict, Events, TaskInstance]:
+    events, ti = Events(), TaskInstance()
+    context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": run_id, "ti": ti,
+               "dag_run": SimpleNamespace(run_type=run_type), "outlet_events": defaultdict(lambda: events)}
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=version, code_dir=str(team), sample_request="sample.json",
+                              endpoint_name=ENDPOINT, evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse",
+                                                                  "goal": "minimize"},
+                              rollout={"steps": [10, 50, 100], "window_s": 0}, deferrable=False,
+                              poll_interval_s=0.001, **kwargs)
+    try:
+        result = task.execute(context)
+    finally:
+        CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk",
+                        endpoint_name=ENDPOINT).execute(context)
+    return result, events, ti
+
+
+@pytest.fixture
+def registered(request, tmp_path, monkeypatch, team):
+    """A fake of this test's own behind the connection ``fake``, holding versions 1 to 4 of model ``m``."""
+    monkeypatch.setenv("AIRFLOW_CONN_FAKE", json.dumps({"conn_type": "mlrunway_fake",
+                                                        "extra": {"name": request.node.name}}))
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    fake = FakeBackend.named(request.node.name)
+    request.addfinalizer(lambda: FakeBackend.forget(request.node.name))
+    for _ in ERROR:
+        fake.models.register("m", team / "score.py")
+    fake.endpoints.scorer = scorer(fake)
+    return fake
+
+
+def deployments(fake) -> list[str]:
+    return sorted(fake.endpoints.endpoints[ENDPOINT].deployments)
+
+
+def test_created_then_promoted_then_held_and_one_deployment_serves_after_each(registered, team):
+    fake = registered
+    first, events, ti = run(fake, team, 1, "manual__1")
+    assert first["decision"] == "created" and first["live"] == {"deployment": "blue", "model": "m:1"}
+    assert ti.pushed["decision"] == "created" and events.added[0][0] == f"mlrunway://endpoints/{ENDPOINT}"
+    assert deployments(fake) == ["blue"] and stable.aliased(fake, "m", "production").version == 1
+
+    second, events, _ = run(fake, team, 2, "manual__2")
+    assert second["decision"] == "promoted" and second["live"] == {"deployment": "green", "model": "m:2"}
+    assert second["gate"]["champion"] == 1.0 and second["gate"]["challenger"] == 0.5 and second["gate"]["samples"] == 20
+    # the staged path, each change read back: 10, 50, 100 to green, with blue taking the rest
+    assert [t for t, _ in fake.endpoints.traffic_log[-3:]] == [{"blue": 90, "green": 10}, {"blue": 50, "green": 50},
+                                                                 {"blue": 0, "green": 100}]
+    assert deployments(fake) == ["green"] and fake.endpoints.get(ENDPOINT).traffic == {"green": 100}
+    assert stable.aliased(fake, "m", "production").version == 2 and stable.aliased(fake, "m", "previous").version == 1
+    assert [extra["decision"] for _, extra in events.added] == ["promoted"]
+    assert fake.models.get("m", 2).tags["mlrunway.decision"] == "promoted"
+
+    third, events, _ = run(fake, team, 3, "manual__3")
+    assert third["decision"] == "held" and "not better" in third["reason"] and third["live"]["model"] == "m:2"
+    assert deployments(fake) == ["green"] and events.added == []  # nothing changed: no asset event
+    assert json.loads(fake.models.get("m", 3).tags["mlrunway.evidence"])["gate"]["challenger"] == 3.0
+
+
+def test_a_challenger_out_of_bounds_at_a_step_is_rolled_back_and_the_task_fails_with_the_figures(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+
+    def metrics(deployment: str, start: float, end: float) -> DeploymentMetrics:
+        errors = 30 if deployment == "green" else 0  # green fails 30 of 100 requests
+        return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=100, errors=errors, p99_ms=5.0)
+
+    fake.endpoints.metrics = metrics
+    with pytest.raises(EndpointError, match=r"rolled_back: .* error rate 30.0% \(30 of 100\)"):
+        run(fake, team, 4, "manual__2")
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert fake.endpoints.traffic_log[-1] == ({"blue": 100, "green": 0}, {})  # back after the 10% step
+    assert deployments(fake) == ["blue"] and stable.aliased(fake, "m", "production").version == 1
+    assert fake.models.get("m", 4).tags["mlrunway.decision"] == "rolled_back"
+
+
+def test_a_slow_challenger_is_rolled_back_on_p99(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    fake.endpoints.metrics = lambda d, s, e: DeploymentMetrics(deployment=d, start=s, end=e, requests=50, errors=0,
+                                                               p99_ms=400.0 if d == "green" else 8.0)
+    with pytest.raises(EndpointError, match="p99 latency 400.0 ms against the champion's 8.0 ms"):
+        run(fake, team, 4, "manual__2")
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+
+
+def test_a_backfill_evaluates_and_records_but_never_moves_production(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    result, events, _ = run(fake, team, 4, "backfill__2026-01-01", run_type="backfill")
+    assert result["decision"] == "skipped" and "backfill" in result["reason"] and result["gate"]["challenger"] == 0.1
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"] and not events.added
+
+
+def test_a_second_run_on_the_endpoint_fails_clearly_while_the_first_holds_its_lease(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    holder = RunNames.of("prod", "manual__9", "fk").run_key
+    assert fake.endpoints.lease(ENDPOINT, holder, 600) is None  # another run is rolling out
+    with pytest.raises(EndpointError, match=f"run {holder} is rolling out to it; rollouts on one endpoint never"):
+        run(fake, team, 2, "manual__2")
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
+
+
+def test_deferred_between_steps_on_a_date_time_trigger(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=2, code_dir=str(team), endpoint_name=ENDPOINT,
+                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"},
+                              rollout={"window_s": 60}, poll_interval_s=0.001)
+    context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance(),
+               "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
+    resume: dict[str, Any] | None = None  # what the deferral hands back to stable_resume
+    for expected in ({"blue": 90, "green": 10}, {"blue": 50, "green": 50}, {"blue": 0, "green": 100}):
+        with pytest.raises(TaskDeferred) as deferred:
+            task.execute(context) if resume is None else task.stable_resume(context, {"moment": "now"}, **resume)
+        assert isinstance(deferred.value.trigger, DateTimeTrigger) and deferred.value.method_name == "stable_resume"
+        resume = deferred.value.kwargs
+        assert fake.endpoints.get(ENDPOINT).traffic == expected
+    result = task.stable_resume(context, {"moment": "now"}, **resume)
+    assert result["decision"] == "promoted" and [w["phase"] for w in result["windows"]] == ["10%", "50%", "100%"]

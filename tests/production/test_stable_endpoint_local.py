@@ -1,0 +1,150 @@
+"""A stable endpoint on the local backend, real servers and real models: three runs in a row (created, promoted,
+held), and a faulty challenger rolled back at a traffic step while a client sends steady load through the whole
+rollout. Models of known quality are the session's trained model with its weights perturbed (seeded)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mlrunway.errors import EndpointError
+from mlrunway.local.backend import LocalBackend
+from mlrunway.production import stable
+from operators import CleanupOperator, DeployBlueOperator
+from tests.conftest import REPO
+from tests.operators.test_operators_on_fake import TaskInstance
+
+pytestmark = pytest.mark.slow
+ENDPOINT = "digits-prod"
+
+
+def perturbed(onnx_model: Path, out: Path, noise: float) -> Path:
+    """A copy of the model whose weights carry Gaussian noise of ``noise`` times each tensor's std."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    shutil.copytree(onnx_model, out)
+    model = onnx.load(str(out / "model.onnx"))
+    rng = np.random.default_rng(0)
+    for tensor in model.graph.initializer:
+        array = numpy_helper.to_array(tensor)
+        if array.dtype == np.float32 and array.size > 1:
+            array = array + rng.normal(0, noise * float(array.std() or 1), array.shape).astype(np.float32)
+            tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+    onnx.save(model, str(out / "model.onnx"))
+    return out
+
+
+@pytest.fixture
+def backend(tmp_path, monkeypatch, onnx_model):
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    local = LocalBackend.at(tmp_path / "ws")
+    for noise in (0.6, 0.0, 3.0):  # versions 1 (fair), 2 (the trained model, better), 3 (clearly worse)
+        local.models.register("digits", perturbed(onnx_model, tmp_path / f"noise-{noise}", noise))
+    yield local
+    for state in local.endpoints.list():
+        local.endpoints.delete(state.name)
+
+
+def context(run_id: str) -> dict[str, Any]:
+    return {"dag": SimpleNamespace(dag_id="prod"), "run_id": run_id, "ti": TaskInstance(),
+            "dag_run": SimpleNamespace(run_type="manual"),
+            "outlet_events": defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))}
+
+
+def deploy(digits: Path, version: int, run_id: str, **kwargs: Any) -> dict:
+    task = DeployBlueOperator(**{"task_id": "deploy", "model_name": "digits", "model_version": version,
+                                 "code_dir": str(REPO / "training"), "data_dir": str(digits), "endpoint_name": ENDPOINT,
+                                 "workers": 1, "deferrable": False, "poll_interval_s": 0.2, **kwargs})
+    try:
+        return task.execute(context(run_id))
+    finally:
+        CleanupOperator(task_id="cleanup", endpoint_name=ENDPOINT).execute(context(run_id))
+
+
+def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_after_each(backend, digits):
+    quick = {"rollout": {"steps": [50, 100], "window_s": 0.5}}
+    results = [deploy(digits, version, f"manual__{version}", **quick) for version in (1, 2, 3)]
+    assert [r["decision"] for r in results] == ["created", "promoted", "held"]
+    assert results[1]["gate"]["challenger"] > results[1]["gate"]["champion"]  # accuracy on test/, through the endpoint
+    assert results[1]["gate"]["samples"] == len(list((digits / "test").rglob("*.png")))
+    assert results[2]["gate"]["challenger"] < results[2]["gate"]["champion"] - 0.2
+    assert [r["live"] for r in results] == [{"deployment": "blue", "model": "digits:1"},
+                                            {"deployment": "green", "model": "digits:2"},
+                                            {"deployment": "green", "model": "digits:2"}]
+    assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["green"]
+    assert backend.endpoints.get(ENDPOINT).traffic == {"green": 100}
+    assert stable.aliased(backend, "digits", "production").version == 2
+    assert stable.aliased(backend, "digits", "previous").version == 1
+
+
+FAULTY = '''
+import importlib.util
+import itertools
+import json
+import pathlib
+
+_spec = importlib.util.spec_from_file_location("example_score", pathlib.Path(__file__).with_name("score.py"))
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+_count = itertools.count()
+init, _run = _base.init, _base.run
+
+
+def run(raw_data):
+    """Batches are fine; every third single-image request fails (a bug only live traffic meets)."""
+    if len(json.loads(raw_data).get("data", [])) == 1 and next(_count) % 3 == 0:
+        raise RuntimeError("challenger bug on a single image")
+    return _run(raw_data)
+'''
+
+
+def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend, digits, tmp_path):
+    deploy(digits, 1, "manual__1")
+    faulty = shutil.copytree(REPO / "training", tmp_path / "faulty")
+    (faulty / "faulty_score.py").write_text(FAULTY)
+    one_image = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
+    state = backend.endpoints.state(ENDPOINT)
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def client() -> None:  # steady load on the scoring URI, bounded: at most 60 s, about 25 requests a second
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            request = urllib.request.Request(state.scoring_uri, data=one_image, method="POST", headers={
+                "Authorization": f"Bearer {state.keys['primary']}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    answers.append((response.status, response.headers.get("azureml-model-deployment", "")))
+            except urllib.error.HTTPError as exc:
+                answers.append((exc.code, exc.headers.get("azureml-model-deployment", "")))
+            time.sleep(0.04)
+
+    load = threading.Thread(target=client)
+    load.start()
+    try:
+        time.sleep(2)  # the champion's baseline
+        with pytest.raises(EndpointError, match=r"rolled_back: .*error rate"):
+            deploy(digits, 2, "manual__2", code_dir=str(faulty), scoring_script="faulty_score.py",
+                   rollout={"steps": [25, 50, 100], "window_s": 5})
+        time.sleep(1)  # load after the rollback
+    finally:
+        stop.set()
+        load.join()
+    failed = [(status, slot) for status, slot in answers if status != 200]
+    assert len(answers) > 100 and failed, answers[-5:]
+    assert {slot for _, slot in failed} == {"green"}, failed  # only the challenger's own share failed
+    assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]
+    assert answers[-1] == (200, "blue")
