@@ -24,13 +24,15 @@ from operators import (
     SweepOperator,
     TrainModelOperator,
 )
-from operators.preflight import check_run
+from operators.preflight import check_production, check_run
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
 DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "digits")
 # A deployment's cadence without editing the DAG: a cron expression or preset; "none" for manual triggers only.
 SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
+# A production endpoint that the scheduled runs improve (see the README); empty: each run its own endpoint.
+ENDPOINT_NAME = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or None
 P = "{{ params.%s }}"
 # The tutorial's command: the example's own script and flags, given here as any team would give its own.
 TUTORIAL_COMMAND = ("python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
@@ -94,6 +96,9 @@ def preflight(context: dict) -> None:
         raise check.fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
                                                   f"{params['max_trials']}", "lower it to at most max_trials")
     check_run(context, job=training_job(params), sweep=sweep_arguments(params), name_prefix=params["endpoint_prefix"])
+    check_production(context, endpoint_name=params["endpoint_name"], rollout=params["rollout"],
+                     evaluation=params["evaluation"], code_dir=params["code_dir"], data_dir=params["data_dir"],
+                     min_improvement=params["min_improvement"])
 
 
 CODE, JOB, SWEEP, POLICY, DEPLOY, BACKEND = ("Code and data", "Training job", "Sweep", "Early termination",
@@ -164,6 +169,26 @@ with DAG(
         "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", section=DEPLOY,
                                  description="Prefix of the run's names; the endpoint is <prefix>-<8 hex of the run>."),
         "keep_endpoint": Param(False, type="boolean", section=DEPLOY, description="Keep the endpoint serving after the run."),
+        "endpoint_name": Param(ENDPOINT_NAME, type=NULLABLE_STRING, pattern="^[A-Za-z][A-Za-z0-9-]{2,31}$", section=DEPLOY,
+                               description="A stable production endpoint that outlives runs: this run's model is a "
+                                           "challenger, promoted only if it beats the serving one, through a staged "
+                                           "rollout. Empty: the run's own endpoint, deleted at cleanup."),
+        "min_improvement": Param(0.0, type="number", minimum=0, section=DEPLOY,
+                                 description="Stable endpoint: how much better the challenger must score."),
+        "evaluation": Param(None, type=["null", "object"], section=DEPLOY, description=(
+            'Stable endpoint: your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": '
+            '"minimize"} in the code folder; empty: accuracy on data_dir/test.'), properties={
+                "file": {"type": "string", "minLength": 1}, "metric": {"type": "string", "pattern": "^[^:]+\\.py:\\w+$"},
+                "goal": {"enum": ["maximize", "minimize"]}}, required=["file", "metric"], additionalProperties=False),
+        "rollout": Param(None, type=["null", "object"], section=DEPLOY, description=(
+            'Stable endpoint: {"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
+            '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50}; empty: these defaults.'),
+            properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
+                                  "minItems": 1},
+                        **{k: {"type": "number", "minimum": 0} for k in (
+                            "window_s", "mirror_window_s", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms")},
+                        "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50}},
+            additionalProperties=False),
         "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", section=DEPLOY,
                                description="Azure: VM size of the blue deployment (empty: the connection's)."),
         "instance_count": Param(1, type="integer", minimum=1, maximum=20, section=DEPLOY,
@@ -189,8 +214,10 @@ with DAG(
     deploy = DeployBlueOperator(
         task_id="deploy_blue", model_name=export.output["model_name"], model_version=export.output["model_version"],
         code_dir=P % "code_dir", data_dir=P % "data_dir", instance_type=P % "instance_type",
-        instance_count=P % "instance_count", **common,
+        instance_count=P % "instance_count", endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement",
+        evaluation=P % "evaluation", rollout=P % "rollout", **common,
     )
-    clean = CleanupOperator(task_id="cleanup", keep_endpoint=P % "keep_endpoint", **common)
+    clean = CleanupOperator(task_id="cleanup", keep_endpoint=P % "keep_endpoint", endpoint_name=P % "endpoint_name",
+                            **common)
 
     train >> sweep >> pick >> export >> deploy >> clean

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import Context
 
 from mlrunway.airflow.assets import emit_production
-from mlrunway.airflow.triggers import DeploymentTrigger, Outcome
+from mlrunway.airflow.triggers import DeploymentTrigger, Outcome, WindowTrigger
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
 from mlrunway.pipeline import promote_blue
@@ -31,6 +30,7 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
     min_improvement: float | str
     evaluation: dict[str, Any] | None
     rollout: dict[str, Any] | None
+    rollback_to: str | None
 
     def settings(self) -> DeploymentSettings:
         raise NotImplementedError
@@ -50,6 +50,20 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
                                         "staged rollout yet; leave endpoint_name empty for the per-run endpoint")
         self.link(context, "endpoint", endpoint)
         policy = self.policy()
+        if self.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
+            target = stable.aliased(self.backend, self.model_name, str(self.rollback_to))
+            if target is None:
+                raise check.fail("rollback_to", f"no version of model {self.model_name} holds alias "
+                                 f"{self.rollback_to!r}", "name an alias a promotion set (previous, production)")
+            self.model_version = target.version
+        elif isinstance(self.model_version, bool) or int(self.model_version or 0) < 1:
+            raise check.fail("model_version", f"{self.model_version!r} is no version", "give a version >= 1, or "
+                             "rollback_to=previous")
+        if stable.serving(self.backend, endpoint) is None and (why := self.not_newest(context)):
+            result = stable.skip_creation(self.backend, endpoint, self.settings().model, why)
+            for key in ("decision", "live"):
+                context["ti"].xcom_push(key=key, value=result[key])
+            return result
         r = stable.begin(self.backend, endpoint, self.names(context).run_key, self.settings(), policy,
                          self.lease_s(policy))
         info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, r.slot),
@@ -62,15 +76,14 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
     def lease_s(self, policy: RolloutPolicy) -> float:
         return self.max_wait_s + policy.mirror_window_s + len(policy.steps) * policy.window_s + LEASE_MARGIN_S
 
-    def stable_resume(self, context: Context, event: dict[str, Any] | None = None, *, rollout: dict[str, Any],
-                      phase: str) -> dict[str, Any]:
-        r = Rollout.from_dict(rollout)
+    def stable_resume(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Where a deferral comes back: ``event["carry"]`` holds the rollout and the phase it waited in."""
+        r, phase = Rollout.from_dict(event["carry"]["rollout"]), event["carry"]["phase"]
         self.link(context, "endpoint", r.endpoint)
         held = self.backend.endpoints.lease(r.endpoint, r.holder, self.lease_s(r.rollout_policy))
         if held is not None:
             raise EndpointError(f"endpoint {r.endpoint}: run {held} took the rollout lease while this run waited")
         if phase == "provisioned":
-            assert event is not None
             outcome = Outcome(event["outcome"])
             if outcome is not Outcome.ENDED:
                 raise EndpointError(f"deployment {r.endpoint}/{r.slot}: {event['error']}")
@@ -82,38 +95,39 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
             raise EndpointError(f"rolled_back: the challenger {r.model} went back to 0% and {r.champion} serves "
                                 f"100%: {verdict.reason}; windows: {result['windows']}")
         if stable.done(r):
-            return self.conclude(context, r, "promoted", f"{r.gate['metric']} {r.gate['challenger']} against "
-                                 f"{r.gate['champion']}, and every rollout window within bounds")
+            return self.conclude(context, r, "promoted", f"{r.gate['summary']}; every rollout window within bounds")
         return self.wait_window(context, r, stable.next_phase(self.backend, r))
 
     def provisioned(self, context: Context, r: Rollout, state: ProvisioningState, error: str | None,
                     operation: str | None) -> dict[str, Any]:
         if not state.is_terminal():
             self.defer(trigger=DeploymentTrigger(self.backend_conn_id, r.endpoint, r.slot, self.poll_s,
-                                                 time.time() + self.max_wait_s, operation=operation),
-                       method_name="stable_resume", kwargs={"rollout": r.to_dict(), "phase": "provisioned"})
+                                                 time.time() + self.max_wait_s, operation=operation,
+                                                 carry={"rollout": r.to_dict(), "phase": "provisioned"}),
+                       method_name="stable_resume")
         if state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(error or f"deployment {r.endpoint}/{r.slot} ended {state.value}")
         if r.champion is None:  # a new endpoint: the mission's blue at 100%, smoke-tested
             promote_blue(self.backend, r.endpoint, self.model_name, int(self.model_version), self.data_dir,
                          self.request())
             return self.conclude(context, r, "created", "the endpoint's first model")
-        evaluation = stable.evaluation_set(self.backend, r.model, self.code_dir, self.data_dir, self.evaluation)
-        better = stable.judge_challenger(self.backend, r, evaluation, float(self.min_improvement or 0))
-        figures = f"{r.gate['metric']} {r.gate['challenger']} against the champion's {r.gate['champion']} " \
-                  f"on {r.gate['samples']} samples (min_improvement {r.gate['min_improvement']})"
-        if not better:
-            return self.conclude(context, r, "held", f"not better: {figures}")
-        if why := self.not_newest(context):
-            return self.conclude(context, r, "skipped", f"better ({figures}), but {why}")
+        if self.rollback_to:
+            r.gate = {"summary": f"rollback_to={self.rollback_to}: {r.model} goes back, by a person's decision, "
+                                 "without the gate"}
+        else:
+            evaluation = stable.evaluation_set(self.backend, r.model, self.code_dir, self.data_dir, self.evaluation)
+            if not stable.judge_challenger(self.backend, r, evaluation, float(self.min_improvement or 0)):
+                return self.conclude(context, r, "held", f"not better: {r.gate['summary']}")
+            if why := self.not_newest(context):
+                return self.conclude(context, r, "skipped", f"better ({r.gate['summary']}), but {why}")
         return self.wait_window(context, r, stable.next_phase(self.backend, r))
 
     def wait_window(self, context: Context, r: Rollout, window_s: float) -> dict[str, Any]:
+        carry = {"rollout": r.to_dict(), "phase": "window"}
         if not self.deferrable:
             time.sleep(window_s)
-            return self.stable_resume(context, rollout=r.to_dict(), phase="window")
-        self.defer(trigger=DateTimeTrigger(datetime.now(UTC) + timedelta(seconds=window_s)),
-                   method_name="stable_resume", kwargs={"rollout": r.to_dict(), "phase": "window"})
+            return self.stable_resume(context, {"outcome": Outcome.ENDED.value, "carry": carry})
+        self.defer(trigger=WindowTrigger(time.time() + window_s, carry), method_name="stable_resume")
         raise AssertionError("defer raises")  # pragma: no cover
 
     def not_newest(self, context: Context) -> str | None:

@@ -58,18 +58,32 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
             f"max |onnx - torch| {parity['max_abs_diff']:.2g}{top1}"
         lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, {diff} on "
                      f"{parity['samples']} {parity['inputs']}")
-    if deploy:
+    if deploy.get("decision"):
+        lines.append(stable_line(deploy))
+    elif deploy:
         smoke = f"{deploy['smoke_request']} -> {deploy['smoke_answer']}" if "smoke_request" in deploy else (
             f"a real validation image of a {deploy['smoke_truth']} -> {deploy['smoke_label']} "
             f"(p={deploy['smoke_probability']:.2f})")
         lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; {smoke}")
     if clean:
         kept = clean.get("endpoint_kept")
-        lines.append(f"cleanup: endpoint {'kept (keep_endpoint)' if kept else 'deleted'}; "
+        endpoint = f"stable endpoint {clean['stable_endpoint']} kept, deleted deployments " \
+                   f"{clean.get('deleted_deployments') or 'none'}" if clean.get("stable_endpoint") else \
+            f"endpoint {'kept (keep_endpoint)' if kept else 'deleted'}"
+        lines.append(f"cleanup: {endpoint}; "
                      f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
     if report is not None:
         lines.append(f"report: {report} (in the Airflow UI: the run's Sweep report tab)")
     return "\n".join(lines)
+
+
+def stable_line(deploy: dict[str, Any]) -> str:
+    """A stable endpoint's outcome: the decision, the gate's figures, what serves afterwards."""
+    gate, live = deploy.get("gate") or {}, deploy.get("live")
+    figures = f" ({gate['metric']} {gate['challenger']} vs the champion's {gate['champion']} on {gate['samples']} " \
+              "samples)" if gate else ""
+    serving = f"{live['deployment']} serves {live['model']}" if live else "nothing serves"
+    return f"endpoint: {deploy['endpoint']} {deploy['decision']}{figures}; {serving}; {deploy['reason']}"
 
 
 MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.local.serving.server",

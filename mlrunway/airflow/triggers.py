@@ -123,15 +123,18 @@ class DeploymentTrigger(BackendTrigger):
     :param deployment: the deployment, or None for the endpoint itself.
     :param operation: the service's handle on the deployment's provisioning (``DeploymentInfo.operation``),
         where a failure's reason is.
+    :param carry: what the resumed task needs, handed back in the event (see :class:`WindowTrigger`).
     """
 
     def __init__(self, backend_conn_id: str, endpoint: str, deployment: str | None = None,
-                 poll_interval_s: float = 10.0, deadline: float | None = None, operation: str | None = None) -> None:
+                 poll_interval_s: float = 10.0, deadline: float | None = None, operation: str | None = None,
+                 carry: dict[str, Any] | None = None) -> None:
         super().__init__(backend_conn_id, poll_interval_s, deadline)
-        self.endpoint, self.deployment, self.operation = endpoint, deployment, operation
+        self.endpoint, self.deployment, self.operation, self.carry = endpoint, deployment, operation, carry
 
     def ids(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "deployment": self.deployment, "operation": self.operation}
+        ids = {"endpoint": self.endpoint, "deployment": self.deployment, "operation": self.operation}
+        return {**ids, "carry": self.carry} if self.carry is not None else ids
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         if self.deployment is None:
@@ -148,3 +151,22 @@ class DeploymentTrigger(BackendTrigger):
             return "the run's cleanup deletes it"
         backend.endpoints.delete_deployment(self.endpoint, self.deployment)
         return "it was deleted"
+
+
+class WindowTrigger(BaseTrigger):
+    """Wait until ``until`` (epoch seconds), then hand ``carry`` back in the event: a staged rollout's window.
+
+    The task's state travels in the event rather than in ``defer(kwargs=...)``: Airflow 3.3's ``dag.test()`` (the
+    demo's ``airflow dags test``) resumes a task with the event alone, dropping the deferral's kwargs.
+    """
+
+    def __init__(self, until: float, carry: dict[str, Any]) -> None:
+        super().__init__()
+        self.until, self.carry = until, carry
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"until": self.until, "carry": self.carry}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await asyncio.sleep(max(0.0, self.until - time.time()))
+        yield TriggerEvent({"outcome": Outcome.ENDED.value, "carry": self.carry})

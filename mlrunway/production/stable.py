@@ -130,7 +130,9 @@ def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSe
     r.gate = {"metric": evaluation.metric_name, "goal": evaluation.goal, "champion": round(champion, 6),
               "challenger": round(challenger, 6), "improvement": round(improvement, 6),
               "min_improvement": min_improvement, "samples": evaluation.size, "champion_model": r.champion["model"],
-              "challenger_model": r.model}
+              "challenger_model": r.model,
+              "summary": f"{evaluation.metric_name} {challenger:.4g} against the champion's {champion:.4g} on "
+                         f"{evaluation.size} samples (min_improvement {min_improvement:g})"}
     log.info("gate on %s (%d samples): champion %s %.4f, challenger %s %.4f: %s", evaluation.metric_name,
              evaluation.size, r.champion["model"], champion, r.model, challenger, "better" if promote else "not better")
     return promote
@@ -207,6 +209,17 @@ def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[s
     return {"decision": decision, "reason": reason, "live": live, "endpoint": r.endpoint,
             "scoring_uri": info.scoring_uri, "deployment": r.slot, "gate": r.gate, "windows": r.windows,
             "model": r.model}
+
+
+def skip_creation(backend: Backend, endpoint: str, model: str, why: str) -> dict[str, Any]:
+    """A run that is not the newest finds no production model: it creates nothing (the newest run will)."""
+    reason = f"{why}; endpoint {endpoint} has no production model yet, and only the newest run creates it"
+    name, _, version = model.partition(":")
+    backend.models.update_tags(name, int(version), {"mlrunway.decision": "skipped", "mlrunway.endpoint": endpoint,
+                                                    "mlrunway.reason": reason[:500]})
+    log.info("endpoint %s: skipped (%s)", endpoint, reason)
+    return {"decision": "skipped", "reason": reason, "live": None, "endpoint": endpoint, "scoring_uri": None,
+            "deployment": None, "gate": {}, "windows": [], "model": model}
 
 
 def set_alias(backend: Backend, model: str, alias: str) -> None:

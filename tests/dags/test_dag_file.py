@@ -10,7 +10,7 @@ from tests.conftest import REPO
 HEAVY = ("torch", "onnx", "onnxruntime", "mlflow", "azure")
 
 
-@pytest.mark.parametrize("module", ["train_sweep_deploy", "demand_forecast"])
+@pytest.mark.parametrize("module", ["train_sweep_deploy", "demand_forecast", "deploy_model", "batch_scoring"])
 def test_dag_file_imports_no_heavy_module(module):
     probe = (f"import sys; sys.path.insert(0, {str(REPO / 'dags')!r}); import {module}; "
              f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
@@ -31,3 +31,5 @@ def test_dagbag_loads_the_dag_without_errors():
     assert dag.catchup is False
     second = bag.dags["demand_forecast"]  # a team's own project through the same operators
     assert second.task_ids == dag.task_ids
+    assert bag.dags["deploy_model"].task_ids == ["deploy_blue", "cleanup"]
+    assert bag.dags["batch_scoring"].timetable.summary.startswith("Asset")  # scheduled on production's asset

@@ -44,6 +44,15 @@ def dag():
         pytest.param("early_termination", {"type": "hyperband"}, id="policy-type"),
         pytest.param("inputs", ["not", "an", "object"], id="inputs-not-an-object"),
         pytest.param("command", 42, id="command-not-a-string"),
+        pytest.param("endpoint_name", "1prod", id="endpoint-name-starts-with-digit"),
+        pytest.param("endpoint_name", "p" * 33, id="endpoint-name-too-long"),
+        pytest.param("min_improvement", -0.1, id="negative-improvement"),
+        pytest.param("evaluation", {"file": "eval.jsonl"}, id="evaluation-without-metric"),
+        pytest.param("evaluation", {"file": "eval.jsonl", "metric": "rmse"}, id="metric-not-file-function"),
+        pytest.param("evaluation", {"file": "e.jsonl", "metric": "m.py:f", "goal": "up"}, id="evaluation-goal"),
+        pytest.param("rollout", {"steps": [10, 150]}, id="step-over-100"),
+        pytest.param("rollout", {"mirror_percent": 80}, id="mirror-over-50"),
+        pytest.param("rollout", {"window": 30}, id="rollout-setting-unknown"),
     ],
 )
 def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
@@ -89,11 +98,23 @@ def context(dag, digits, **changes):
                      marks=pytest.mark.skipif(shutil.which("mpirun") is not None, reason="mpirun is installed")),
         pytest.param({"early_termination": {"type": "truncation_selection", "truncation_percentage": 120}},
                      "early_termination.truncation_percentage: 120", id="bad-policy-value"),
+        pytest.param({"endpoint_name": "digits-prod", "rollout": {"steps": [50, 10, 100]}},
+                     "rollout.steps: \\[50, 10, 100\\] is not an ascending list", id="steps-not-ascending"),
+        pytest.param({"endpoint_name": "digits-prod", "rollout": {"steps": [10, 50]}},
+                     "rollout.steps: .* ending at 100", id="steps-not-ending-at-100"),
+        pytest.param({"endpoint_name": "digits-prod", "evaluation": {"file": "eval.jsonl", "metric": "m.py:f"}},
+                     "evaluation.file: .*eval.jsonl does not exist", id="evaluation-file-missing"),
+        pytest.param({"endpoint_name": "digits-prod", "data_dir": "NO-TEST-SPLIT"},
+                     "evaluation: there is no .*test to compare the challenger", id="no-test-split"),
     ],
 )
-def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes, message):
+def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes, message, tmp_path):
     from train_sweep_deploy import preflight
 
+    if changes.get("data_dir") == "NO-TEST-SPLIT":  # the example's data as an earlier version wrote it
+        for split in ("train", "val"):
+            shutil.copytree(digits / split, tmp_path / "old" / split)
+        changes = {**changes, "data_dir": str(tmp_path / "old")}
     with pytest.raises(SpecError, match=message):
         preflight(context(dag, digits, **changes))
 
@@ -102,6 +123,20 @@ def test_preflight_accepts_the_defaults(dag, digits):
     from train_sweep_deploy import preflight
 
     preflight(context(dag, digits))
+    preflight(context(dag, digits, endpoint_name="digits-prod", rollout={"steps": [100], "window_s": 5}))
+
+
+def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_job(dag, digits, monkeypatch):
+    from train_sweep_deploy import preflight
+
+    from mlrunway.backend.fake import FakeBackend
+    from mlrunway.backend.protocol import Capabilities
+
+    train = copy.copy(dag.get_task("train"))
+    backend = train.__dict__["backend"] = FakeBackend()
+    monkeypatch.setattr(backend, "capabilities", Capabilities(rollout=False))
+    with pytest.raises(SpecError, match="endpoint_name: the fake backend has no staged rollout yet; leave"):
+        preflight({**context(dag, digits, endpoint_name="digits-prod"), "task": train})
 
 
 def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):

@@ -5,21 +5,23 @@ scorer answers as the model each deployment serves would; its metrics say what e
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk.exceptions import TaskDeferred
 
+from mlrunway.airflow.triggers import WindowTrigger
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import DeploymentMetrics
 from mlrunway.errors import EndpointError
 from mlrunway.production import stable
 from operators import CleanupOperator, DeployBlueOperator
+from tests.mlrunway.airflow.test_triggers import first_event
 from tests.operators.test_operators_on_fake import TaskInstance
 
 ENDPOINT = "digits-prod"
@@ -165,7 +167,7 @@ def test_a_second_run_on_the_endpoint_fails_clearly_while_the_first_holds_its_le
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
 
 
-def test_deferred_between_steps_on_a_date_time_trigger(registered, team):
+def test_deferred_between_steps_on_a_window_trigger_whose_event_carries_the_rollout(registered, team):
     fake = registered
     run(fake, team, 1, "manual__1")
     task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
@@ -174,12 +176,31 @@ def test_deferred_between_steps_on_a_date_time_trigger(registered, team):
                               rollout={"window_s": 60}, poll_interval_s=0.001)
     context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance(),
                "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
-    resume: dict[str, Any] | None = None  # what the deferral hands back to stable_resume
+    trigger = None
     for expected in ({"blue": 90, "green": 10}, {"blue": 50, "green": 50}, {"blue": 0, "green": 100}):
         with pytest.raises(TaskDeferred) as deferred:
-            task.execute(context) if resume is None else task.stable_resume(context, {"moment": "now"}, **resume)
-        assert isinstance(deferred.value.trigger, DateTimeTrigger) and deferred.value.method_name == "stable_resume"
-        resume = deferred.value.kwargs
-        assert fake.endpoints.get(ENDPOINT).traffic == expected
-    result = task.stable_resume(context, {"moment": "now"}, **resume)
+            task.execute(context) if trigger is None else task.stable_resume(context, first_event(trigger))
+        trigger = deferred.value.trigger
+        assert isinstance(trigger, WindowTrigger) and deferred.value.method_name == "stable_resume"
+        assert 59 < trigger.until - time.time() <= 60 and fake.endpoints.get(ENDPOINT).traffic == expected
+        trigger.until = 0  # the window has passed
+        trigger = type(trigger)(**trigger.serialize()[1])  # as the triggerer rebuilds it
+    result = task.stable_resume(context, first_event(trigger))
     assert result["decision"] == "promoted" and [w["phase"] for w in result["windows"]] == ["10%", "50%", "100%"]
+
+
+def test_a_backfill_before_any_production_creates_nothing(registered, team):
+    fake = registered
+    result, events, ti = run(fake, team, 2, "backfill__2026-01-01", run_type="backfill")
+    assert result["decision"] == "skipped" and "only the newest run creates it" in result["reason"]
+    assert ENDPOINT not in fake.endpoints.endpoints and result["live"] is None and not events.added
+    assert ti.pushed["decision"] == "skipped" and fake.models.get("m", 2).tags["mlrunway.decision"] == "skipped"
+
+
+def test_a_catch_up_run_is_not_the_newest_and_a_manual_one_is():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime(2026, 11, 24, tzinfo=UTC)
+    assert stable.not_newest("scheduled", now - timedelta(days=7), now).startswith("the next interval")
+    assert stable.not_newest("scheduled", now + timedelta(days=7), now) is None
+    assert stable.not_newest("manual", None, now) is None and "backfill" in stable.not_newest("backfill", None, now)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError
 from mlrunway.local.backend import LocalBackend
 from mlrunway.production import stable
@@ -148,3 +149,51 @@ def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend,
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]
     assert answers[-1] == (200, "blue")
+
+
+@pytest.mark.e2e
+def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run_emits_none(
+        airflow_db, backend, digits, monkeypatch):
+    """dags/deploy_model.py run four times, its waits deferred as under a scheduler: versions 1 (created), 2
+    (promoted), 3 (held), then ``rollback_to=previous`` (version 1 back through the staged rollout). Each change of
+    the live model is an event of the endpoint's asset with the model and decision, a held run adds none, and each
+    event queues a run of dags/batch_scoring.py, which is scheduled on that asset."""
+    import sys
+
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    sys.path.insert(0, str(REPO / "dags"))
+    monkeypatch.setenv("MLRUNWAY_ENDPOINT_NAME", ENDPOINT)
+    from deploy_model import dag
+
+    def events() -> tuple[list[dict], int]:
+        with create_session() as session:
+            asset = session.query(AssetModel).filter(AssetModel.uri == f"mlrunway://endpoints/{ENDPOINT}").one_or_none()
+            if asset is None:
+                return [], 0
+            rows = session.query(AssetEvent).filter(AssetEvent.asset_id == asset.id).order_by(AssetEvent.id).all()
+            queued = session.query(AssetDagRunQueue).filter(AssetDagRunQueue.asset_id == asset.id,
+                                                            AssetDagRunQueue.target_dag_id == "batch_scoring").count()
+            return [row.extra for row in rows], queued
+
+    common = {"endpoint_name": ENDPOINT, "model_name": "digits", "data_dir": str(digits),
+              "rollout": {"steps": [50, 100], "window_s": 0.5}}
+    seen, decisions, queued = [], [], []
+    for conf in ({"model_version": 1}, {"model_version": 2}, {"model_version": 3}, {"rollback_to": "previous"}):
+        with create_session() as session:  # batch_scoring unpaused (a paused DAG is never queued), its queue empty
+            session.query(DagModel).filter(DagModel.dag_id == "batch_scoring").update({"is_paused": False})
+            session.query(AssetDagRunQueue).delete()
+        run = dag.test(run_conf={**common, **conf})
+        assert str(run.state) == "success"
+        decisions.append(run_results(dag.dag_id, run.run_id)["deploy_blue"]["decision"])
+        seen.append([e["decision"] for e in events()[0]])
+        queued.append(events()[1])
+    assert decisions == ["created", "promoted", "held", "promoted"]
+    assert seen == [["created"], ["created", "promoted"], ["created", "promoted"], ["created", "promoted", "promoted"]]
+    assert [e["model"] for e in events()[0]] == ["digits:1", "digits:2", "digits:1"]
+    assert queued[1:] == [1, 0, 1], "batch_scoring is queued after each change of production, not after held"
+    assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}  # version 1 back, in the slot that was free
+    assert stable.aliased(backend, "digits", "production").version == 1
+    assert stable.aliased(backend, "digits", "previous").version == 2

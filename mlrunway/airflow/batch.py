@@ -1,0 +1,29 @@
+"""The example batch-scoring DAG's task: data_dir's test/ split through a stable endpoint, after each change of its
+production model (see dags/batch_scoring.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlrunway.airflow.hook import MlrunwayHook, reports_folder
+from mlrunway.production import gate, stable
+
+
+def score_test_split(backend_conn_id: str, endpoint: str, data_dir: str, model: str | None) -> dict[str, Any]:
+    """Score every test image through the endpoint's traffic (as any client would) and write the predictions to
+    ``reports/batch_scoring/<model>.json``; return where, how many and the accuracy."""
+    backend = MlrunwayHook(backend_conn_id).get_backend()
+    live = stable.serving(backend, endpoint)
+    if live is None:
+        raise LookupError(f"endpoint {endpoint}: nothing serves; the batch waits for the next production model")
+    evaluation = stable.evaluation_set(backend, live["model"], ".", data_dir, None)
+    answers = [json.loads(backend.endpoints.invoke(endpoint, payload=request)) for request in evaluation.requests]
+    accuracy = gate.accuracy(answers, evaluation.expected)
+    out = Path(reports_folder()) / "batch_scoring" / f"{live['model'].replace(':', '-')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    labels = [p["label"] for answer in answers for p in answer["predictions"]]
+    out.write_text(json.dumps({"endpoint": endpoint, "model": live["model"], "event_model": model,
+                               "accuracy": accuracy, "predictions": labels}))
+    return {"report": str(out), "images": len(labels), "accuracy": accuracy, "model": live["model"]}
