@@ -32,4 +32,4 @@ def test_dagbag_loads_the_dag_without_errors():
     second = bag.dags["demand_forecast"]  # a team's own project through the same operators
     assert second.task_ids == dag.task_ids
     assert bag.dags["deploy_model"].task_ids == ["deploy_blue", "cleanup"]
-    assert bag.dags["batch_scoring"].timetable.summary.startswith("Asset")  # scheduled on production's asset
+    assert type(bag.dags["batch_scoring"].timetable).__name__ == "AssetTriggeredTimetable"  # on production
