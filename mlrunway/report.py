@@ -35,7 +35,8 @@ HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
 
 @dataclass(kw_only=True)
 class SweepReport:
-    """What the page and the artifact show; ``model``, ``onnx`` and ``endpoint`` are None until they exist."""
+    """What the page and the artifact show; ``model``, ``onnx`` and ``endpoint`` are None until they exist;
+    ``production`` is a stable endpoint's decision on the run's model, with its evidence (else None)."""
 
     sweep: str
     sweep_status: str
@@ -46,6 +47,7 @@ class SweepReport:
     model: dict[str, Any] | None = None
     onnx: dict[str, Any] | None = None
     endpoint: dict[str, Any] | None = None
+    production: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,11 +64,27 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     if latest is None:
         raise NotFound(f"sweep {names.sweep!r} does not exist yet")
     result = sweep_result(backend.jobs, latest.name)
+    onnx = _model(backend, f"{names.model}-onnx")
+    production = _production(onnx)
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because,
-                       model=_model(backend, names.model, latest.name), onnx=_model(backend, f"{names.model}-onnx"),
-                       endpoint=_endpoint(backend, names.endpoint))
+                       model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
+                       endpoint=_endpoint(backend, production["endpoint"] if production else names.endpoint))
+
+
+def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The decision a stable endpoint's deploy recorded on the model's version (see mlrunway.production)."""
+    tags = (onnx or {}).get("tags", {})
+    if "mlrunway.decision" not in tags:
+        return None
+    try:
+        evidence = json.loads(tags.get("mlrunway.evidence", "{}"))
+    except ValueError:
+        evidence = {}
+    return {"decision": tags["mlrunway.decision"], "endpoint": tags.get("mlrunway.endpoint", ""),
+            "reason": tags.get("mlrunway.reason", ""), "gate": evidence.get("gate", {}),
+            "windows": evidence.get("windows", [])}
 
 
 def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, Any] | None:
@@ -80,7 +98,8 @@ def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, A
     if not versions:
         return None
     latest = max(versions, key=lambda v: int(v.version))
-    return {"name": latest.name, "version": int(latest.version), "properties": dict(latest.properties or {})}
+    return {"name": latest.name, "version": int(latest.version), "properties": dict(latest.properties or {}),
+            "tags": dict(latest.tags or {})}
 
 
 def _endpoint(backend: Backend, name: str) -> dict[str, Any] | None:
@@ -173,7 +192,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
         f"<th>hyperparameters</th><th>why it stopped</th></tr>{''.join(rows)}</table>",
         "<h2>Chosen model</h2>", _model_html(report.model, "not registered yet"),
         "<h2>ONNX export</h2>", _onnx_html(report.onnx),
-        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint),
+        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint), *_production_html(report.production),
         f'<p class="meta">Built {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.created))}.</p>',
     ]
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(report.sweep)}</title><style>{CSS}"
@@ -216,6 +235,17 @@ def _endpoint_html(endpoint: dict[str, Any] | None) -> str:
     traffic = ", ".join(f"{k} {v}%" for k, v in endpoint["traffic"].items()) or "no traffic"
     return (f"<p><b>{html.escape(endpoint['name'])}</b> {html.escape(endpoint['provisioning_state'])}, "
             f"traffic {html.escape(traffic)}, scoring URI {html.escape(str(endpoint['scoring_uri']))}</p>")
+
+
+def _production_html(production: dict[str, Any] | None) -> list[str]:
+    if production is None:
+        return []
+    e = html.escape
+    rows = "".join(f"<tr><td>{e(w['phase'])}</td><td>{'within bounds' if w['ok'] else 'OUT OF BOUNDS'}</td>"
+                   f"<td>{e(w['reason'])}</td></tr>" for w in production["windows"])
+    windows = f"<table><tr><th>phase</th><th>verdict</th><th>figures</th></tr>{rows}</table>" if rows else ""
+    return ["<h2>Production</h2>", f"<p id=\"decision\"><b>{e(production['decision'])}</b> on "
+            f"{e(production['endpoint'])}: {e(production['reason'])}</p>", windows]
 
 
 def save(report: SweepReport, folder: str | Path) -> Path:

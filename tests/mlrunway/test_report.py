@@ -81,3 +81,20 @@ def test_a_sweep_name_gives_back_its_runs_names():
     assert RunNames.of_sweep(names.sweep) == names
     with pytest.raises(ValueError, match="sweep: 'digits-train' is not a pipeline run's sweep"):
         RunNames.of_sweep("digits-train")
+
+
+def test_a_stable_endpoints_decision_on_the_runs_model_is_in_the_report():
+    from mlrunway.report import _production
+
+    onnx = {"name": "m-onnx", "version": 3, "properties": {}, "tags": {
+        "mlrunway.decision": "rolled_back", "mlrunway.endpoint": "digits-prod",
+        "mlrunway.reason": "error rate 30.0% (30 of 100) against the champion's 0.0% (0 of 250)",
+        "mlrunway.evidence": json.dumps({"gate": {"metric": "accuracy", "champion": 0.9, "challenger": 0.95},
+                                         "windows": [{"phase": "10%", "ok": False, "reason": "error rate 30.0%"}]})}}
+    production = _production(onnx)
+    assert production["decision"] == "rolled_back" and production["gate"]["challenger"] == 0.95
+    page = render_html(report(production=production), b"")
+    decision = page.split('<p id="decision">')[1].split("</p>")[0]
+    assert "<b>rolled_back</b> on digits-prod" in decision and "30 of 100" in decision
+    assert "<td>10%</td><td>OUT OF BOUNDS</td>" in page
+    assert _production({"tags": {}}) is None and "<h2>Production</h2>" not in render_html(report(), b"")

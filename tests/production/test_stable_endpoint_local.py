@@ -15,11 +15,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
 from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError
 from mlrunway.local.backend import LocalBackend
+from mlrunway.local.processes import marked
 from mlrunway.production import stable
 from operators import CleanupOperator, DeployBlueOperator
 from tests.conftest import REPO
@@ -76,7 +78,14 @@ def deploy(digits: Path, version: int, run_id: str, **kwargs: Any) -> dict:
 
 def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_after_each(backend, digits):
     quick = {"rollout": {"steps": [50, 100], "window_s": 0.5}}
-    results = [deploy(digits, version, f"manual__{version}", **quick) for version in (1, 2, 3)]
+    results = [deploy(digits, 1, "manual__1", **quick)]
+    uri = backend.endpoints.get(ENDPOINT).scoring_uri
+    server = marked(backend.endpoints.state(ENDPOINT).token)
+    for process in server:  # the whole server dies, as in a reboot
+        process.kill()
+    psutil.wait_procs(server, timeout=10)
+    results += [deploy(digits, version, f"manual__{version}", **quick) for version in (2, 3)]
+    assert backend.endpoints.get(ENDPOINT).scoring_uri == uri  # recovered on its port before the challenger came
     assert [r["decision"] for r in results] == ["created", "promoted", "held"]
     assert results[1]["gate"]["challenger"] > results[1]["gate"]["champion"]  # accuracy on test/, through the endpoint
     assert results[1]["gate"]["samples"] == len(list((digits / "test").rglob("*.png")))
