@@ -41,6 +41,9 @@ with DAG(
         "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, description="Folder of score.py."),
         "data_dir": Param(os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "digits"), type="string",
                           description="A classifier's data: the gate scores on its test/ split."),
+        "require_approval": Param(False, type="boolean",
+                                  description="Stable endpoint: wait for a person's approval (python -m "
+                                              "mlrunway.airflow.approval) after the gate, before traffic moves."),
         "min_improvement": Param(0.0, type="number", minimum=0, description="How much better the model must score."),
         "rollout": Param(None, type=["null", "object"], description="As train_sweep_deploy's rollout."),
         "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, description="The backend."),
@@ -50,6 +53,7 @@ with DAG(
     deploy = DeployBlueOperator(
         task_id="deploy_blue", model_name=P % "model_name", model_version="{{ params.model_version or 0 }}",
         rollback_to=P % "rollback_to", code_dir=P % "code_dir", data_dir=P % "data_dir",
-        endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement", rollout=P % "rollout", **common,
+        endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement",
+        require_approval=P % "require_approval", rollout=P % "rollout", **common,
     )
     deploy >> CleanupOperator(task_id="cleanup", endpoint_name=P % "endpoint_name", **common)

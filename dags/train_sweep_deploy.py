@@ -173,6 +173,9 @@ with DAG(
                                description="A stable production endpoint that outlives runs: this run's model is a "
                                            "challenger, promoted only if it beats the serving one, through a staged "
                                            "rollout. Empty: the run's own endpoint, deleted at cleanup."),
+        "require_approval": Param(False, type="boolean", section=DEPLOY,
+                                  description="Stable endpoint: wait for a person's approval (python -m "
+                                              "mlrunway.airflow.approval) after the gate, before traffic moves."),
         "min_improvement": Param(0.0, type="number", minimum=0, section=DEPLOY,
                                  description="Stable endpoint: how much better the challenger must score."),
         "evaluation": Param(None, type=["null", "object"], section=DEPLOY, description=(
@@ -215,6 +218,7 @@ with DAG(
         task_id="deploy_blue", model_name=export.output["model_name"], model_version=export.output["model_version"],
         code_dir=P % "code_dir", data_dir=P % "data_dir", instance_type=P % "instance_type",
         instance_count=P % "instance_count", endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement",
+        require_approval=P % "require_approval",
         evaluation=P % "evaluation", rollout=P % "rollout", **common,
     )
     clean = CleanupOperator(task_id="cleanup", keep_endpoint=P % "keep_endpoint", endpoint_name=P % "endpoint_name",

@@ -10,7 +10,14 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway.airflow.assets import emit_production
-from mlrunway.airflow.triggers import DeploymentTrigger, Outcome, WindowTrigger
+from mlrunway.airflow.triggers import (
+    APPROVAL_BY_TAG,
+    APPROVAL_TAG,
+    ApprovalTrigger,
+    DeploymentTrigger,
+    Outcome,
+    WindowTrigger,
+)
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
 from mlrunway.pipeline import promote_blue
@@ -31,6 +38,8 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
     evaluation: dict[str, Any] | None
     rollout: dict[str, Any] | None
     rollback_to: str | None
+    require_approval: bool | str
+    approval_timeout_s: float
 
     def settings(self) -> DeploymentSettings:
         raise NotImplementedError
@@ -74,7 +83,12 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         return RolloutPolicy.parse(self.rollout)
 
     def lease_s(self, policy: RolloutPolicy) -> float:
-        return self.max_wait_s + policy.mirror_window_s + len(policy.steps) * policy.window_s + LEASE_MARGIN_S
+        approval = self.approval_timeout_s if self.approval_required else 0.0
+        return self.max_wait_s + approval + policy.mirror_window_s + len(policy.steps) * policy.window_s + LEASE_MARGIN_S
+
+    @property
+    def approval_required(self) -> bool:
+        return self.require_approval in (True, "True", "true", "1") and not self.rollback_to
 
     def stable_resume(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Where a deferral comes back: ``event["carry"]`` holds the rollout and the phase it waited in."""
@@ -83,6 +97,8 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         held = self.backend.endpoints.lease(r.endpoint, r.holder, self.lease_s(r.rollout_policy))
         if held is not None:
             raise EndpointError(f"endpoint {r.endpoint}: run {held} took the rollout lease while this run waited")
+        if phase == "approval":
+            return self.answered(context, r, event)
         if phase == "provisioned":
             outcome = Outcome(event["outcome"])
             if outcome is not Outcome.ENDED:
@@ -120,7 +136,42 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
                 return self.conclude(context, r, "held", f"not better: {r.gate['summary']}")
             if why := self.not_newest(context):
                 return self.conclude(context, r, "skipped", f"better ({r.gate['summary']}), but {why}")
+            if self.approval_required:
+                return self.ask_approval(context, r)
         return self.wait_window(context, r, stable.next_phase(self.backend, r))
+
+    def ask_approval(self, context: Context, r: Rollout) -> dict[str, Any]:
+        """Stop before traffic moves: the evidence on the version and in the log, then wait for a person."""
+        name, _, version = r.model.partition(":")
+        self.backend.models.update_tags(name, int(version), {APPROVAL_TAG: "pending", APPROVAL_BY_TAG: None,
+                                                             "mlrunway.evidence": stable.evidence(r)})
+        context["ti"].xcom_push(key="approval", value={"model": r.model, "gate": r.gate})
+        self.log.info("%s waits for approval before any traffic moves: %s. Answer with `python -m "
+                      "mlrunway.airflow.approval approve|reject %s %s --conn %s` (or set its tag %s)", r.model,
+                      r.gate["summary"], name, version, self.backend_conn_id, APPROVAL_TAG)
+        carry = {"rollout": r.to_dict(), "phase": "approval"}
+        deadline = time.time() + self.approval_timeout_s
+        trigger = ApprovalTrigger(self.backend_conn_id, r.model, self.poll_s, deadline, carry)
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="stable_resume")
+        while True:  # in the worker: the trigger's own poll
+            answer, done, by = trigger.poll(self.backend)
+            if done or time.time() > deadline:
+                outcome = Outcome.ENDED if done else Outcome.TIMEOUT
+                return self.answered(context, r, {"outcome": outcome.value, "status": answer, "error": by})
+            time.sleep(self.poll_s)
+
+    def answered(self, context: Context, r: Rollout, event: dict[str, Any]) -> dict[str, Any]:
+        if event["outcome"] == Outcome.ENDED.value and event["status"] == "approved":
+            self.log.info("%s approved by %s: the rollout begins", r.model, event.get("error"))
+            return self.wait_window(context, r, stable.next_phase(self.backend, r))
+        if event["outcome"] == Outcome.ENDED.value:
+            why = f"{event['status']} by {event.get('error') or 'a person'}"
+        else:  # the deadline passed (or the wait failed): nobody answered in time
+            why = f"no answer within approval_timeout_s={self.approval_timeout_s:g} ({event.get('error')})"
+            name, _, version = r.model.partition(":")
+            self.backend.models.update_tags(name, int(version), {APPROVAL_TAG: "expired"})
+        return self.conclude(context, r, "held", f"better ({r.gate['summary']}), but {why}")
 
     def wait_window(self, context: Context, r: Rollout, window_s: float) -> dict[str, Any]:
         carry = {"rollout": r.to_dict(), "phase": "window"}

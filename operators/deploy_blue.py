@@ -54,24 +54,30 @@ class DeployBlueOperator(StableEndpointMixin):
         "minimize"}`` in the code folder; default, for an image classifier: the ``test/`` split of ``data_dir``.
     :param rollout: the staged rollout (:class:`~mlrunway.production.rollout.RolloutPolicy`): ``steps``,
         ``window_s``, ``mirror_percent``, ``mirror_window_s`` and the bounds.
+    :param require_approval: after the gate, before any traffic moves, wait (deferred) for a person's answer on
+        the challenger: ``python -m mlrunway.airflow.approval approve|reject <model> <version>``, or its
+        ``mlrunway.approval`` tag set in the registry; a rejection or no answer within ``approval_timeout_s``
+        ends ``held``.
     :param rollback_to: a registry alias (``previous``): deploy the version of ``model_name`` holding it instead
         of ``model_version``, through the same staged rollout, without the gate (a person decided).
     """
 
     template_fields = (*StableEndpointMixin.template_fields, "model_name", "model_version", "code_dir",
                        "data_dir", "instance_type", "instance_count", "sample_request", "scoring_script", "endpoint_name",
-                       "min_improvement", "evaluation", "rollout", "rollback_to")
+                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
                  sample_request: str | None = None, scoring_script: str = "score.py", workers: int = 2,
                  instance_type: str | None = None, instance_count: int | str | None = None,
                  endpoint_name: str | None = None, min_improvement: float | str = 0.0,
                  evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
-                 rollback_to: str | None = None, **kwargs: Any) -> None:
+                 rollback_to: str | None = None, require_approval: bool | str = False,
+                 approval_timeout_s: float = 7 * 24 * 3600.0, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
         super().__init__(**kwargs)
         self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
         self.evaluation, self.rollout, self.rollback_to = evaluation, rollout, rollback_to
+        self.require_approval, self.approval_timeout_s = require_approval, approval_timeout_s
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.sample_request, self.scoring_script = sample_request, scoring_script

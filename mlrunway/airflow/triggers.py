@@ -153,6 +153,38 @@ class DeploymentTrigger(BackendTrigger):
         return "it was deleted"
 
 
+class ApprovalTrigger(BackendTrigger):
+    """Wait for a person's answer on a challenger: the model version's ``mlrunway.approval`` tag turning from
+    ``pending`` to ``approved`` or ``rejected`` (``python -m mlrunway.airflow.approval``, or the tag edited in the
+    registry's own UI). At the deadline the tag says ``expired``.
+
+    :param model: the version waiting, ``name:version``.
+    :param carry: what the resumed task needs, handed back in the event.
+    """
+
+    def __init__(self, backend_conn_id: str, model: str, poll_interval_s: float = 10.0,
+                 deadline: float | None = None, carry: dict[str, Any] | None = None) -> None:
+        super().__init__(backend_conn_id, poll_interval_s, deadline)
+        self.model, self.carry = model, carry
+
+    def ids(self) -> dict[str, Any]:
+        return {"model": self.model, "carry": self.carry}
+
+    def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
+        name, _, version = self.model.partition(":")
+        tags = backend.models.get(name, version).tags
+        answer = tags.get(APPROVAL_TAG, "pending")
+        return answer, answer != "pending", tags.get(APPROVAL_BY_TAG)
+
+    def stop(self, backend: Backend, reason: str) -> str:
+        name, _, version = self.model.partition(":")
+        backend.models.update_tags(name, int(version), {APPROVAL_TAG: "expired"})
+        return "no answer came; the approval expired"
+
+
+APPROVAL_TAG, APPROVAL_BY_TAG = "mlrunway.approval", "mlrunway.approval_by"
+
+
 class WindowTrigger(BaseTrigger):
     """Wait until ``until`` (epoch seconds), then hand ``carry`` back in the event: a staged rollout's window.
 

@@ -195,9 +195,8 @@ def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[s
     live (``production`` to it, ``previous`` to the old champion), and return the task's result."""
     assert decision in DECISIONS
     name, _, version = r.model.partition(":")
-    evidence = json.dumps({"gate": r.gate, "windows": [{k: w[k] for k in ("phase", "ok", "reason")} for w in r.windows]})
     backend.models.update_tags(name, int(version), {"mlrunway.decision": decision, "mlrunway.endpoint": r.endpoint,
-                                                    "mlrunway.evidence": evidence[:4000], "mlrunway.reason": reason[:500]})
+                                                    "mlrunway.evidence": evidence(r), "mlrunway.reason": reason[:500]})
     if decision in ("created", "promoted"):
         set_alias(backend, r.model, "production")
         if r.champion and r.champion["model"]:
@@ -209,6 +208,12 @@ def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[s
     return {"decision": decision, "reason": reason, "live": live, "endpoint": r.endpoint,
             "scoring_uri": info.scoring_uri, "deployment": r.slot, "gate": r.gate, "windows": r.windows,
             "model": r.model}
+
+
+def evidence(r: Rollout) -> str:
+    """The gate's figures and each window's verdict, as a version's tag holds them (at most 4,000 characters)."""
+    windows = [{k: w[k] for k in ("phase", "ok", "reason")} for w in r.windows]
+    return json.dumps({"gate": r.gate, "windows": windows})[:4000]
 
 
 def skip_creation(backend: Backend, endpoint: str, model: str, why: str) -> dict[str, Any]:

@@ -204,3 +204,58 @@ def test_a_catch_up_run_is_not_the_newest_and_a_manual_one_is():
     assert stable.not_newest("scheduled", now - timedelta(days=7), now).startswith("the next interval")
     assert stable.not_newest("scheduled", now + timedelta(days=7), now) is None
     assert stable.not_newest("manual", None, now) is None and "backfill" in stable.not_newest("backfill", None, now)
+
+
+def test_with_approval_the_run_waits_before_traffic_moves_and_proceeds_on_approve(registered, team):
+    import threading
+
+    from mlrunway.airflow.approval import main as approval
+
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    seen: list[dict[str, int]] = []
+
+    def person() -> None:  # looks at the evidence, sees traffic still on the champion, approves
+        while fake.models.get("m", 2).tags.get("mlrunway.approval") != "pending":
+            time.sleep(0.01)
+        seen.append(dict(fake.endpoints.get(ENDPOINT).traffic))
+        assert approval(["approve", "m", "2", "--conn", "fake", "--by", "alice"]) == 0
+
+    answering = threading.Thread(target=person)
+    answering.start()
+    result, _, ti = run(fake, team, 2, "manual__2", require_approval=True, approval_timeout_s=30)
+    answering.join()
+    assert seen == [{"blue": 100}] and ti.pushed["approval"]["gate"]["challenger"] == 0.5
+    assert result["decision"] == "promoted" and fake.models.get("m", 2).tags["mlrunway.approval_by"] == "alice"
+
+
+def test_a_rejection_while_deferred_holds_the_challenger_and_nothing_moves(registered, team, capsys):
+    from mlrunway.airflow.approval import main as approval
+    from mlrunway.airflow.triggers import ApprovalTrigger
+
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance(),
+               "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=2, code_dir=str(team), endpoint_name=ENDPOINT, require_approval=True,
+                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"},
+                              poll_interval_s=0.001)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, ApprovalTrigger) and trigger.model == "m:2"
+    assert approval(["show", "m", "2", "--conn", "fake"]) == 0 and "approval pending" in capsys.readouterr().out
+    assert approval(["reject", "m", "2", "--conn", "fake", "--by", "bob"]) == 0
+    result = task.stable_resume(context, first_event(type(trigger)(**trigger.serialize()[1])))
+    assert result["decision"] == "held" and "rejected by bob" in result["reason"]
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert approval(["approve", "m", "2", "--conn", "fake"]) == 1  # answered already: nothing changes
+
+
+def test_no_answer_before_the_deadline_holds_the_challenger(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    result, _, _ = run(fake, team, 2, "manual__2", require_approval=True, approval_timeout_s=0.05)
+    assert result["decision"] == "held" and "no answer within approval_timeout_s=0.05" in result["reason"]
+    assert fake.models.get("m", 2).tags["mlrunway.approval"] == "expired"
