@@ -80,7 +80,7 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         return self.provisioned(context, r, info.provisioning_state, info.error, info.operation)
 
     def policy(self) -> RolloutPolicy:
-        return RolloutPolicy.parse(self.rollout)
+        return RolloutPolicy.parse(self.rollout, default_window_s=self.backend.capabilities.rollout_window_s)
 
     def lease_s(self, policy: RolloutPolicy) -> float:
         approval = self.approval_timeout_s if self.approval_required else 0.0

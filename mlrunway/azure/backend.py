@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from mlrunway.backend.types import (
     ProvisioningState,
     SweepResult,
     TrialInfo,
+    deployment_error,
 )
 from mlrunway.backend.waiting import wait_for_job, wait_provisioned
 from mlrunway.early_termination import applies_at
@@ -93,8 +95,10 @@ class AzureBackend:
     """
 
     kind = "azure"
-    # Every poll is ARM and Run History reads, which count against the subscription's read limits.
-    capabilities = Capabilities(artifacts=False, studio=True, poll_interval_s=30.0)
+    # Every poll is ARM and Run History reads, which count against the subscription's read limits. Azure Monitor
+    # aggregates an endpoint's requests per minute and publishes them a few minutes late.
+    capabilities = Capabilities(artifacts=False, studio=True, poll_interval_s=30.0, rollout=True,
+                                metrics_lag_s=180.0, rollout_window_s=600.0)
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
@@ -107,9 +111,9 @@ class AzureBackend:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         check.one_of("azure_ml connection.cloud", cloud, CLOUDS)
         hosts = _get_cloud_details(cloud)  # the SDK's own table of each cloud's hosts
-        arm = str(hosts["resource_manager"]).rstrip("/")
+        arm = self.arm = str(hosts["resource_manager"]).rstrip("/")
         self.studio = str(hosts["aml_resource_id"]).rstrip("/")
-        transport = {k: v for k, v in client_kwargs.items() if k == "transport"}
+        transport = self.transport = {k: v for k, v in client_kwargs.items() if k == "transport"}
         self.rest = PipelineClient(
             base_url=arm,
             policies=[RetryPolicy(retry_total=3), BearerTokenCredentialPolicy(credential, f"{arm}/.default")],
@@ -139,6 +143,13 @@ class AzureBackend:
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
                    environment=fields.get("environment") or None, cloud=cloud,
                    cache_dir=fields.get("cache_dir") or None, **client_kwargs)
+
+    @cached_property
+    def monitor(self) -> Any:
+        """Azure Monitor's metrics client (azure-monitor-query) on this cloud's ARM host."""
+        from azure.monitor.query import MetricsQueryClient
+
+        return MetricsQueryClient(self.credential, endpoint=self.arm, **self.transport)
 
     # -- the workspace's own REST endpoints --------------------------------------------------------
     @cached_property
@@ -499,9 +510,7 @@ class AzureModels:
         return self.get(name, version)
 
 
-_NO_ROLLOUT = ("a stable endpoint's staged rollout (endpoint_name) needs per-deployment metrics from Azure Monitor "
-               "and a rollout lease, which the Azure backend does not have yet; leave endpoint_name empty (the "
-               "per-run endpoint) on Azure ML")
+LEASE_TAG = "mlrunway.lease"
 
 
 def _operation_url(poller: Any) -> str | None:
@@ -558,8 +567,10 @@ class AzureEndpoints:
         ``settings.workers`` sizes a local server: an Azure endpoint sizes each deployment instead."""
         check.endpoint_name(name)
         endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
-        try:
-            endpoint.traffic = self.ml.online_endpoints.get(name).traffic
+        try:  # an existing one keeps its traffic, mirror and tags (a stable endpoint's rollout lease)
+            current = self.ml.online_endpoints.get(name)
+            endpoint.traffic, endpoint.mirror_traffic = current.traffic, current.mirror_traffic
+            endpoint.tags = {**(current.tags or {}), "mlrunway": "1"}
         except ResourceNotFoundError:
             pass
         self.ml.online_endpoints.begin_create_or_update(endpoint)
@@ -651,13 +662,55 @@ class AzureEndpoints:
         return self._info(self.ml.online_endpoints.begin_create_or_update(current).result())
 
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
-        raise NotSupportedOnBackend(_NO_ROLLOUT)
+        """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
+        metrics (per minute): ``RequestsPerMinute`` split by ``statusCode`` and ``modelStatusCode`` (an error is
+        a 5xx, a 408, or a 424 whose model status is 500 or more) and ``RequestLatency_P99`` (the worst minute)."""
+        resource = self.ml.online_endpoints.get(endpoint).id
+        timespan = (datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(max(end, start + 1), UTC))
+        only = f"deployment eq '{deployment}'"
+        counts = self.backend.monitor.query_resource(
+            resource, ["RequestsPerMinute"], timespan=timespan, granularity=timedelta(minutes=1),
+            aggregations=["Total"], filter=f"{only} and statusCode eq '*' and modelStatusCode eq '*'")
+        requests = errors = 0
+        for series in counts.metrics[0].timeseries if counts.metrics else []:
+            dims = {k.lower(): v for k, v in series.metadata_values.items()}
+            total = int(sum(point.total or 0 for point in series.data))
+            requests += total
+            status, model = dims.get("statuscode") or "0", dims.get("modelstatuscode")
+            errors += total if deployment_error(int(status) if status.isdigit() else 0, model) else 0
+        latency = self.backend.monitor.query_resource(
+            resource, ["RequestLatency_P99"], timespan=timespan, granularity=timedelta(minutes=1),
+            aggregations=["Average"], filter=only)
+        p99s = [point.average for series in (latency.metrics[0].timeseries if latency.metrics else [])
+                for point in series.data if point.average is not None]
+        return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=requests, errors=errors,
+                                 p99_ms=max(p99s) if p99s else None)
 
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
-        raise NotSupportedOnBackend(_NO_ROLLOUT)
+        """The rollout lease is a tag of the endpoint (``mlrunway.lease``: holder and expiry), written with the
+        endpoint's update. A missing endpoint has nothing to interleave with: it is granted unwritten (the
+        caller creates the endpoint and leases again). Read, then write: two runs starting in the same seconds
+        could both take it; the DAG's ``max_active_runs`` and the per-step renewal narrow that, not close it."""
+        try:
+            current = self.ml.online_endpoints.get(endpoint)
+        except ResourceNotFoundError:
+            return None
+        held = _maybe_json((current.tags or {}).get(LEASE_TAG, ""))
+        if isinstance(held, dict) and held.get("holder") != holder and float(held.get("until", 0)) > time.time():
+            return f"{held['holder']} (until {datetime.fromtimestamp(float(held['until']), UTC):%H:%M:%S} UTC)"
+        current.tags = {**(current.tags or {}), LEASE_TAG: json.dumps({"holder": holder, "until": time.time() + ttl_s})}
+        self.ml.online_endpoints.begin_create_or_update(current).result()
+        return None
 
     def release(self, endpoint: str, holder: str) -> None:
-        raise NotSupportedOnBackend(_NO_ROLLOUT)
+        try:
+            current = self.ml.online_endpoints.get(endpoint)
+        except ResourceNotFoundError:
+            return
+        held = _maybe_json((current.tags or {}).get(LEASE_TAG, ""))
+        if isinstance(held, dict) and held.get("holder") == holder:
+            current.tags = {k: v for k, v in (current.tags or {}).items() if k != LEASE_TAG}
+            self.ml.online_endpoints.begin_create_or_update(current).result()
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
         """The tail of a deployment's log: its inference server's, or ``container="storage-initializer"``."""

@@ -41,6 +41,8 @@ class Capabilities:
     :param rollout: a stable endpoint's staged rollout works here: ``endpoints.deployment_metrics`` and the
         rollout lease; else they raise NotSupportedOnBackend.
     :param metrics_lag_s: how long after a second its requests show in ``deployment_metrics``.
+    :param rollout_window_s: a staged rollout's default window: seconds where metrics are per second (local),
+        minutes where they are per minute (Azure Monitor).
     """
 
     artifacts: bool = False
@@ -48,6 +50,7 @@ class Capabilities:
     poll_interval_s: float = 2.0
     rollout: bool = False
     metrics_lag_s: float = 2.0
+    rollout_window_s: float = 30.0
 
 
 class Jobs(Protocol):

@@ -208,6 +208,15 @@ class ModelVersion:
         return dict(vars(self))
 
 
+def deployment_error(status: int, model_status: str | None) -> bool:
+    """Whether an answer is the deployment's failure: a 5xx, a 408, or a 424 whose
+    ``ms-azureml-model-error-statuscode`` is 500 or more. A client's own 400 (a 424 carrying 400 at the scoring
+    URI) is not."""
+    if status == 424:
+        return model_status is not None and model_status.isdigit() and int(model_status) >= 500
+    return status >= 500 or status == 408
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeploymentMetrics:
     """What a deployment served over [start, end) (seconds since the epoch): requests, the errors it is to blame

@@ -36,9 +36,13 @@ class RolloutPolicy:
     p99_slack_ms: float = 50.0
 
     @classmethod
-    def parse(cls, value: dict[str, Any] | None, field: str = "rollout") -> RolloutPolicy:
-        """A policy from the DAG's dict; every bad field is a SpecError naming it and the fix."""
+    def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
+              default_window_s: float | None = None) -> RolloutPolicy:
+        """A policy from the DAG's dict (``window_s`` defaults to the backend's); every bad field is a SpecError
+        naming it and the fix."""
         raw = dict(value or {})
+        if default_window_s is not None:
+            raw.setdefault("window_s", default_window_s)
         unknown = sorted(set(raw) - set(cls.__dataclass_fields__))
         if unknown:
             raise check.fail(f"{field}.{unknown[0]}", "is not a rollout setting",

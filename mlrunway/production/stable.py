@@ -96,6 +96,7 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
                             "interleave: this run fails now, and its retry (or the next run) goes ahead once that "
                             "rollout has ended")
     backend.endpoints.create_or_update(endpoint)  # a local endpoint whose server died is restarted here
+    backend.endpoints.lease(endpoint, holder, lease_s)  # recorded on the endpoint now that it exists (Azure)
     champion = serving(backend, endpoint)
     slot = SLOTS[0] if champion is None or champion["deployment"] == SLOTS[1] else SLOTS[1]
     backend.endpoints.begin_create_or_update_deployment(endpoint, slot, settings)

@@ -21,18 +21,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrunway.backend.types import DeploymentMetrics
+from mlrunway.backend.types import DeploymentMetrics, deployment_error
 
 METRICS_DIR = "metrics"
 BUCKET_BASE = 1.1
 KEEP_S = 24 * 3600.0
 MODEL_STATUS_HEADER = "ms-azureml-model-error-statuscode"
-
-
-def is_error(status: int, model_status: str | None) -> bool:
-    if status == 424:
-        return model_status is not None and model_status.isdigit() and int(model_status) >= 500
-    return status >= 500 or status == 408
 
 
 def _bucket(seconds: float) -> int:
@@ -58,7 +52,7 @@ class Recorder:
         if entry is None:
             entry = self.pending[key] = _Second()
         entry.requests += 1
-        entry.errors += is_error(status, model_status)
+        entry.errors += deployment_error(status, model_status)
         entry.buckets[_bucket(seconds)] += 1
 
     def flush(self, everything: bool = False) -> None:

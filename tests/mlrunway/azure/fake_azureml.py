@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlparse
@@ -191,6 +192,9 @@ class FakeAzureML(HttpTransport):
         self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
                      "secondaryKey": base64.b64encode(b"secondary-key").decode()}
         self._scorers: dict[str, Any] = {}
+        # Every scored request as Azure Monitor counts it: (epoch s, endpoint, deployment, status, model status, ms)
+        self.served: list[tuple[float, str, str, int, str | None, float]] = []
+        self._mirror_count = self._routed = 0
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., HttpResponseImpl]]] = [
             (m, re.compile(p), h) for m, p, h in self._table()
         ]
@@ -294,6 +298,7 @@ class FakeAzureML(HttpTransport):
             ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
             ("GET", f"{ARM}{re.escape(OPERATIONS)}/mfeOperation(?:sStatus|Results)/(?P<op>[^/]+)", self._operation),
             ("GET", f"{ws}/computes/(?P<name>[^/]+)", self._compute),
+            ("GET", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/providers/Microsoft.Insights/metrics", self._metrics),
             ("PUT", f"{ws}/.+", self._put_generic),
             ("GET", f"{ws}/.+", self._get_generic),
             ("GET", f"{API_HOST}/discovery", self._discovery),
@@ -674,9 +679,35 @@ class FakeAzureML(HttpTransport):
             live = {d: w for d, w in (resource["properties"].get("traffic") or {}).items() if w}
             if not live:
                 return _response(request, 404, b"No valid deployments to route to", content_type="text/plain")
-            deployment = max(live, key=live.get)
+            self._routed += 1  # by weight: request n lands at position 37n mod 100 of the cumulative weights
+            position, cumulative = (self._routed * 37) % 100, 0
+            for deployment, weight in sorted(live.items()):
+                cumulative += weight
+                if position < cumulative:
+                    break
         if self.resource("onlineEndpoints/deployments", endpoint, deployment) is None:
             return _response(request, 404, f"deployment {deployment} not found".encode(), content_type="text/plain")
+        mirror = {d: w for d, w in (resource["properties"].get("mirrorTraffic") or {}).items() if w}
+        if mirror and not recorded.headers.get("azureml-model-deployment"):  # a copy of live traffic, discarded
+            self._mirror_count += 1
+            target, percent = next(iter(mirror.items()))
+            if (self._mirror_count * percent) % 100 < percent:
+                self._answer(request, recorded, endpoint, target)
+        return self._answer(request, recorded, endpoint, deployment)
+
+    def _answer(self, request: Any, recorded: Recorded, endpoint: str, deployment: str) -> HttpResponseImpl:
+        started = time.monotonic()
+        try:
+            response = self._run_scorer(request, recorded, endpoint, deployment)
+        except Exception as exc:  # noqa: BLE001 - as the scoring server: the script's exception is a 500, a 424 here
+            response = _response(request, 424, json.dumps({"message": str(exc)}).encode(), {
+                "azureml-model-deployment": deployment, "ms-azureml-model-error-statuscode": "500"})
+        self.served.append((time.time(), endpoint, deployment, response.status_code,
+                            response.headers.get("ms-azureml-model-error-statuscode"),
+                            (time.monotonic() - started) * 1000))
+        return response
+
+    def _run_scorer(self, request: Any, recorded: Recorded, endpoint: str, deployment: str) -> HttpResponseImpl:
         result = self._scorer(endpoint, deployment).run(recorded.body.decode())
         headers = {"azureml-model-deployment": deployment}
         if hasattr(result, "status_code"):  # score.py's AMLResponse: its message is the body
@@ -688,6 +719,44 @@ class FakeAzureML(HttpTransport):
             return _response(request, 200, message.encode(), headers)
         text = result if isinstance(result, str) else json.dumps(result)
         return _response(request, 200, text.encode(), headers)
+
+    def _metrics(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        """Azure Monitor's metrics of an online endpoint (monitor spec 2024-02-01, ``GetMetric.json``'s shape),
+        from what the fake scored: ``RequestsPerMinute`` by ``statusCode``/``statusCodeClass``/
+        ``modelStatusCode`` (aggregation Total) and ``RequestLatency_P99`` (Average), per minute, for the
+        deployment the filter names."""
+        q = recorded.query
+        start, end = (datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for t in q["timespan"].split("/"))
+        deployment = re.search(r"deployment eq '([^']+)'", q.get("$filter", ""))
+        rows = [r for r in self.served if r[1] == name and start <= r[0] < end
+                and (deployment is None or r[2] == deployment[1])]
+        value = []
+        for metric in q["metricnames"].split(","):
+            groups: dict[tuple[tuple[str, str], ...], dict[int, list[float]]] = {}
+            for when, _, dep, status, model, ms in rows:
+                dims = (("deployment", dep),)
+                if metric == "RequestsPerMinute":
+                    dims += (("statusCode", str(status)), ("statusCodeClass", f"{status // 100}xx"),
+                             ("modelStatusCode", model or ""))
+                groups.setdefault(dims, {}).setdefault(int(when // 60 * 60), []).append(ms)
+            series = []
+            for dims, minutes in groups.items():
+                data = []
+                for minute, latencies in sorted(minutes.items()):
+                    stamp = datetime.fromtimestamp(minute, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    ordered = sorted(latencies)
+                    data.append({"timeStamp": stamp, "total": float(len(latencies))} if metric == "RequestsPerMinute"
+                                else {"timeStamp": stamp, "average": ordered[min(len(ordered) - 1,
+                                                                                  int(0.99 * len(ordered)))]})
+                series.append({"metadatavalues": [{"name": {"value": k.lower(), "localizedValue": k}, "value": v}
+                                                  for k, v in dims], "data": data})
+            value.append({"id": f"{recorded.path.rsplit('/metrics', 1)[0]}/metrics/{metric}",
+                          "type": "Microsoft.Insights/metrics", "name": {"value": metric, "localizedValue": metric},
+                          "unit": "Count" if metric == "RequestsPerMinute" else "Milliseconds",
+                          "timeseries": series, "errorCode": "Success"})
+        return _response(request, 200, {"cost": 0, "timespan": q["timespan"], "interval": q.get("interval", "PT1M"),
+                                        "value": value, "namespace": "microsoft.machinelearningservices/workspaces/"
+                                        "onlineendpoints", "resourceregion": REGION})
 
     def _scorer(self, endpoint: str, deployment: str) -> Any:
         """The deployment's uploaded score.py, started on its uploaded model, as the scoring container would."""

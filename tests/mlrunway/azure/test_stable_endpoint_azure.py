@@ -1,0 +1,125 @@
+"""A stable endpoint's rollout on the Azure backend, through the real MLClient and azure-monitor-query against the
+fake service: the challenger in the free slot, mirror traffic and traffic steps sent as the endpoint's own PUT
+and read back, Azure Monitor's metrics queried per deployment, a rollback, the loser's deletion, the lease as an
+endpoint tag and the aliases as model tags. Assertions are on the requests the SDKs sent and on what the service
+holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from mlrunway.backend.types import DeploymentSettings
+from mlrunway.pipeline import promote_blue
+from mlrunway.production import stable
+from mlrunway.production.rollout import RolloutPolicy
+from tests.conftest import REPO
+from tests.mlrunway.azure.fake_azureml import WS_PATH
+from tests.production.test_stable_endpoint_local import FAULTY, perturbed
+
+ENDPOINT = "digits-prod"
+ONE_IMAGE = {"data": [[[[0.0] * 8] * 8]]}
+
+
+@pytest.fixture
+def production(fake, azure, onnx_model, digits, tmp_path):
+    """Azure with models digits:1 (fair) and digits:2 (better), digits:1 live as blue at 100%."""
+    azure.capabilities = dataclasses.replace(azure.capabilities, metrics_lag_s=0.0)  # the fake's metrics are current
+    for noise in (0.6, 0.0):
+        azure.models.register("digits", str(perturbed(onnx_model, tmp_path / f"noise-{noise}", noise)))
+    first = stable.begin(azure, ENDPOINT, "run-1", DeploymentSettings(model="digits:1", code_dir=str(REPO / "training")),
+                         RolloutPolicy(), 3600)
+    provisioned(azure, "blue")
+    promote_blue(azure, ENDPOINT, "digits", 1, digits)
+    stable.conclude(azure, first, "created", "the endpoint's first model")
+    stable.clean_up(azure, ENDPOINT, "run-1")
+    return azure
+
+
+def provisioned(azure, slot: str) -> None:
+    for _ in range(50):
+        if azure.endpoints.get_deployment(ENDPOINT, slot).provisioning_state.is_terminal():
+            return
+    raise AssertionError(f"{slot} never provisioned")
+
+
+def live_traffic(fake) -> dict:
+    """What the service holds (zero weights left out: the SDK may send or drop them)."""
+    properties = fake.resource("onlineEndpoints", ENDPOINT)["properties"]
+    return {key: {k: v for k, v in (properties.get(field) or {}).items() if v}
+            for key, field in (("traffic", "traffic"), ("mirror", "mirrorTraffic"))}
+
+
+def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_old_champion_is_deleted(
+        fake, production, digits):
+    azure = production
+    assert live_traffic(fake)["traffic"] == {"blue": 100}
+    assert json.loads(fake.resource("onlineEndpoints", ENDPOINT)["tags"]["mlrunway.lease"] if "mlrunway.lease" in
+                      fake.resource("onlineEndpoints", ENDPOINT).get("tags", {}) else "null") is None  # released
+    policy = RolloutPolicy(steps=(50, 100), window_s=0, mirror_percent=50, mirror_window_s=1)
+    r = stable.begin(azure, ENDPOINT, "run-2", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")),
+                     policy, 3600)
+    assert r.slot == "green" and r.champion == {"deployment": "blue", "model": "digits:1"}
+    lease = json.loads(fake.resource("onlineEndpoints", ENDPOINT)["tags"]["mlrunway.lease"])
+    assert lease["holder"] == "run-2"  # the lease is the endpoint's own tag
+    provisioned(azure, "green")
+    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, REPO / "training", digits, None), 0)
+
+    phases = []
+    while True:
+        stable.next_phase(azure, r)
+        phases.append(live_traffic(fake))
+        for _ in range(8):  # live clients on the scoring URI
+            azure.endpoints.invoke(ENDPOINT, payload=ONE_IMAGE)
+        assert stable.check_window(azure, r).ok
+        if stable.done(r):
+            break
+    assert phases == [{"traffic": {"blue": 100}, "mirror": {"green": 50}},
+                      {"traffic": {"blue": 50, "green": 50}, "mirror": {}},
+                      {"traffic": {"green": 100}, "mirror": {}}]
+    assert [w["challenger"]["requests"] for w in r.windows] == [4, 4, 8]  # mirrored, half, all
+    queries = [r.query for r in fake.sent("GET", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}/providers/Microsoft.Insights"
+                                                   "/metrics$")]
+    query = next(q for q in queries if "'green'" in q["$filter"])
+    assert query["api-version"] == "2024-02-01" and query["interval"] == "PT1M"
+    assert query["metricnames"] == "RequestsPerMinute" and query["aggregation"] == "Total"
+    assert query["$filter"] == "deployment eq 'green' and statusCode eq '*' and modelStatusCode eq '*'"
+    latency = [q for q in queries if q["metricnames"] == "RequestLatency_P99" and "'green'" in q["$filter"]]
+    assert latency and latency[0]["aggregation"] == "Average" and latency[0]["$filter"] == "deployment eq 'green'"
+
+    result = stable.conclude(azure, r, "promoted", "better, every window within bounds")
+    assert result["live"] == {"deployment": "green", "model": "digits:2"}
+    assert azure.models.get("digits", 2).tags["mlrunway.alias.production"]  # aliases are the versions' tags
+    assert "mlrunway.alias.production" not in azure.models.get("digits", 1).tags
+    assert stable.aliased(azure, "digits", "previous").version == 1
+    assert stable.clean_up(azure, ENDPOINT, "run-2") == ["blue"]
+    assert fake.sent("DELETE", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}/deployments/blue$")
+    assert not fake.sent("DELETE", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}$")  # never the endpoint
+    assert "mlrunway.lease" not in fake.resource("onlineEndpoints", ENDPOINT)["tags"]
+
+
+def test_a_challenger_failing_live_requests_is_rolled_back_from_azure_monitors_figures(fake, production, digits,
+                                                                                        tmp_path):
+    azure = production
+    faulty = shutil.copytree(REPO / "training", tmp_path / "faulty")
+    (faulty / "faulty_score.py").write_text(FAULTY)
+    settings = DeploymentSettings(model="digits:2", code_dir=str(faulty), scoring_script="faulty_score.py")
+    r = stable.begin(azure, ENDPOINT, "run-2", settings, RolloutPolicy(steps=(50, 100), window_s=0), 3600)
+    provisioned(azure, "green")
+    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, faulty, digits, None), 0)
+    stable.next_phase(azure, r)
+    failed = []
+    for _ in range(24):
+        try:
+            azure.endpoints.invoke(ENDPOINT, payload=ONE_IMAGE)
+        except Exception as exc:  # noqa: BLE001 - the client sees the challenger's failures
+            failed.append(str(exc))
+    verdict = stable.check_window(azure, r)
+    assert failed and all("424" in f for f in failed)
+    assert not verdict.ok and f"({len(failed)} of {verdict.challenger['requests']})" in verdict.reason
+    assert live_traffic(fake) == {"traffic": {"blue": 100}, "mirror": {}}  # rolled back, read back
+    assert stable.clean_up(azure, ENDPOINT, "run-2") == ["green"]
+    assert stable.serving(azure, ENDPOINT) == {"deployment": "blue", "model": "digits:1"}
