@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -680,11 +681,10 @@ class FakeAzureML(HttpTransport):
             if not live:
                 return _response(request, 404, b"No valid deployments to route to", content_type="text/plain")
             self._routed += 1  # by weight: request n lands at position 37n mod 100 of the cumulative weights
-            position, cumulative = (self._routed * 37) % 100, 0
-            for deployment, weight in sorted(live.items()):
-                cumulative += weight
-                if position < cumulative:
-                    break
+            position = (self._routed * 37) % 100
+            ranges = itertools.accumulate(weight for _, weight in sorted(live.items()))
+            deployment = next(name for (name, _), upto in zip(sorted(live.items()), ranges, strict=True)
+                              if position < upto)
         if self.resource("onlineEndpoints/deployments", endpoint, deployment) is None:
             return _response(request, 404, f"deployment {deployment} not found".encode(), content_type="text/plain")
         mirror = {d: w for d, w in (resource["properties"].get("mirrorTraffic") or {}).items() if w}
