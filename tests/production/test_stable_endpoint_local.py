@@ -61,8 +61,9 @@ def backend(tmp_path, monkeypatch, onnx_model):
 
 
 def context(run_id: str) -> dict[str, Any]:
+    run_type = run_id.split("__")[0]  # as Airflow names runs: manual__..., backfill__...
     return {"dag": SimpleNamespace(dag_id="prod"), "run_id": run_id, "ti": TaskInstance(),
-            "dag_run": SimpleNamespace(run_type="manual"),
+            "dag_run": SimpleNamespace(run_type=run_type),
             "outlet_events": defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))}
 
 
@@ -97,6 +98,19 @@ def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_
     assert backend.endpoints.get(ENDPOINT).traffic == {"green": 100}
     assert stable.aliased(backend, "digits", "production").version == 2
     assert stable.aliased(backend, "digits", "previous").version == 1
+
+
+def test_a_backfill_of_two_past_intervals_evaluates_both_and_changes_nothing_that_serves(backend, digits):
+    deploy(digits, 1, "manual__1")
+    backfills = [deploy(digits, version, f"backfill__2026-11-{day}T00:00:00+00:00")
+                 for version, day in ((2, "08"), (3, "15"))]
+    assert [b["decision"] for b in backfills] == ["skipped", "held"]  # 2 is better but a backfill; 3 is worse
+    assert "a backfill run never moves production" in backfills[0]["reason"]
+    assert all(b["gate"]["samples"] == 180 and b["live"] == {"deployment": "blue", "model": "digits:1"}
+               for b in backfills)
+    assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]
+    assert stable.aliased(backend, "digits", "production").version == 1
 
 
 FAULTY = '''

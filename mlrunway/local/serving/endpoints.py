@@ -180,14 +180,14 @@ class LocalEndpoints:
         provision.stop(folder, name)  # a newer request supersedes one still under way
         record = provision.read(folder, name)
         old = state.deployments.get(name)
-        version = max(old.version if old else 0, record["version"] if record else 0) + 1
+        version = max(old.version if old else 0, record["version"] if record else 0, state.retired.get(name, 0)) + 1
         home = folder / "deployments" / name / f"v{version}"
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
         deployment = DeploymentState(name=name, version=version, model_dir=str(Path(model_dir).resolve()),
                                      code_dir=str(home / "code"), scoring_script=scoring_script, model=settings.model,
                                      workers=workers, environment_variables=dict(settings.environment_variables))
-        return provision.start(folder, deployment)
+        return provision.start(folder, deployment, creating=old is None)
 
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled); one that
@@ -216,6 +216,12 @@ class LocalEndpoints:
         stopped = provision.stop(folder, name)
         with locked(provision.state_lock(folder)):
             state = self.state(endpoint)
+            record = provision.read(folder, name)
+            last = max(state.deployments[name].version if name in state.deployments else 0,
+                       record["version"] if record else 0)
+            if last:
+                state.retired[name] = max(state.retired.get(name, 0), last)
+                state.save(folder)
             if name not in state.deployments:
                 shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
                 return stopped

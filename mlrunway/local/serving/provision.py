@@ -52,11 +52,12 @@ def _write(endpoint_dir: Path, name: str, **fields: Any) -> None:
     write_json(path, {**(read(endpoint_dir, name) or {}), **fields})
 
 
-def start(endpoint_dir: Path, deployment: DeploymentState) -> subprocess.Popen[bytes]:
-    """Launch the provisioning process of ``deployment`` and record it as Creating (Updating for a new version)."""
+def start(endpoint_dir: Path, deployment: DeploymentState, *, creating: bool) -> subprocess.Popen[bytes]:
+    """Launch the provisioning process of ``deployment`` and record it as Creating (Updating for a new version of
+    a deployment that serves)."""
     logs = endpoint_dir / "deployments" / deployment.name / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    state = ProvisioningState.CREATING if deployment.version == 1 else ProvisioningState.UPDATING
+    state = ProvisioningState.CREATING if creating else ProvisioningState.UPDATING
     _write(endpoint_dir, deployment.name, version=deployment.version, state=state.value, pid=None, error=None)
     with open(logs / f"provision-v{deployment.version}.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.provision", str(endpoint_dir),

@@ -51,6 +51,9 @@ class EndpointState:
     traffic: dict[str, int] = field(default_factory=dict)
     mirror_traffic: dict[str, int] = field(default_factory=dict)
     deployments: dict[str, DeploymentState] = field(default_factory=dict)
+    # The last version of each deployment deleted: a deployment made again under its name never reuses a version
+    # (workers cache a loaded score.py by name and version).
+    retired: dict[str, int] = field(default_factory=dict)
     request_timeout_ms: int = 5000
     max_concurrent_requests_per_worker: int = 64
     max_body_bytes: int = MAX_BODY_BYTES

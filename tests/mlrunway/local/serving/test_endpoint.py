@@ -230,3 +230,23 @@ def test_deleting_a_deployment_with_traffic_is_refused(endpoints, live):
         endpoints.delete_deployment("digits-ep", "blue")
     endpoints.set_traffic("digits-ep", {"blue": 0})
     assert endpoints.delete_deployment("digits-ep", "blue") is True
+
+
+def test_a_deployment_made_again_after_its_deletion_serves_its_new_model_not_a_cached_one(endpoints, tmp_path,
+                                                                                         workspace):
+    """Workers cache a loaded score.py by deployment name and version: a deployment deleted and made again under
+    its name gets a version never used before, so the workers load the new one."""
+    code = write_script(tmp_path / "code", "import os, pathlib\ndef init():\n    global answer\n    answer = "
+                        "pathlib.Path(os.environ['AZUREML_MODEL_DIR'], 'which.txt').read_text()\n"
+                        "def run(raw):\n    return {'model': answer}\n", name="score.py")
+    endpoints.create_or_update("again", EndpointSettings(workers=1))
+    for which in ("first", "second"):
+        model = tmp_path / which
+        model.mkdir()
+        (model / "which.txt").write_text(which)
+        endpoints.create_or_update_deployment("again", "blue", deployment(workspace, model, code, model_name=which))
+        endpoints.set_traffic("again", {"blue": 100})
+        assert json.loads(endpoints.invoke("again", payload={})) == {"model": which}
+        endpoints.set_traffic("again", {})
+        endpoints.delete_deployment("again", "blue")
+    endpoints.delete("again")
