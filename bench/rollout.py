@@ -1,6 +1,7 @@
 """A stable endpoint's rollout on the local backend with the default windows: how long each stage takes, and what
-a client sending steady load through it sees. Two rollouts: a better model promoted (mirror off, steps 10, 50,
-100, 30 s each), and a challenger that fails a third of single-image requests, rolled back at its first step.
+a client sending steady load through it sees. Two rollouts of a better model over a fair one: first with a
+scoring script that fails a third of single-image requests (rolled back at its first step), then as it is
+(promoted: mirror off, steps 10, 50, 100, 30 s each).
 
     .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40]
 
@@ -108,9 +109,9 @@ def main() -> None:
             state = backend.endpoints.state(ENDPOINT)
             policy = RolloutPolicy(window_s=args.window_s)
             for name, settings in (
-                    ("promote a better model", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training"))),
                     ("roll back a faulty one", DeploymentSettings(model="digits:2", code_dir=str(faulty),
-                                                                  scoring_script="faulty_score.py"))):
+                                                                  scoring_script="faulty_score.py")),
+                    ("promote a better model", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")))):
                 client = Client(state.scoring_uri, state.keys["primary"], args.rate)
                 client.start()
                 began = time.monotonic()

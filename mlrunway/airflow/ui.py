@@ -24,7 +24,9 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import MlrunwayError, NotFound
 
-app = FastAPI(title="mlrunway", description="Sweep reports, MLflow runs and endpoints of mlrunway's pipeline runs")
+# No schema pages: /docs, /redoc and /openapi.json would answer without Airflow's authentication.
+app = FastAPI(title="mlrunway", description="Sweep reports, MLflow runs and endpoints of mlrunway's pipeline runs",
+              docs_url=None, redoc_url=None, openapi_url=None)
 
 
 def can_read_runs() -> Any:

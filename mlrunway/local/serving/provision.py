@@ -60,9 +60,13 @@ def start(endpoint_dir: Path, deployment: DeploymentState, *, creating: bool) ->
     state = ProvisioningState.CREATING if creating else ProvisioningState.UPDATING
     _write(endpoint_dir, deployment.name, version=deployment.version, state=state.value, pid=None, error=None)
     with open(logs / f"provision-v{deployment.version}.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.provision", str(endpoint_dir),
-                                 json.dumps(asdict(deployment))], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
+        # The deployment (its environment variables may hold secrets) goes through a pipe, never the command line
+        # that any local user can read with ps.
+        proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.provision", str(endpoint_dir)],
+                                stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(asdict(deployment)).encode())
+        proc.stdin.close()
     _write(endpoint_dir, deployment.name, pid=proc.pid)
     return proc
 
@@ -116,7 +120,7 @@ def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
 def main() -> None:
     from mlrunway.local.serving.runtime import load_deployment
 
-    endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.argv[2]))
+    endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.stdin.read()))
     try:
         load_deployment(endpoint_dir, deployment)
     except BaseException:

@@ -33,14 +33,14 @@ class DeploymentState:
     scoring_script: str
     model: str = ""
     workers: int = 1
-    environment_variables: dict[str, str] = field(default_factory=dict)
+    environment_variables: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
     provisioning_state: str = "Succeeded"
 
 
 @dataclass(kw_only=True)
 class EndpointState:
     name: str
-    keys: dict[str, str]
+    keys: dict[str, str] = field(repr=False)  # never in a log line, should a state ever be logged
     host: str = "127.0.0.1"
     port: int = 0
     pid: int | None = None

@@ -74,3 +74,8 @@ def test_the_mlflow_page_shows_a_real_jobs_params_metrics_and_curves(client, tmp
     assert "<td>learning_rate</td><td>0.05</td>" in page.text
     assert "<td>val_acc</td><td>0.6</td><td>4</td>" in page.text and "<td>best_val_acc</td><td>0.6</td><td>1</td>" in page.text
     assert 'id="curves"' in page.text  # val_acc has a curve; best_val_acc, one value, has none
+
+
+def test_no_schema_page_answers_without_a_session(client):
+    anonymous = TestClient(client.app)
+    assert [anonymous.get(page).status_code for page in ("/docs", "/redoc", "/openapi.json")] == [404, 404, 404]

@@ -127,3 +127,18 @@ def test_deleting_stops_provisioning_of_a_deployment_and_of_a_whole_endpoint(end
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     gated["gate"].touch()  # a provisioning that outlived the delete would now join and recreate the folder
     assert not (endpoints.workspace.endpoints / "del-ep").exists()
+
+
+def test_a_deployments_environment_never_reaches_a_command_line_or_a_repr(endpoints, gated):
+    """The deployment's environment variables (secrets, often) reach init() through a pipe: the provisioning
+    process's command line, which any local user reads with ps, does not hold them; nor does a state's repr."""
+    endpoints.create_or_update("secret", EndpointSettings(workers=1))
+    endpoints.begin_create_or_update_deployment("secret", "blue", settings(endpoints, gated, "tag-s3cr3t-value"))
+    command = " ".join(psutil.Process(provisioning_pid(endpoints, "secret")).cmdline())
+    assert "tag-s3cr3t-value" not in command and "mlrunway.local.serving.provision" in command
+    gated["gate"].touch()
+    wait_until(lambda: state_of(endpoints, "secret") is ProvisioningState.SUCCEEDED)
+    endpoints.set_traffic("secret", {"blue": 100})
+    assert json.loads(endpoints.invoke("secret", payload={})) == {"tag": "tag-s3cr3t-value"}  # init() had it
+    state = endpoints.state("secret")
+    assert state.keys["primary"] not in repr(state) and "tag-s3cr3t-value" not in repr(state)
