@@ -1,0 +1,146 @@
+"""The endpoint's HTTP limits, enforced by the server before any request reaches the app (and its key check):
+uvicorn's httptools protocol with
+
+- ``max_header_bytes`` and ``max_headers`` for a request's head (431 at once, the excess never parsed: a 64 MB
+  header value is cut at the limit, not accumulated);
+- ``header_timeout_s``: a connection's next request head must arrive whole within it (408, then closed), so a
+  client sending half a head, or nothing, never holds a connection;
+- ``body_timeout_s``: a request's body must arrive whole within it once its head has (408, then closed);
+- a declared ``Content-Length`` over the drain cap is refused at once (413); smaller bodies over the endpoint's
+  limit are read and drained by the app, so that the client sees its 413.
+
+uvicorn's own ``timeout_keep_alive`` closes idle keep-alive connections between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
+           431: b"Request Header Fields Too Large"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_body_bytes: int = 64 * 1024 * 1024
+
+    def encode(self) -> str:
+        return ",".join(str(v) for v in vars(self).values())
+
+    @classmethod
+    def decode(cls, text: str) -> Limits:
+        a, b, c, d, e = text.split(",")
+        return cls(int(a), int(b), float(c), float(d), int(e))
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of :class:`Limits` (from ``MLRUNWAY_HTTP_LIMITS``)."""
+
+    limits = Limits.decode(os.environ[LIMITS_ENV]) if LIMITS_ENV in os.environ else Limits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._headers = 0
+        self._reading_head = True
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- deadlines -----------------------------------------------------------------------------------
+    def _arm(self, seconds: float, message: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._refuse, 408, message)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` with ``message`` and close, unless a response has begun on this connection."""
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()
+            return
+        body = message.encode()
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                             b"connection: close\r\n\r\n%s" % (status, REASONS[status], len(body), body))
+        self.transport.close()
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+
+    # -- uvicorn's protocol, guarded -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout_s, f"no complete request head within {self.limits.header_timeout_s:g} s")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and the head's
+        size checked as it arrives (bounded: a head past the limit is refused at the chunk that crosses it)."""
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            refused = exc.__context__ if isinstance(exc.__context__, _Refused) else _Refused(400, "malformed request")
+            return self._refuse(refused.status, str(refused))
+        except httptools.HttpParserUpgrade:
+            return self._refuse(400, "protocol upgrades are not served here")
+        if self._reading_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading_head, self._head_bytes, self._headers = True, 0, 0
+        if self._deadline is None:
+            self._arm(self.limits.header_timeout_s,
+                      f"no complete request head within {self.limits.header_timeout_s:g} s")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers += 1
+        if self._headers > self.limits.max_headers:
+            raise _Refused(431, f"over {self.limits.max_headers} request headers")
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        length = next((v for k, v in self.headers if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
+            raise _Refused(413, f"request body of {int(length)} bytes is over {self.limits.max_body_bytes}")
+        self._arm(self.limits.body_timeout_s, f"request body not complete within {self.limits.body_timeout_s:g} s")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():  # the next request's head, on a kept-alive connection
+            self._arm(max(self.limits.header_timeout_s, self.timeout_keep_alive),
+                      f"no complete request head within {self.limits.header_timeout_s:g} s")
+
