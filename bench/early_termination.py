@@ -38,8 +38,8 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
     info = jobs.wait(name, poll_s=1.0)
     wall = time.perf_counter() - started
     result = jobs.sweep_result(name)
-    trials = result["trials"]
-    best = next(t for t in trials if t.name == result["best_trial"])
+    trials = result.trials
+    best = next((t for t in trials if t.name == result.best_trial), None) or max(trials, key=lambda t: max(t.history))
     trial_times = [jobs.get(t.name).ended - jobs.get(t.name).started for t in trials]
     store = tracking.client(jobs.workspace)
     startups = []  # from the trial's processes starting to its first logged metric: imports, data, epoch 1

@@ -6,8 +6,11 @@ one ONNX Runtime session. ``run(raw_data)`` takes the request body as a string:
 - ``{"data": [...]}``: a batch of images as nested arrays in the signature's shape (N, C, H, W), preprocessed;
 - ``{"images": ["<base64 PNG or JPEG>", ...]}``: raw images, preprocessed here as the signature says.
 
-It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``. A bad request comes back as an
-``AMLResponse`` with status 400 and a message that names the problem. The same file runs on Azure ML.
+It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``. Every malformed request comes
+back as an ``AMLResponse`` with status 400 and a message that names the problem: JSON nested too deep, a number
+out of range, values that are not numbers (strings, booleans), a wrong shape, too many images, an image that is
+not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), or one that
+does not decode. The same file runs on Azure ML.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import binascii
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +38,9 @@ except ImportError:  # the local endpoint reads the same two attributes
 
 session: ort.InferenceSession | None = None
 signature: dict = {}
+MAX_IMAGES = 256  # images (or inputs) per request
+MAX_DEPTH = 8  # nesting of "data"; an image batch is 4 deep
+MIN_PIXEL_BOUND = 1024 * 1024  # an uploaded image may have this many pixels, or 64 times the model's input
 
 
 def init() -> None:
@@ -54,18 +61,37 @@ def init() -> None:
 
 
 def _bad(message: str) -> AMLResponse:
-    return AMLResponse(json.dumps({"error": message}), 400, json_str=True)
+    """A 400 whose message names the problem; never an object's address (``<... at 0x7f...>``)."""
+    return AMLResponse(json.dumps({"error": re.sub(r" at 0x[0-9a-fA-F]+", "", message)[:500]}), 400, json_str=True)
+
+
+def _open(index: int, item: object, max_pixels: int) -> Image.Image:
+    """A PNG or JPEG, checked from its header (format and pixel count) before a single pixel is decoded."""
+    if not isinstance(item, str):
+        raise ValueError(f"images[{index}] is not a base64 string")
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(item, validate=True)), formats=["PNG", "JPEG"])
+    except Image.DecompressionBombError:
+        raise ValueError(f"images[{index}] declares more pixels than the limit of {max_pixels}") from None
+    except (binascii.Error, ValueError, UnidentifiedImageError, OSError):
+        raise ValueError(f"images[{index}] is not a base64-encoded PNG or JPEG") from None
+    if image.width * image.height > max_pixels:
+        raise ValueError(f"images[{index}] is {image.width}x{image.height} pixels, over the limit of {max_pixels}")
+    try:
+        image.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise ValueError(f"images[{index}] does not decode: truncated or corrupt {image.format} "
+                         f"({type(exc).__name__})") from None
+    return image
 
 
 def _decode_images(items: list) -> np.ndarray:
     prep = signature["preprocessing"]
     height, width = prep["size"]
+    max_pixels = max(MIN_PIXEL_BOUND, 64 * height * width)
     arrays = []
     for index, item in enumerate(items):
-        try:
-            image = Image.open(io.BytesIO(base64.b64decode(item, validate=True)))
-        except (binascii.Error, TypeError, ValueError, UnidentifiedImageError) as exc:
-            raise ValueError(f"images[{index}] is not a base64-encoded PNG or JPEG ({exc})") from exc
+        image = _open(index, item, max_pixels)
         image = image.convert(prep.get("color", "L")).resize((width, height))
         array = np.asarray(image, dtype=np.float32) * float(prep.get("scale", 1 / 255))
         array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
@@ -78,17 +104,36 @@ def _channels(prep: dict, key: str, default: float) -> np.ndarray:
     return np.asarray(prep.get(key, default), dtype=np.float32).reshape(-1, 1, 1)
 
 
+def _depth(value: object, limit: int) -> None:
+    """Raise ValueError when ``value`` nests lists deeper than ``limit`` (iteratively: no recursion to exhaust)."""
+    level, frontier = 0, [value]
+    while any(isinstance(item, list) for item in frontier):
+        level += 1
+        if level > limit:
+            raise ValueError(f'"data" is nested deeper than {limit} levels')
+        frontier = [x for item in frontier if isinstance(item, list) for x in item]
+
+
 def _batch(body: object) -> np.ndarray:
     if not isinstance(body, dict) or not ({"data", "images"} & body.keys()):
         raise ValueError('the body must be a JSON object with "data" (nested arrays) or "images" (base64 strings)')
     if "images" in body:
         if not isinstance(body["images"], list) or not body["images"]:
             raise ValueError('"images" must be a non-empty list of base64 strings')
+        if len(body["images"]) > MAX_IMAGES:
+            raise ValueError(f'"images" holds {len(body["images"])} images; at most {MAX_IMAGES} a request')
         return _decode_images(body["images"])
+    _depth(body["data"], MAX_DEPTH)
     try:
-        batch = np.asarray(body["data"], dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f'"data" must hold numbers only ({exc})') from exc
+        raw = np.asarray(body["data"])
+    except (ValueError, OverflowError):
+        raise ValueError('"data" must be a regular array of numbers (every image the same shape)') from None
+    if raw.dtype.kind not in "iuf":  # strings, booleans, numbers past int64, ragged rows
+        raise ValueError(f'"data" must hold numbers only, not {_kind(raw.dtype.kind)}')
+    if len(raw) > MAX_IMAGES:
+        raise ValueError(f'"data" holds {len(raw)} inputs; at most {MAX_IMAGES} a request')
+    with np.errstate(over="ignore"):
+        batch = raw.astype(np.float32)
     expected = signature["inputs"][0]["shape"]
     if batch.ndim == len(expected) - 1:
         batch = batch[None]  # one image without its batch axis
@@ -96,14 +141,21 @@ def _batch(body: object) -> np.ndarray:
         shown = ["N" if d is None else d for d in expected]
         raise ValueError(f'"data" has shape {list(batch.shape)}; expected {shown} (or one image without N)')
     if not np.isfinite(batch).all():
-        raise ValueError('"data" holds NaN or infinity')
+        raise ValueError('"data" holds NaN, infinity or a number out of float32\'s range')
     return batch
+
+
+def _kind(kind: str) -> str:
+    return {"b": "booleans", "U": "strings", "S": "strings", "O": "mixed values or numbers out of range"}.get(
+        kind, f"values of kind {kind!r}")
 
 
 def run(raw_data: str) -> dict | AMLResponse:
     try:
         body = json.loads(raw_data)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        return _bad("malformed JSON: nested too deep to parse")
+    except ValueError as exc:  # JSONDecodeError, and an integer of more digits than Python converts
         return _bad(f"malformed JSON: {exc}")
     try:
         batch = _batch(body)

@@ -26,7 +26,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -71,12 +71,15 @@ class ScoringApp:
         ``DRAIN_CAP_BYTES``) before answering: closing while the client is still sending breaks its pipe, and
         it would never see the 413."""
         body, size = bytearray(), 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size <= limit:
-                body += chunk
-            elif size > DRAIN_CAP_BYTES:
-                break
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size <= limit:
+                    body += chunk
+                elif size > DRAIN_CAP_BYTES:
+                    break
+        except ClientDisconnect:  # the client left, or the server refused its body (guard.py): nobody to answer
+            return Response(status_code=400)
         if size > limit:
             return _error(413, f"request body is over the limit of {limit} bytes")
         return bytes(body)
@@ -94,7 +97,7 @@ class ScoringApp:
         body = await self.read_body(request, state.max_body_bytes)
         if isinstance(body, Response):
             return body
-        name = direct or request.headers.get(DEPLOYMENT_HEADER) or self.runtime.choose(state)
+        name = direct or request.headers.get(DEPLOYMENT_HEADER, "").strip() or self.runtime.choose(state)
         if name is None:
             return _error(404, "no deployment of this endpoint has traffic; set traffic or name one in the "
                                f"{DEPLOYMENT_HEADER} header")
@@ -176,10 +179,12 @@ def create_app() -> Starlette:
         scoring.metrics.flush(everything=True)
         marker.unlink(missing_ok=True)
 
-    return Starlette(lifespan=lifespan, routes=[
+    app = Starlette(lifespan=lifespan, routes=[
         Route("/", lambda _r: PlainTextResponse("Healthy"), methods=["GET"]),
         Route("/healthz/live", lambda _r: PlainTextResponse("live"), methods=["GET"]),
         Route("/healthz/ready", scoring.ready, methods=["GET"]),
         Route("/score", scoring.score, methods=["POST"]),
         Route("/deployments/{name}/score", scoring.score, methods=["POST"]),
     ])
+    app.router.redirect_slashes = False  # a redirect's Location would be built from the client's Host header
+    return app

@@ -52,13 +52,19 @@ class LocalEndpoints:
 
     # -- endpoints ---------------------------------------------------------------------------------
     def create_or_update(self, name: str, settings: EndpointSettings | None = None, *, request_timeout_ms: int = 5000,
-                         max_concurrent_requests_per_worker: int = 64) -> EndpointInfo:
-        """Create the endpoint and start its server, or return the running one (settings updated)."""
+                         max_concurrent_requests_per_worker: int = 64, **limits: Any) -> EndpointInfo:
+        """Create the endpoint and start its server, or return the running one (settings updated). ``limits``
+        are the server's (``max_header_bytes``, ``max_headers``, ``header_timeout_s``, ``body_timeout_s``; see
+        :mod:`mlrunway.local.serving.guard`), set when the endpoint is created."""
+        unknown = sorted(set(limits) - {"max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s"})
+        if unknown:
+            raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit",
+                             "use max_header_bytes, max_headers, header_timeout_s or body_timeout_s")
         return self._info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
-                                                max_concurrent_requests_per_worker))
+                                                max_concurrent_requests_per_worker, limits))
 
     def _create_or_update(self, name: str, settings: EndpointSettings, request_timeout_ms: int,
-                          max_concurrent_requests_per_worker: int) -> EndpointState:
+                          max_concurrent_requests_per_worker: int, limits: dict[str, Any]) -> EndpointState:
         folder = self._dir(name)
         workers = settings.workers
         check.positive_int("endpoint.workers", workers, maximum=64)
@@ -71,7 +77,7 @@ class LocalEndpoints:
                 return state if master.alive(state) else master.start(folder, state)
         state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()}, workers=workers,
                               request_timeout_ms=request_timeout_ms,
-                              max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+                              max_concurrent_requests_per_worker=max_concurrent_requests_per_worker, **limits)
         return master.start(folder, state)
 
     def recover(self, name: str) -> EndpointInfo:

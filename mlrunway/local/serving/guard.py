@@ -23,6 +23,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
+LINGER_S = 1.0  # how long a refused connection stays open, discarding what the client still sends
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
            431: b"Request Header Fields Too Large"}
 
@@ -61,6 +62,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._headers = 0
         self._reading_head = True
         self._deadline: asyncio.TimerHandle | None = None
+        self._refused = False
 
     # -- deadlines -----------------------------------------------------------------------------------
     def _arm(self, seconds: float, message: str) -> None:
@@ -73,20 +75,25 @@ class GuardedProtocol(HttpToolsProtocol):
             self._deadline = None
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` with ``message`` and close, unless a response has begun on this connection."""
+        """Answer ``status`` with ``message``, stop reading the request, and close a second later: what the client
+        still sends meanwhile is discarded unparsed (closing at once, with its data unread, would reset the
+        connection, and the client could lose the answer). A response already begun is cut short instead."""
         self._disarm()
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._refused:
             return
-        if self.cycle is not None and self.cycle.response_started:
-            self.transport.close()
-            return
+        self._refused = True
+        if self.cycle is not None:
+            self.cycle.disconnected = True  # the app stops reading the body and answers nobody
+            self.cycle.message_event.set()
+            if self.cycle.response_started:
+                self.transport.close()
+                return
         body = message.encode()
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
                              b"connection: close\r\n\r\n%s" % (status, REASONS[status], len(body), body))
-        self.transport.close()
-        if self.cycle is not None:
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     # -- uvicorn's protocol, guarded -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -100,6 +107,8 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and the head's
         size checked as it arrives (bounded: a head past the limit is refused at the chunk that crosses it)."""
+        if self._refused:
+            return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)

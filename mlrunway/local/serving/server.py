@@ -14,7 +14,8 @@ from pathlib import Path
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from mlrunway.local.serving.app import ENDPOINT_DIR_ENV
+from mlrunway.local.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
+from mlrunway.local.serving.guard import LIMITS_ENV, Limits
 from mlrunway.local.serving.master import listening_socket
 from mlrunway.local.serving.state import EndpointState
 
@@ -22,9 +23,15 @@ from mlrunway.local.serving.state import EndpointState
 def main(endpoint_dir: Path) -> None:
     state = EndpointState.load(endpoint_dir)
     os.environ[ENDPOINT_DIR_ENV] = str(endpoint_dir)
+    # The workers read their limits from the environment when the protocol's module is imported.
+    os.environ[LIMITS_ENV] = Limits(state.max_header_bytes, state.max_headers, state.header_timeout_s,
+                                    state.body_timeout_s, DRAIN_CAP_BYTES).encode()
+    from mlrunway.local.serving.guard import GuardedProtocol
+
     sock = listening_socket(state.host, state.port)
     config = uvicorn.Config("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
-                            workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10)
+                            workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+                            http=GuardedProtocol, timeout_keep_alive=5)
     Multiprocess(config, sockets=[sock]).run()
 
 

@@ -57,6 +57,12 @@ class EndpointState:
     request_timeout_ms: int = 5000
     max_concurrent_requests_per_worker: int = 64
     max_body_bytes: int = MAX_BODY_BYTES
+    # Enforced by the server before the app (mlrunway.local.serving.guard): a request's head, and how long a
+    # client may take to send its head and its body.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
 
     @property
     def scoring_uri(self) -> str:
