@@ -39,14 +39,19 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
     wall = time.perf_counter() - started
     result = jobs.sweep_result(name)
     trials = result.trials
+    failed = [t for t in trials if t.status.value == "Failed"]
+    if failed:  # a failed trial has no curve to compare: this run measures nothing
+        raise SystemExit(f"sweep {name}: trial {failed[0].name} failed, so the run is no measurement; run again. "
+                         f"Its error: {failed[0].error}")
     best = next((t for t in trials if t.name == result.best_trial), None) or max(trials, key=lambda t: max(t.history))
     trial_times = [jobs.get(t.name).ended - jobs.get(t.name).started for t in trials]
     store = tracking.client(jobs.workspace)
     startups = []  # from the trial's processes starting to its first logged metric: imports, data, epoch 1
     for trial in trials:
         record = jobs.get(trial.name)
-        first = min(m.timestamp for m in store.get_metric_history(record.mlflow_run_id, "best_val_acc")) / 1000
-        startups.append(first - record.started)
+        logged = store.get_metric_history(record.mlflow_run_id, "best_val_acc") if record.mlflow_run_id else []
+        if logged:  # a trial canceled before its first epoch logged nothing
+            startups.append(min(m.timestamp for m in logged) / 1000 - record.started)
     return {
         "status": info.status.value, "error": info.error, "wall_s": round(wall, 1), "trials": len(trials),
         "stopped_early": sum(1 for t in trials if t.early_termination),

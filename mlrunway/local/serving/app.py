@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,10 @@ class ScoringApp:
         self.runtime = Runtime(endpoint_dir)
         self.metrics = Recorder(endpoint_dir)
         self.in_flight = 0
+        # run() calls still running after their request was answered 408: a thread cannot be stopped, so each
+        # holds a place of the worker's admission until it ends, and the next requests are refused (429), not
+        # queued unseen behind it.
+        self.overrun = 0
         self.background: set[asyncio.Task[Any]] = set()
         self.pool = ThreadPoolExecutor(max_workers=scoring_threads, thread_name_prefix="score")
 
@@ -92,7 +96,7 @@ class ScoringApp:
         if not self.authorized(request, state):
             return _error(401, "missing or wrong key: send 'Authorization: Bearer <endpoint key>'",
                           **{"www-authenticate": 'Bearer realm="endpoint"'})
-        if self.in_flight >= state.max_concurrent_requests_per_worker:
+        if self.in_flight + self.overrun >= state.max_concurrent_requests_per_worker:
             return _error(429, "too many requests in flight; retry later")
         body = await self.read_body(request, state.max_body_bytes)
         if isinstance(body, Response):
@@ -122,11 +126,13 @@ class ScoringApp:
     async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
         headers = {DEPLOYMENT_HEADER: deployment.state.name}
         self.in_flight += 1
+        running = self.pool.submit(deployment.module.run, body.decode("utf-8", "replace"))
         try:
             async with asyncio.timeout(timeout_ms / 1000):  # unlike wait_for, no extra task per request
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self.pool, deployment.module.run, body.decode("utf-8", "replace"))
+                result = await asyncio.wrap_future(running)
         except TimeoutError:
+            if not running.cancel():  # it had started: it runs on in its thread, and is counted until it ends
+                self._overran(running, deployment)
             return _error(408, f"scoring took longer than request_timeout_ms={timeout_ms}", **headers)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's script becomes an error id
             error_id = uuid.uuid4().hex
@@ -150,6 +156,20 @@ class ScoringApp:
                 status = 424
             return Response(message, status_code=status, headers=headers, media_type=media)
         return Response(json.dumps(result), headers=headers, media_type="application/json")
+
+    def _overran(self, running: Future[Any], deployment: LoadedDeployment) -> None:
+        loop = asyncio.get_running_loop()
+        self.overrun += 1
+        deployment.log.warning("run() is still running past its request's 408; %d such call(s) hold a place of "
+                               "this worker's admission", self.overrun)
+
+        def ended(_: Future[Any]) -> None:
+            loop.call_soon_threadsafe(self._end_overrun)
+
+        running.add_done_callback(ended)
+
+    def _end_overrun(self) -> None:
+        self.overrun -= 1
 
     async def _mirror(self, name: str, body: bytes, state: EndpointState) -> None:
         deployment = await run_in_threadpool(self.runtime.deployment, name)

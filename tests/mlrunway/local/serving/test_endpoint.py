@@ -250,3 +250,31 @@ def test_a_deployment_made_again_after_its_deletion_serves_its_new_model_not_a_c
         endpoints.set_traffic("again", {})
         endpoints.delete_deployment("again", "blue")
     endpoints.delete("again")
+
+
+def test_a_run_that_outlives_its_408_holds_its_place_until_it_ends(endpoints, tmp_path, workspace):
+    """A scoring thread cannot be stopped: after its request's 408 it is counted as busy until it ends, so the
+    next requests are refused at once (429) instead of waiting unseen behind it; once it ends, all is served."""
+    code = write_script(tmp_path / "code", "import json, time\ndef init():\n    pass\n"
+                        "def run(raw):\n    time.sleep(json.loads(raw)['sleep'])\n    return {'ok': True}\n",
+                        name="score.py")
+    model = tmp_path / "model"
+    model.mkdir()
+    endpoints.create_or_update("slow", EndpointSettings(workers=1), request_timeout_ms=300,
+                               max_concurrent_requests_per_worker=2)
+    endpoints.create_or_update_deployment("slow", "blue", deployment(workspace, model, code))
+    endpoints.set_traffic("slow", {"blue": 100})
+    state = endpoints.state("slow")
+
+    def score(seconds: float) -> tuple[int, float]:
+        started = time.monotonic()
+        status, _, _ = post(state.scoring_uri, json.dumps({"sleep": seconds}).encode(), auth(state))
+        return status, time.monotonic() - started
+
+    assert score(2.0)[0] == 408  # its run() goes on for 1.7 s more
+    with ThreadPoolExecutor(2) as pool:
+        statuses = sorted(status for status, _ in pool.map(score, [0.0, 0.0]))
+    assert statuses == [408, 429]  # one waits for the busy thread and times out; the other is refused at once
+    time.sleep(2.0)
+    assert score(0.0)[0] == 200
+    endpoints.delete("slow")
