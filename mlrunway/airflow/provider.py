@@ -24,6 +24,9 @@ def get_provider_info() -> dict[str, Any]:
                 "conn-fields": {
                     "workspace": {"label": "Workspace folder", "schema": _STRING,
                                   "description": "Root of the local workspace (jobs, models, endpoints, MLflow)."},
+                    "endpoint_host": {"label": "Endpoint host", "schema": _STRING,
+                                      "description": "Address endpoints listen on; empty: 127.0.0.1 (this "
+                                                     "machine). Serve beyond it only behind a TLS proxy."},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {}, "placeholders": {}},

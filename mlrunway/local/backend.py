@@ -19,6 +19,7 @@ class LocalBackend:
     """Jobs as supervised processes, MLflow tracking and a model registry in a folder, endpoints on 127.0.0.1."""
 
     workspace: Workspace
+    endpoint_host: str = "127.0.0.1"
     jobs: LocalJobs = field(init=False)
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
@@ -28,12 +29,14 @@ class LocalBackend:
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
         self.models = LocalModels(self.workspace)
-        self.endpoints = LocalEndpoints(self.workspace)
+        self.endpoints = LocalEndpoints(self.workspace, self.endpoint_host)
 
     @classmethod
     def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> LocalBackend:
-        """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one."""
-        return cls.at(fields.get("workspace") or fields.get("extra__mlrunway_local__workspace") or None)
+        """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one; its
+        ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only)."""
+        workspace = fields.get("workspace") or fields.get("extra__mlrunway_local__workspace") or None
+        return cls(Workspace.at(workspace), endpoint_host=fields.get("endpoint_host") or "127.0.0.1")
 
     @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:

@@ -44,8 +44,11 @@ from mlrunway.specs import check
 
 
 class LocalEndpoints:
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
+    """:param host: the address new endpoints listen on: 127.0.0.1 (this machine only) unless a team serves
+        beyond it, behind a TLS-terminating proxy (the README shows one); an endpoint keeps the host it has."""
+
+    def __init__(self, workspace: Workspace, host: str = "127.0.0.1") -> None:
+        self.workspace, self.host = workspace, host
 
     def _dir(self, name: str) -> Path:
         return self.workspace.endpoints / check.endpoint_name(name)
@@ -76,6 +79,7 @@ class LocalEndpoints:
                 state.save(folder)
                 return state if master.alive(state) else master.start(folder, state)
         state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()}, workers=workers,
+                              host=self.host,
                               request_timeout_ms=request_timeout_ms,
                               max_concurrent_requests_per_worker=max_concurrent_requests_per_worker, **limits)
         return master.start(folder, state)

@@ -278,3 +278,19 @@ def test_a_run_that_outlives_its_408_holds_its_place_until_it_ends(endpoints, tm
     time.sleep(2.0)
     assert score(0.0)[0] == 200
     endpoints.delete("slow")
+
+
+def test_endpoints_listen_on_loopback_unless_the_connection_names_a_host(tmp_path, monkeypatch):
+    from mlrunway.local.backend import LocalBackend
+
+    assert LocalBackend.from_connection({"workspace": str(tmp_path)}).endpoints.host == "127.0.0.1"
+    served = LocalBackend.from_connection({"workspace": str(tmp_path), "endpoint_host": "0.0.0.0"})
+    served.endpoints.create_or_update("wide", EndpointSettings(workers=1))
+    try:
+        state = served.endpoints.state("wide")
+        assert state.host == "0.0.0.0" and state.scoring_uri.startswith("http://0.0.0.0:")
+        listening = [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
+                     and c.laddr.port == state.port]
+        assert listening and {c.laddr.ip for c in listening} == {"0.0.0.0"}
+    finally:
+        served.endpoints.delete("wide")
