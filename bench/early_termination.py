@@ -39,9 +39,10 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
     wall = time.perf_counter() - started
     result = jobs.sweep_result(name)
     trials = result.trials
-    failed = [t for t in trials if t.status.value == "Failed"]
-    if failed:  # a failed trial has no curve to compare: this run measures nothing
-        raise SystemExit(f"sweep {name}: trial {failed[0].name} failed, so the run is no measurement; run again. "
+    failed = [t for t in trials if t.status.value == "Failed" or not t.history]
+    if failed:  # a trial without a curve cannot be compared: this run measures nothing
+        raise SystemExit(f"sweep {name}: trial {failed[0].name} ended {failed[0].status.value} with "
+                         f"{len(failed[0].history)} epochs logged, so the run is no measurement; run again. "
                          f"Its error: {failed[0].error}")
     best = next((t for t in trials if t.name == result.best_trial), None) or max(trials, key=lambda t: max(t.history))
     trial_times = [jobs.get(t.name).ended - jobs.get(t.name).started for t in trials]

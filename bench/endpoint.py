@@ -11,6 +11,11 @@ Every server runs the same ONNX model with 2 workers on 127.0.0.1 and takes the 
   a virtualenv of its own (``--peer-venv``, created on first use: it pins an OpenTelemetry that conflicts with
   azure-ai-ml, so it never enters the project's environment);
 - **fastapi**: bench/peers/fastapi_app.py, what a user would write over the same model;
+- **bare scoring**: bench/peers/bare_app.py's ``scoring``, score.py's ``run()`` called inline by a bare ASGI app
+  under uvicorn: the same scoring work with nothing around it (no auth, routing, limits or thread);
+- **HTTP ceiling**: bare_app.py's ``ceiling``, which reads the body and answers a constant;
+- **mlrunway, <protocol>**: the endpoint on another of uvicorn's HTTP protocols (``--protocols httptools h11``:
+  uvicorn's own, without the limits), to measure what the limits cost;
 - **in-process**: ONNX Runtime called directly from as many threads as there are clients (the limit).
 
 Prints a table and records bench/results/endpoint.json.
@@ -32,8 +37,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from _common import REPO, build_model, record, table, validation_images
+
+from mlrunway.local.serving.server import HTTP_PROTOCOL_ENV
 
 PEER_PACKAGES = ["azureml-inference-server-http==1.5.1", "onnxruntime==1.31.1", "numpy<3", "pillow"]
 
@@ -134,13 +142,31 @@ def start_azureml(server: Path, onnx_dir: Path, workers: int, log: Path) -> tupl
     return proc, f"http://127.0.0.1:{port}/score"
 
 
-def start_fastapi(onnx_dir: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+def start_peer(factory: str, onnx_dir: Path, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """A peer app of bench/peers under uvicorn (httptools, as the endpoint)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "fastapi_app:create_app", "--app-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", factory, "--app-dir",
                              str(REPO / "bench" / "peers"), "--workers", str(workers), "--port", str(port),
-                             "--log-level", "warning", "--no-access-log"], env={**os.environ, "MODEL_DIR": str(onnx_dir)},
+                             "--http", "httptools", "--log-level", "warning", "--no-access-log"],
+                            env={**os.environ, "MODEL_DIR": str(onnx_dir)},
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     return proc, f"http://127.0.0.1:{port}/score"
+
+
+def start_endpoint(endpoints: Any, name: str, model: str, workers: int, protocol: str | None) -> tuple[str, str]:
+    """A local endpoint serving ``model`` as blue at 100%, on uvicorn's ``protocol`` (None: ours, guarded)."""
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+
+    previous = os.environ.get(HTTP_PROTOCOL_ENV)
+    os.environ[HTTP_PROTOCOL_ENV] = protocol or ""
+    try:
+        endpoints.create_or_update(name, EndpointSettings(workers=workers))
+    finally:
+        os.environ.pop(HTTP_PROTOCOL_ENV) if previous is None else os.environ.update({HTTP_PROTOCOL_ENV: previous})
+    endpoints.create_or_update_deployment(name, "blue", DeploymentSettings(model=model, code_dir=str(REPO / "training")))
+    endpoints.set_traffic(name, {"blue": 100})
+    state = endpoints.state(name)
+    return state.scoring_uri, state.keys["primary"]
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -159,10 +185,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--peer-venv", type=Path, default=REPO / ".bench" / "azureml-venv")
-    parser.add_argument("--servers", nargs="+", default=["mlrunway", "azureml", "fastapi", "in-process"])
+    parser.add_argument("--servers", nargs="+", default=["mlrunway", "bare", "ceiling", "azureml", "fastapi", "in-process"])
+    parser.add_argument("--protocols", nargs="*", default=["httptools", "h11"],
+                        help="uvicorn's own HTTP protocols to run the endpoint on as well, without its limits")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed as the load generator: apt-get install wrk")
+    from mlrunway.local.registry import LocalModels
     from mlrunway.local.serving.endpoints import LocalEndpoints
     from mlrunway.local.workspace import Workspace
 
@@ -178,17 +207,23 @@ def main() -> None:
         # machine's drift over the run then falls on every server alike.
         servers: dict[str, tuple[str, str]] = {}
         if "mlrunway" in args.servers:
-            endpoints = LocalEndpoints(Workspace.at(tmp / "ws"))
-            running.callback(endpoints.delete, "bench-ep")
-            state = endpoints.create_or_update("bench-ep", workers=args.workers)
-            endpoints.create_or_update_deployment("bench-ep", "blue", model_dir=onnx_dir, code_dir=REPO / "training",
-                                                  workers=args.workers)
-            endpoints.set_traffic("bench-ep", {"blue": 100})
-            servers["mlrunway"] = (state.scoring_uri, state.keys["primary"])
-        for label, start in (("azureml-inference-server-http", lambda: start_azureml(azureml, onnx_dir, args.workers,
-                                                                                        tmp / "azureml.log")),
-                             ("fastapi", lambda: start_fastapi(onnx_dir, args.workers, tmp / "fastapi.log"))):
-            if label.split("-")[0] in args.servers:
+            workspace = Workspace.at(tmp / "ws")
+            endpoints = LocalEndpoints(workspace)
+            model = LocalModels(workspace).register("digits", onnx_dir)
+            for protocol in [None, *args.protocols]:
+                name = f"bench-{protocol or 'ep'}"
+                running.callback(endpoints.delete, name)
+                label = "mlrunway" if protocol is None else f"mlrunway, uvicorn {protocol} (no limits)"
+                servers[label] = start_endpoint(endpoints, name, f"digits:{model.version}", args.workers, protocol)
+        peers = (("bare scoring", "bare", lambda: start_peer("bare_app:scoring", onnx_dir, args.workers, tmp / "bare.log")),
+                 ("HTTP ceiling", "ceiling", lambda: start_peer("bare_app:ceiling", onnx_dir, args.workers,
+                                                                tmp / "ceiling.log")),
+                 ("azureml-inference-server-http", "azureml",
+                  lambda: start_azureml(azureml, onnx_dir, args.workers, tmp / "azureml.log")),
+                 ("fastapi", "fastapi",
+                  lambda: start_peer("fastapi_app:create_app", onnx_dir, args.workers, tmp / "fastapi.log")))
+        for label, key, start in peers:
+            if key in args.servers:
                 proc, url = start()
                 running.callback(stop, proc)
                 servers[label] = (url, "unused")
