@@ -1,34 +1,32 @@
-"""The endpoint's HTTP server (ASGI, run by uvicorn): Azure ML's online-endpoint contract on 127.0.0.1.
+"""The endpoint's HTTP server (a bare ASGI app, run by uvicorn): Azure ML's online-endpoint contract on 127.0.0.1.
 
 Routes: ``POST /score`` (the scoring URI: key auth, traffic weights, the ``azureml-model-deployment`` header,
 mirror traffic), ``POST /deployments/{name}/score`` (one deployment, as its own scoring server answers),
-``GET /`` ("Healthy"), ``GET /healthz/live`` and ``GET /healthz/ready``.
+``GET /`` ("Healthy"), ``GET /healthz/live`` and ``GET /healthz/ready``. No framework: each request is one pass
+over its ASGI scope, so the path around score.py's ``run()`` costs little next to the scoring itself
+(``bench/endpoint.py`` measures it against the same work with nothing around it).
 
 Statuses, as Azure answers: 200; 400 from score.py for a bad request; 401 missing or wrong key; 404 no such
 deployment or none with traffic; 408 past ``request_timeout_ms``; 413 body over ``max_body_bytes``; 429 too
 many requests in flight; an exception in score.py is a 500 from the deployment and a 424 at the scoring URI
 (``ms-azureml-model-error-statuscode: 500``), each with an error id that the deployment's log holds.
+Limits on the request's head and on slow clients are the server's, before this app (:mod:`guard`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import hmac
 import json
 import os
+import queue
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 from mlrunway.local.serving.metrics import MODEL_STATUS_HEADER, Recorder
 from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
@@ -38,10 +36,115 @@ ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"
 DEPLOYMENT_HEADER = "azureml-model-deployment"
 DRAIN_CAP_BYTES = 64 * 1024 * 1024
+JSON_TYPE = b"application/json"
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+class Answer:
+    """A response: status, body and headers (as bytes pairs, the way ASGI sends them)."""
+
+    __slots__ = ("body", "headers", "model_status", "status")
+
+    def __init__(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
+                 media: bytes = JSON_TYPE, model_status: str | None = None) -> None:
+        self.status, self.body, self.model_status = status, body, model_status
+        self.headers = [(b"content-type", media), *(headers or [])]
+
+    async def send(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def _error(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
+    return Answer(status, json.dumps({"error": message}).encode(), headers)
+
+
+class Ticket:
+    """One ``run()`` call between the event loop and a scoring thread. ``answered``: its request has had its
+    answer (a 408) and it must not start; ``started``: a thread runs it. Both change under the ticket's lock."""
+
+    __slots__ = ("answered", "future", "lock", "run", "started", "text")
+
+    def __init__(self, run: Callable[[str], Any], text: str, future: asyncio.Future[Any]) -> None:
+        self.run, self.text, self.future = run, text, future
+        self.lock = threading.Lock()
+        self.answered = self.started = False
+
+    def give_up(self) -> bool:
+        """The request is answered without it (a 408): True when a thread already runs it (it runs on)."""
+        with self.lock:
+            self.answered = True
+            return self.started
+
+
+class Scorer:
+    """The worker's scoring threads and the hop to them: a ticket is queued to the threads; ended calls are handed
+    back in a deque, and the event loop is woken once for however many ended while it was busy (one
+    ``call_soon_threadsafe``, one write to its self-pipe). Leaner than an executor's chain of futures with a
+    wake-up each, which costs a measurable share of a sub-millisecond request. ``on_overrun_end`` is called on
+    the loop when a call whose request was already answered ends."""
+
+    def __init__(self, threads: int, on_overrun_end: Callable[[], None]) -> None:
+        self.tickets: queue.SimpleQueue[Ticket] = queue.SimpleQueue()
+        self.ended: collections.deque[tuple[Ticket, Any, bool]] = collections.deque()
+        self.wake_pending = threading.Event()
+        self.on_overrun_end = on_overrun_end
+        for index in range(threads):
+            threading.Thread(target=self._work, name=f"score-{index}", daemon=True).start()
+
+    def submit(self, run: Callable[[str], Any], text: str, loop: asyncio.AbstractEventLoop) -> Ticket:
+        ticket = Ticket(run, text, loop.create_future())
+        self.tickets.put(ticket)
+        return ticket
+
+    def _work(self) -> None:
+        while True:
+            ticket = self.tickets.get()
+            with ticket.lock:
+                if ticket.answered:  # its request timed out before a thread was free: never run it
+                    continue
+                ticket.started = True
+            try:
+                outcome, failed = ticket.run(ticket.text), False
+            except BaseException as exc:  # noqa: BLE001 - handed to the request, which turns it into an error id
+                outcome, failed = exc, True
+            self.ended.append((ticket, outcome, failed))
+            if not self.wake_pending.is_set():
+                self.wake_pending.set()
+                ticket.future.get_loop().call_soon_threadsafe(self._settle_all)
+
+    def _settle_all(self) -> None:
+        self.wake_pending.clear()  # before draining: what ends from now on wakes the loop again
+        while self.ended:
+            ticket, outcome, failed = self.ended.popleft()
+            if ticket.answered:
+                self.on_overrun_end()
+            elif not ticket.future.done():
+                ticket.future.set_exception(outcome) if failed else ticket.future.set_result(outcome)
+
+
+class Deadlines:
+    """Every request's deadline in one queue, swept every ``tick_s`` by one task: no timer per request. The
+    endpoint's requests share one ``request_timeout_ms``, so they expire in the order they came; a change of the
+    timeout reorders at most one sweep's worth. A 408 comes within ``tick_s`` of its deadline."""
+
+    def __init__(self, tick_s: float = 0.01) -> None:
+        self.tick_s = tick_s
+        self.pending: collections.deque[tuple[float, asyncio.Future[Any]]] = collections.deque()
+
+    def add(self, deadline: float, future: asyncio.Future[Any]) -> None:
+        self.pending.append((deadline, future))
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = time.monotonic()
+            while self.pending and (self.pending[0][0] <= now or self.pending[0][1].done()):
+                _, future = self.pending.popleft()
+                if not future.done():
+                    future.set_exception(TimeoutError())
 
 
 class ScoringApp:
@@ -50,161 +153,177 @@ class ScoringApp:
         contend with one another and with the other workers, and the tail latency grows."""
 
     def __init__(self, endpoint_dir: Path, scoring_threads: int = 1) -> None:
+        self.dir = endpoint_dir
         self.runtime = Runtime(endpoint_dir)
         self.metrics = Recorder(endpoint_dir)
+        self.scorer = Scorer(scoring_threads, self._end_overrun)
         self.in_flight = 0
         # run() calls still running after their request was answered 408: a thread cannot be stopped, so each
         # holds a place of the worker's admission until it ends, and the next requests are refused (429), not
         # queued unseen behind it.
         self.overrun = 0
         self.background: set[asyncio.Task[Any]] = set()
-        self.pool = ThreadPoolExecutor(max_workers=scoring_threads, thread_name_prefix="score")
+        self.deadlines = Deadlines()
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await (await self.route(scope, receive)).send(send)
+        elif scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+
+    async def route(self, scope: dict[str, Any], receive: Receive) -> Answer:
+        method, path = scope["method"], scope["path"]
+        if method == "POST" and path == "/score":
+            return await self.score(scope, receive, None)
+        if method == "POST" and path.startswith("/deployments/") and path.endswith("/score"):
+            name = path[len("/deployments/"):-len("/score")]
+            if name and "/" not in name:
+                return await self.score(scope, receive, name)
+        if method == "GET" and path in ("/", "/healthz/live"):
+            return Answer(200, b"Healthy" if path == "/" else b"live", media=b"text/plain; charset=utf-8")
+        if method == "GET" and path == "/healthz/ready":
+            ok = await asyncio.to_thread(self.runtime.ready)
+            return Answer(200 if ok else 503, b"ready" if ok else b"not ready", media=b"text/plain; charset=utf-8")
+        return _error(404, f"no route {method} {path}")
+
+    async def lifespan(self, receive: Receive, send: Send) -> None:
+        """A worker that serves writes its PID under ``ready/``: how a (re)started master knows its workers are up."""
+        marker = self.dir / "ready" / str(os.getpid())
+        tasks: list[asyncio.Task[None]] = []
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                marker.parent.mkdir(exist_ok=True)
+                marker.touch()
+                tasks = [asyncio.create_task(self.metrics.run()), asyncio.create_task(self.deadlines.run())]
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for task in tasks:
+                    task.cancel()
+                self.metrics.flush(everything=True)
+                marker.unlink(missing_ok=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
     @staticmethod
-    def authorized(request: Request, state: EndpointState) -> bool:
-        header = request.headers.get("authorization", "")
-        given = header[7:].encode() if header.lower().startswith("bearer ") else b""
+    def authorized(header: bytes, state: EndpointState) -> bool:
+        given = header[7:] if header[:7].lower() == b"bearer " else b""
         keys = state.keys
         # Compare against both keys every time: constant time, whichever matches.
         results = [hmac.compare_digest(given, key.encode()) for key in (keys["primary"], keys["secondary"])]
         return bool(given) and any(results)
 
     @staticmethod
-    async def read_body(request: Request, limit: int) -> bytes | Response:
+    async def read_body(receive: Receive, limit: int) -> bytes | Answer:
         """The body, or a 413 once it has been read past the limit. An oversized body is still drained (up to
         ``DRAIN_CAP_BYTES``) before answering: closing while the client is still sending breaks its pipe, and
-        it would never see the 413."""
-        body, size = bytearray(), 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size <= limit:
-                    body += chunk
-                elif size > DRAIN_CAP_BYTES:
-                    break
-        except ClientDisconnect:  # the client left, or the server refused its body (guard.py): nobody to answer
-            return Response(status_code=400)
+        it would never see the 413. A client that left (or that the server refused, guard.py) gets a 400 that
+        nobody reads."""
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return Answer(400, b"")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+            elif size > DRAIN_CAP_BYTES:
+                break
+            more = message.get("more_body", False)
         if size > limit:
             return _error(413, f"request body is over the limit of {limit} bytes")
-        return bytes(body)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def score(self, request: Request) -> Response:
-        return await self._handle(request, direct=request.path_params.get("name"))
-
-    async def _handle(self, request: Request, direct: str | None) -> Response:
+    async def score(self, scope: dict[str, Any], receive: Receive, direct: str | None) -> Answer:
         state = self.runtime.current()  # once per request: keys, limits and traffic from one reading
-        if not self.authorized(request, state):
+        authorization, named = b"", b""
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                authorization = value
+            elif key == b"azureml-model-deployment":
+                named = value
+        if not self.authorized(authorization, state):
             return _error(401, "missing or wrong key: send 'Authorization: Bearer <endpoint key>'",
-                          **{"www-authenticate": 'Bearer realm="endpoint"'})
+                          [(b"www-authenticate", b'Bearer realm="endpoint"')])
         if self.in_flight + self.overrun >= state.max_concurrent_requests_per_worker:
             return _error(429, "too many requests in flight; retry later")
-        body = await self.read_body(request, state.max_body_bytes)
-        if isinstance(body, Response):
+        body = await self.read_body(receive, state.max_body_bytes)
+        if isinstance(body, Answer):
             return body
-        name = direct or request.headers.get(DEPLOYMENT_HEADER, "").strip() or self.runtime.choose(state)
+        name = direct or named.decode("latin-1").strip() or self.runtime.choose(state)
         if name is None:
             return _error(404, "no deployment of this endpoint has traffic; set traffic or name one in the "
                                f"{DEPLOYMENT_HEADER} header")
         # The newest version: already loaded, at once; else loaded (init() runs) off the event loop.
-        deployment = self.runtime.loaded(state, name) or await run_in_threadpool(self.runtime.deployment, name)
+        deployment = self.runtime.loaded(state, name) or await asyncio.to_thread(self.runtime.deployment, name)
         if deployment is None:
             return _error(404, f"deployment {name!r} does not exist on endpoint {state.name}")
-        if direct is None and (mirror := self.runtime.mirror_target(state)) and mirror != name:
+        if direct is None and state.mirror_traffic and (mirror := self.runtime.mirror_target(state)) and mirror != name:
             task = asyncio.create_task(self._mirror(mirror, body, state))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
         return await self._run(deployment, body, state.request_timeout_ms, at_endpoint=direct is None)
 
-    async def _run(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
+    async def _run(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:
         """Score and record the deployment's request, status and latency (:mod:`metrics`)."""
         started = time.perf_counter()
-        response = await self._score(deployment, body, timeout_ms, at_endpoint)
-        self.metrics.record(deployment.state.name, response.status_code, response.headers.get(MODEL_STATUS_HEADER),
-                            time.perf_counter() - started)
-        return response
+        answer = await self._score(deployment, body, timeout_ms, at_endpoint)
+        self.metrics.record(deployment.state.name, answer.status, answer.model_status, time.perf_counter() - started)
+        return answer
 
-    async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Response:
-        headers = {DEPLOYMENT_HEADER: deployment.state.name}
+    async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:
+        headers = [(DEPLOYMENT_HEADER.encode(), deployment.state.name.encode())]
         self.in_flight += 1
-        running = self.pool.submit(deployment.module.run, body.decode("utf-8", "replace"))
+        loop = asyncio.get_running_loop()
+        ticket = self.scorer.submit(deployment.module.run, body.decode("utf-8", "replace"), loop)
+        self.deadlines.add(time.monotonic() + timeout_ms / 1000, ticket.future)
         try:
-            async with asyncio.timeout(timeout_ms / 1000):  # unlike wait_for, no extra task per request
-                result = await asyncio.wrap_future(running)
+            result = await ticket.future
         except TimeoutError:
-            if not running.cancel():  # it had started: it runs on in its thread, and is counted until it ends
-                self._overran(running, deployment)
-            return _error(408, f"scoring took longer than request_timeout_ms={timeout_ms}", **headers)
+            if ticket.give_up():  # it runs on in its thread, and is counted until it ends
+                self._overran(deployment)
+            return _error(408, f"scoring took longer than request_timeout_ms={timeout_ms}", headers)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's script becomes an error id
             error_id = uuid.uuid4().hex
-            deployment.log.exception("run() failed, error id %s", error_id)
-            message = f"score.py run() raised {type(exc).__name__}: {exc}"
-            payload = {"error": message, "error_id": error_id}
+            deployment.log.error("run() failed, error id %s", error_id, exc_info=exc)
+            payload = json.dumps({"error": f"score.py run() raised {type(exc).__name__}: {exc}",
+                                  "error_id": error_id}).encode()
             if at_endpoint:
-                headers |= {"ms-azureml-model-error-statuscode": "500",
-                            "ms-azureml-model-error-reason": f"{type(exc).__name__}; error id {error_id}"}
-                return JSONResponse(payload, status_code=424, headers=headers)
-            return JSONResponse(payload, status_code=500, headers=headers)
+                headers += [(MODEL_STATUS_HEADER.encode(), b"500"),
+                            (b"ms-azureml-model-error-reason", f"{type(exc).__name__}; error id {error_id}".encode())]
+                return Answer(424, payload, headers, model_status="500")
+            return Answer(500, payload, headers)
         finally:
             self.in_flight -= 1
         if hasattr(result, "status_code"):  # AMLResponse
             message = result.message
-            media = "application/json" if getattr(result, "json_str", False) else "text/plain"
-            status = int(result.status_code)
+            media = JSON_TYPE if getattr(result, "json_str", False) else b"text/plain; charset=utf-8"
+            text = message if isinstance(message, str) else json.dumps(message)
+            status = model_status = int(result.status_code)
             if at_endpoint and status != 200:  # as Azure: any non-200 of score.py is a 424 at the scoring URI
-                reason = (message if isinstance(message, str) else json.dumps(message))[:200].replace("\n", " ")
-                headers |= {"ms-azureml-model-error-statuscode": str(status), "ms-azureml-model-error-reason": reason}
+                reason = text[:200].replace("\n", " ").encode("latin-1", "replace")
+                headers += [(MODEL_STATUS_HEADER.encode(), str(status).encode()),
+                            (b"ms-azureml-model-error-reason", reason)]
                 status = 424
-            return Response(message, status_code=status, headers=headers, media_type=media)
-        return Response(json.dumps(result), headers=headers, media_type="application/json")
+            return Answer(status, text.encode(), headers, media, str(model_status) if status == 424 else None)
+        return Answer(200, json.dumps(result).encode(), headers)
 
-    def _overran(self, running: Future[Any], deployment: LoadedDeployment) -> None:
-        loop = asyncio.get_running_loop()
+    def _overran(self, deployment: LoadedDeployment) -> None:
         self.overrun += 1
         deployment.log.warning("run() is still running past its request's 408; %d such call(s) hold a place of "
                                "this worker's admission", self.overrun)
-
-        def ended(_: Future[Any]) -> None:
-            loop.call_soon_threadsafe(self._end_overrun)
-
-        running.add_done_callback(ended)
 
     def _end_overrun(self) -> None:
         self.overrun -= 1
 
     async def _mirror(self, name: str, body: bytes, state: EndpointState) -> None:
-        deployment = await run_in_threadpool(self.runtime.deployment, name)
+        deployment = await asyncio.to_thread(self.runtime.deployment, name)
         if deployment is not None:
             await self._run(deployment, body, state.request_timeout_ms, at_endpoint=False)
             deployment.log.info("mirrored request scored (response discarded)")
 
-    async def ready(self, _request: Request) -> Response:
-        ok = await run_in_threadpool(self.runtime.ready)
-        return PlainTextResponse("ready" if ok else "not ready", status_code=200 if ok else 503)
 
-
-def create_app() -> Starlette:
-    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment. A worker
-    that serves writes its PID under ``ready/``, which is how a (re)started master knows its workers are up."""
-    folder = Path(os.environ[ENDPOINT_DIR_ENV])
-    scoring = ScoringApp(folder, int(os.environ.get(SCORING_THREADS_ENV, "1")))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        marker = folder / "ready" / str(os.getpid())
-        marker.parent.mkdir(exist_ok=True)
-        marker.touch()
-        flusher = asyncio.create_task(scoring.metrics.run())
-        yield
-        flusher.cancel()
-        scoring.metrics.flush(everything=True)
-        marker.unlink(missing_ok=True)
-
-    app = Starlette(lifespan=lifespan, routes=[
-        Route("/", lambda _r: PlainTextResponse("Healthy"), methods=["GET"]),
-        Route("/healthz/live", lambda _r: PlainTextResponse("live"), methods=["GET"]),
-        Route("/healthz/ready", scoring.ready, methods=["GET"]),
-        Route("/score", scoring.score, methods=["POST"]),
-        Route("/deployments/{name}/score", scoring.score, methods=["POST"]),
-    ])
-    app.router.redirect_slashes = False  # a redirect's Location would be built from the client's Host header
-    return app
+def create_app() -> ScoringApp:
+    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment."""
+    return ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]), int(os.environ.get(SCORING_THREADS_ENV, "1")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import mmap
 import os
 import random
 import threading
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from mlrunway.local.serving.state import STATE_FILE, DeploymentState, EndpointState
+from mlrunway.local.serving.state import GENERATION_FILE, STATE_FILE, DeploymentState, EndpointState
 
 _INIT_LOCK = threading.Lock()
 
@@ -69,18 +70,31 @@ class Runtime:
 
     def __init__(self, endpoint_dir: Path) -> None:
         self.dir = endpoint_dir
-        self._stamp: tuple[int, int] | None = None
+        self._state_path = str(endpoint_dir / STATE_FILE)
+        self._stamp: bytes | tuple[int, int] | None = None
+        self._map: mmap.mmap | None = None
         self._state: EndpointState | None = None
         self._loaded: dict[tuple[str, int], LoadedDeployment] = {}
         self._lock = threading.Lock()
         self._random = random.Random()
 
     def current(self) -> EndpointState:
-        info = os.stat(self.dir / STATE_FILE)
-        stamp = (info.st_ino, info.st_mtime_ns)
-        if stamp != self._stamp or self._state is None:
-            self._state, self._stamp = EndpointState.load(self.dir), stamp
+        """The state as last saved: reloaded when the control plane's generation counter moved (a read of
+        mapped memory per request, no system call)."""
+        generation = self._generation()
+        if generation != self._stamp or self._state is None:
+            self._state, self._stamp = EndpointState.load(self.dir), generation
         return self._state
+
+    def _generation(self) -> bytes | tuple[int, int]:
+        if self._map is None:
+            path = self.dir / GENERATION_FILE
+            if not path.exists():  # an endpoint saved before counters existed: the file's stamp, as before
+                info = os.stat(self._state_path)
+                return (info.st_ino, info.st_mtime_ns)
+            with open(path, "rb") as handle:
+                self._map = mmap.mmap(handle.fileno(), 8, access=mmap.ACCESS_READ)
+        return self._map[:8]
 
     def loaded(self, state: EndpointState, name: str) -> LoadedDeployment | None:
         """The deployment's current version if this worker has loaded it already: no I/O, no init()."""
@@ -104,8 +118,8 @@ class Runtime:
     def choose(self, state: EndpointState) -> str | None:
         """A deployment by traffic weight, or None when no deployment has traffic."""
         weights = {n: w for n, w in state.traffic.items() if w > 0}
-        if not weights:
-            return None
+        if len(weights) <= 1:  # the usual case, one deployment at 100%: no draw
+            return next(iter(weights), None)
         return self._random.choices(list(weights), weights=list(weights.values()))[0]
 
     def mirror_target(self, state: EndpointState) -> str | None:

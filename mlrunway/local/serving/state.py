@@ -78,12 +78,28 @@ class EndpointState:
         path = folder / STATE_FILE
         write_json(path, asdict(self))
         os.chmod(path, 0o600)
+        bump_generation(folder)
 
     @classmethod
     def load(cls, folder: Path) -> EndpointState:
         data: dict[str, Any] = read_json(folder / STATE_FILE)
         data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
         return cls(**data)
+
+
+GENERATION_FILE = "generation"  # 8 bytes the control plane bumps after each save; workers map it into memory
+
+
+def bump_generation(folder: Path) -> None:
+    """Tell the workers the state changed: one 8-byte counter, written in place (never replaced: the workers
+    keep it mapped), so a worker sees a change by reading memory rather than by a system call per request."""
+    path = folder / GENERATION_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        current = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
+        os.pwrite(fd, (current + 1).to_bytes(8, "little"), 0)
+    finally:
+        os.close(fd)
 
 
 def check_traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: dict[str, DeploymentState]) -> None:
