@@ -107,9 +107,10 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
                                     event.get("operation"))
         verdict = stable.check_window(self.backend, r)
         if not verdict.ok:
-            result = self.conclude(context, r, "rolled_back", verdict.reason)
-            raise EndpointError(f"rolled_back: the challenger {r.model} went back to 0% and {r.champion} serves "
-                                f"100%: {verdict.reason}; windows: {result['windows']}")
+            self.conclude(context, r, "rolled_back", verdict.reason)
+            assert r.champion is not None
+            raise EndpointError(f"rolled_back: the challenger {r.model} went back to 0% and {r.champion['model']} "
+                                f"serves 100% again, at the {r.windows[-1]['phase']} window: {verdict.reason}")
         if stable.done(r):
             return self.conclude(context, r, "promoted", f"{r.gate['summary']}; every rollout window within bounds")
         return self.wait_window(context, r, stable.next_phase(self.backend, r))
@@ -124,8 +125,8 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         if state is not ProvisioningState.SUCCEEDED:
             raise EndpointError(error or f"deployment {r.endpoint}/{r.slot} ended {state.value}")
         if r.champion is None:  # a new endpoint: the mission's blue at 100%, smoke-tested
-            promote_blue(self.backend, r.endpoint, self.model_name, int(self.model_version), self.data_dir,
-                         self.request())
+            name, _, version = r.model.partition(":")
+            promote_blue(self.backend, r.endpoint, name, int(version), self.data_dir, self.request())
             return self.conclude(context, r, "created", "the endpoint's first model")
         if self.rollback_to:
             r.gate = {"summary": f"rollback_to={self.rollback_to}: {r.model} goes back, by a person's decision, "
