@@ -238,7 +238,7 @@ def main() -> None:
                 rows.append({"server": "in-process ORT", "clients": clients,
                              **in_process(onnx_dir, image, clients, args.duration)})
     print(table(rows, COLUMNS))
-    record("endpoint", args, rows, ("onnxruntime", "uvicorn", "starlette", "fastapi"),
+    record("endpoint", args, rows, ("onnxruntime", "uvicorn", "httptools", "fastapi"),
            load_generator="wrk 4.1 (separate process, loopback, keep-alive, 2 threads)")
     failed = {f"{r['server']} c={r['clients']}": r["errors"] for r in rows if r["errors"]}
     if failed:
