@@ -157,7 +157,7 @@ def next_phase(backend: Backend, r: Rollout) -> float:
         traffic = rollout.traffic_at(r.champion["deployment"], r.slot, policy.steps[r.step])
         mirrored, window = {}, policy.window_s
     rollout.apply(backend, r.endpoint, traffic, mirrored, _models(r))
-    r.started = now
+    r.started = time.time()  # the window opens once the change is live (on Azure an update takes a while)
     log.info("endpoint %s: traffic %s, mirror %s, for %gs", r.endpoint, traffic, mirrored or "none", window)
     return float(window)
 
