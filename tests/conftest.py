@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Airflow reads its configuration when first imported: give the test session its own home, before any import.
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="mlrunway-airflow-")
+atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # the session's home goes with it
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ.pop("MLRUNWAY_WORKSPACE", None)

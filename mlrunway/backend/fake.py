@@ -19,6 +19,7 @@ import json
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,8 @@ class FakeBackend:
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root or tempfile.mkdtemp(prefix="mlrunway-fake-"))
+        if root is None:  # a scratch folder of its own goes with it (or at exit), not left in /tmp
+            weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
         self.jobs = FakeJobs(self)
         self.models = FakeModels(self)
         self.endpoints = FakeEndpoints()
