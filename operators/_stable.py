@@ -183,20 +183,30 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         raise AssertionError("defer raises")  # pragma: no cover
 
     def not_newest(self, context: Context) -> str | None:
-        """Why this run may not roll out (a backfill, a catch-up or cleared old run), or None."""
+        """Why this run may not roll out (a backfill, a catch-up or cleared old run), or None. A scheduled run is
+        not the newest when the DAG's next run after it is already due: the timetable says when (Airflow's core
+        timetable, which the task SDK's does not expose)."""
         run = context.get("dag_run")
         run_type = str(getattr(getattr(run, "run_type", None), "value", getattr(run, "run_type", "manual")))
-        next_end = None
+        next_due = None
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if run_type == "scheduled" and start is not None and end is not None:
-            from airflow.timetables.base import DataInterval, TimeRestriction
+            next_due = self.next_run_after(context["dag"].timetable, start, end)
+        return stable.not_newest(run_type, next_due, datetime.now(UTC))
 
-            timetable: Any = context["dag"].timetable
-            info = timetable.next_dagrun_info(
+    def next_run_after(self, timetable: Any, start: datetime, end: datetime) -> datetime | None:
+        from airflow.serialization.encoders import coerce_to_core_timetable
+        from airflow.timetables.base import DataInterval, TimeRestriction
+
+        try:
+            info = coerce_to_core_timetable(timetable).next_dagrun_info(
                 last_automated_data_interval=DataInterval(start, end),
                 restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
-            next_end = getattr(info.data_interval, "end", None) if info else None
-        return stable.not_newest(run_type, next_end, datetime.now(UTC))
+        except Exception:  # noqa: BLE001 - a timetable that cannot say: the run type alone decides
+            self.log.warning("The timetable cannot tell this run's successor; only backfills are held back",
+                             exc_info=True)
+            return None
+        return getattr(info, "run_after", None)
 
     def conclude(self, context: Context, r: Rollout, decision: str, reason: str) -> dict[str, Any]:
         result = stable.conclude(self.backend, r, decision, reason)

@@ -75,14 +75,14 @@ def serving(backend: Backend, endpoint: str) -> dict[str, str] | None:
     return {"deployment": slot, "model": backend.endpoints.get_deployment(endpoint, slot).model}
 
 
-def not_newest(run_type: str, next_interval_end: datetime | None, now: datetime) -> str | None:
-    """Why a run may not move production, or None. A backfill never may; a scheduled run whose next interval has
-    already ended is a catch-up or a cleared old run, and a newer one exists or is due; manual runs may."""
+def not_newest(run_type: str, next_run_due: datetime | None, now: datetime) -> str | None:
+    """Why a run may not move production, or None. A backfill never may; a scheduled run whose successor was
+    already due is a catch-up or a cleared old run, and a newer one exists or is due; manual runs may."""
     if run_type == "backfill":
         return "a backfill run never moves production"
-    if run_type == "scheduled" and next_interval_end is not None and next_interval_end <= now:
-        return (f"the next interval (ending {next_interval_end.isoformat()}) has already ended: this run is a "
-                "catch-up or a cleared old run, and only the newest interval's run may roll out")
+    if run_type == "scheduled" and next_run_due is not None and next_run_due <= now:
+        return (f"the DAG's next run was due at {next_run_due.isoformat()}: this run is a catch-up or a cleared "
+                "old run, and only the newest scheduled run may roll out")
     return None
 
 

@@ -201,7 +201,7 @@ def test_a_catch_up_run_is_not_the_newest_and_a_manual_one_is():
     from datetime import UTC, datetime, timedelta
 
     now = datetime(2026, 11, 24, tzinfo=UTC)
-    assert stable.not_newest("scheduled", now - timedelta(days=7), now).startswith("the next interval")
+    assert stable.not_newest("scheduled", now - timedelta(days=7), now).startswith("the DAG's next run was due")
     assert stable.not_newest("scheduled", now + timedelta(days=7), now) is None
     assert stable.not_newest("manual", None, now) is None and "backfill" in stable.not_newest("backfill", None, now)
 
@@ -259,3 +259,26 @@ def test_no_answer_before_the_deadline_holds_the_challenger(registered, team):
     result, _, _ = run(fake, team, 2, "manual__2", require_approval=True, approval_timeout_s=0.05)
     assert result["decision"] == "held" and "no answer within approval_timeout_s=0.05" in result["reason"]
     assert fake.models.get("m", 2).tags["mlrunway.approval"] == "expired"
+
+
+def test_the_dags_own_timetable_tells_a_catch_up_run_from_the_newest():
+    """The weekly DAG's deploy task, with its real timetable: a run three weeks old is a catch-up (its successor was
+    due), this week's is the newest (its successor is not due yet)."""
+    import sys
+    from datetime import UTC, datetime, timedelta
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "dags"))
+    from train_sweep_deploy import dag
+
+    task, now = dag.get_task("deploy_blue"), datetime.now(UTC)
+
+    def context(logical: datetime) -> dict[str, Any]:  # Airflow 3's cron trigger: a zero-length interval
+        return {"dag_run": SimpleNamespace(run_type="scheduled"), "data_interval_start": logical,
+                "data_interval_end": logical, "dag": dag}
+
+    assert "catch-up" in task.not_newest(context(now - timedelta(days=21)))
+    latest = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    latest -= timedelta(days=(latest.weekday() + 1) % 7)  # @weekly's latest run: the last Sunday 00:00
+    assert task.not_newest(context(latest)) is None
