@@ -195,12 +195,13 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         return stable.not_newest(run_type, next_due, datetime.now(UTC))
 
     def next_run_after(self, timetable: Any, start: datetime, end: datetime) -> datetime | None:
+        import pendulum
         from airflow.serialization.encoders import coerce_to_core_timetable
         from airflow.timetables.base import DataInterval, TimeRestriction
 
         try:
             info = coerce_to_core_timetable(timetable).next_dagrun_info(
-                last_automated_data_interval=DataInterval(start, end),
+                last_automated_data_interval=DataInterval(pendulum.instance(start), pendulum.instance(end)),
                 restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
         except Exception:  # noqa: BLE001 - a timetable that cannot say: the run type alone decides
             self.log.warning("The timetable cannot tell this run's successor; only backfills are held back",
