@@ -69,10 +69,7 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
             raise check.fail("model_version", f"{self.model_version!r} is no version", "give a version >= 1, or "
                              "rollback_to=previous")
         if stable.serving(self.backend, endpoint) is None and (why := self.not_newest(context)):
-            result = stable.skip_creation(self.backend, endpoint, self.settings().model, why)
-            for key in ("decision", "live"):
-                context["ti"].xcom_push(key=key, value=result[key])
-            return result
+            return self.announce(context, stable.skip_creation(self.backend, endpoint, self.settings().model, why))
         r = stable.begin(self.backend, endpoint, self.names(context).run_key, self.settings(), policy,
                          self.lease_s(policy))
         info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, r.slot),
@@ -210,9 +207,14 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         return getattr(info, "run_after", None)
 
     def conclude(self, context: Context, r: Rollout, decision: str, reason: str) -> dict[str, Any]:
-        result = stable.conclude(self.backend, r, decision, reason)
-        for key in ("decision", "live"):  # pushed now too: a rolled-back task fails after this
-            context["ti"].xcom_push(key=key, value=result[key])
+        result = self.announce(context, stable.conclude(self.backend, r, decision, reason))
         if decision in ("created", "promoted"):
             emit_production(context, r.endpoint, {"model": r.model, "decision": decision, "gate": r.gate})
+        return result
+
+    @staticmethod
+    def announce(context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """Push the decision and what serves as XComs at once: a rolled-back task fails after this."""
+        for key in ("decision", "live"):
+            context["ti"].xcom_push(key=key, value=result[key])
         return result

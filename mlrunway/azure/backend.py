@@ -691,26 +691,29 @@ class AzureEndpoints:
         endpoint's update. A missing endpoint has nothing to interleave with: it is granted unwritten (the
         caller creates the endpoint and leases again). Read, then write: two runs starting in the same seconds
         could both take it; the DAG's ``max_active_runs`` and the per-step renewal narrow that, not close it."""
-        try:
-            current = self.ml.online_endpoints.get(endpoint)
-        except ResourceNotFoundError:
+        current, held = self._lease_of(endpoint)
+        if current is None:
             return None
-        held = _maybe_json((current.tags or {}).get(LEASE_TAG, ""))
-        if isinstance(held, dict) and held.get("holder") != holder and float(held.get("until", 0)) > time.time():
+        if held and held.get("holder") != holder and float(held.get("until", 0)) > time.time():
             return f"{held['holder']} (until {datetime.fromtimestamp(float(held['until']), UTC):%H:%M:%S} UTC)"
         current.tags = {**(current.tags or {}), LEASE_TAG: json.dumps({"holder": holder, "until": time.time() + ttl_s})}
         self.ml.online_endpoints.begin_create_or_update(current).result()
         return None
 
     def release(self, endpoint: str, holder: str) -> None:
+        current, held = self._lease_of(endpoint)
+        if current is not None and held and held.get("holder") == holder:
+            current.tags = {k: v for k, v in (current.tags or {}).items() if k != LEASE_TAG}
+            self.ml.online_endpoints.begin_create_or_update(current).result()
+
+    def _lease_of(self, endpoint: str) -> tuple[Any, dict[str, Any] | None]:
+        """The endpoint (None when it does not exist) and the lease its tag holds (None when there is none)."""
         try:
             current = self.ml.online_endpoints.get(endpoint)
         except ResourceNotFoundError:
-            return
+            return None, None
         held = _maybe_json((current.tags or {}).get(LEASE_TAG, ""))
-        if isinstance(held, dict) and held.get("holder") == holder:
-            current.tags = {k: v for k, v in (current.tags or {}).items() if k != LEASE_TAG}
-            self.ml.online_endpoints.begin_create_or_update(current).result()
+        return current, held if isinstance(held, dict) else None
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
         """The tail of a deployment's log: its inference server's, or ``container="storage-initializer"``."""

@@ -28,13 +28,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from mlrunway.local.serving.metrics import MODEL_STATUS_HEADER, Recorder
+from mlrunway.local.serving.metrics import Recorder
 from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.local.serving.state import EndpointState
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"
 DEPLOYMENT_HEADER = "azureml-model-deployment"
+# Header names as ASGI carries them (bytes), made once rather than on every request.
+DEPLOYMENT_KEY = DEPLOYMENT_HEADER.encode()
+MODEL_STATUS_KEY = b"ms-azureml-model-error-statuscode"
+MODEL_REASON_KEY = b"ms-azureml-model-error-reason"
 DRAIN_CAP_BYTES = 64 * 1024 * 1024
 JSON_TYPE = b"application/json"
 
@@ -241,7 +245,7 @@ class ScoringApp:
         for key, value in scope["headers"]:
             if key == b"authorization":
                 authorization = value
-            elif key == b"azureml-model-deployment":
+            elif key == DEPLOYMENT_KEY:
                 named = value
         if not self.authorized(authorization, state):
             return _error(401, "missing or wrong key: send 'Authorization: Bearer <endpoint key>'",
@@ -273,7 +277,7 @@ class ScoringApp:
         return answer
 
     async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:
-        headers = [(DEPLOYMENT_HEADER.encode(), deployment.state.name.encode())]
+        headers = [(DEPLOYMENT_KEY, deployment.state.name.encode())]
         self.in_flight += 1
         loop = asyncio.get_running_loop()
         ticket = self.scorer.submit(deployment.module.run, body.decode("utf-8", "replace"), loop)
@@ -290,8 +294,8 @@ class ScoringApp:
             payload = json.dumps({"error": f"score.py run() raised {type(exc).__name__}: {exc}",
                                   "error_id": error_id}).encode()
             if at_endpoint:
-                headers += [(MODEL_STATUS_HEADER.encode(), b"500"),
-                            (b"ms-azureml-model-error-reason", f"{type(exc).__name__}; error id {error_id}".encode())]
+                headers += [(MODEL_STATUS_KEY, b"500"),
+                            (MODEL_REASON_KEY, f"{type(exc).__name__}; error id {error_id}".encode())]
                 return Answer(424, payload, headers, model_status="500")
             return Answer(500, payload, headers)
         finally:
@@ -303,8 +307,7 @@ class ScoringApp:
             status = model_status = int(result.status_code)
             if at_endpoint and status != 200:  # as Azure: any non-200 of score.py is a 424 at the scoring URI
                 reason = text[:200].replace("\n", " ").encode("latin-1", "replace")
-                headers += [(MODEL_STATUS_HEADER.encode(), str(status).encode()),
-                            (b"ms-azureml-model-error-reason", reason)]
+                headers += [(MODEL_STATUS_KEY, str(status).encode()), (MODEL_REASON_KEY, reason)]
                 status = 424
             return Answer(status, text.encode(), headers, media, str(model_status) if status == 424 else None)
         return Answer(200, json.dumps(result).encode(), headers)

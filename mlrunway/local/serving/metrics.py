@@ -26,7 +26,6 @@ from mlrunway.backend.types import DeploymentMetrics, deployment_error
 METRICS_DIR = "metrics"
 BUCKET_BASE = 1.1
 KEEP_S = 24 * 3600.0
-MODEL_STATUS_HEADER = "ms-azureml-model-error-statuscode"
 
 
 def _bucket(seconds: float) -> int:
