@@ -220,3 +220,14 @@ def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}  # version 1 back, in the slot that was free
     assert stable.aliased(backend, "digits", "production").version == 1
     assert stable.aliased(backend, "digits", "previous").version == 2
+
+
+def test_the_batch_scoring_dag_scores_the_test_split_through_what_serves(backend, digits):
+    """dags/batch_scoring.py's task: every test image through the endpoint's traffic, the predictions saved."""
+    from mlrunway.airflow.batch import score_test_split
+
+    deploy(digits, 2, "manual__1")
+    done = score_test_split("mlrunway_default", ENDPOINT, str(digits), "digits:2")
+    saved = json.loads(Path(done["report"]).read_text())
+    assert done["model"] == saved["model"] == "digits:2" and done["images"] == 180 == len(saved["predictions"])
+    assert done["accuracy"] > 0.5 and set(saved["predictions"]) <= {str(i) for i in range(10)}
