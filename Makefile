@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup check test test-fast demo data bench clean
+.PHONY: setup check test test-fast demo data bench bench-quick bench-readme clean
 
 setup: $(STAMP)
 
@@ -48,13 +48,31 @@ demo: data
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
 
-# Every benchmark of bench/, each printing its table and recording bench/results/<name>.json (about 15 min).
+# Every benchmark of bench/ (about 50 minutes on 2 cores; none takes an hour), each printing its figures and
+# recording bench/results/<name>.json with its commit, repeats and spread; then the README's figures from them.
+# Each refuses a tree that differs from HEAD outside bench/results/ (commit first).
 bench: $(STAMP)
 	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
-	$(PY) bench/onnx_runtime.py
-	$(PY) bench/endpoint.py
-	$(PY) bench/early_termination.py
-	$(PY) bench/orchestration.py
+	$(PY) bench/onnx_runtime.py       # ~2 min
+	$(PY) bench/faults.py             # ~2 min
+	$(PY) bench/rollout.py            # ~7 min
+	$(PY) bench/endpoint.py           # ~14 min
+	$(PY) bench/early_termination.py  # ~9 min
+	$(PY) bench/orchestration.py      # ~13 min
+	$(PY) bench/readme.py
+
+# A few minutes: each benchmark but the two long ones, smaller, into bench/results/quick/ (ignored, never quoted).
+QUICK := --results bench/results/quick
+bench-quick: $(STAMP)
+	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
+	$(PY) bench/onnx_runtime.py --duration 1 $(QUICK)
+	$(PY) bench/faults.py --repeats 2 $(QUICK)
+	$(PY) bench/endpoint.py --servers mlrunway httptools bare --clients 16 --duration 2 --warm-up 1 $(QUICK)
+	$(PY) bench/rollout.py --window-s 5 --repeats 1 $(QUICK)
+
+# The README's benchmark figures, written from bench/results/ (make bench runs it last).
+bench-readme: $(STAMP)
+	$(PY) bench/readme.py
 
 clean:
 	rm -rf .workspace .airflow data .pytest_cache

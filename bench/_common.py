@@ -1,15 +1,33 @@
-"""What the benchmarks share: the model they measure, and how a result is printed and recorded.
+"""What the benchmarks share: the model they measure, and the harness that records a figure so anyone can trace it.
 
-Each script records ``bench/results/<name>.json`` with the date, the machine's cores, the versions that
-matter and its arguments, so a figure in the README can be traced to the run that produced it.
+Every script records ``bench/results/<name>.json`` through :func:`record`, with:
+
+- **provenance**: the commit measured and whether the tree was clean (nothing outside ``bench/results/`` differs
+  from HEAD, untracked files included). A dirty tree is refused before anything runs unless ``--force`` is given,
+  and then the file says so and lists what differed;
+- **the machine**: CPU model, cores, memory, kernel, Python, and a host-speed probe (a fixed Python loop) taken
+  before and after the run, since a shared host's speed drifts between days and within a run;
+- versions, arguments, the number of **repeats**, and for each figure its **median, min and max** with every run
+  (all of them, not the best);
+- **targets**, judged on the median of at least :data:`MIN_REPEATS` interleaved repeats; a miss is recorded and
+  printed, never hidden. A run that contradicts what it claims to measure (a rollout that did not end as its
+  label says, a failed request under load) is refused by the script before it gets here.
+
+Each recorded run also appends one line to ``bench/results/log.jsonl``: a run is never lost by being overwritten.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -17,9 +35,181 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+RESULTS_PREFIX = "bench/results/"
+LOG = "log.jsonl"
+MIN_REPEATS = 5  # a ratio target is judged on the median of at least this many interleaved repeats
 if str(REPO) not in sys.path:  # the example's specs (training/tutorial.py) for the scripts run as bench/<name>.py
     sys.path.insert(0, str(REPO))
 
+
+# ---- the harness ----------------------------------------------------------------------------------------------
+
+def harness_args(parser: argparse.ArgumentParser, repeats: int) -> None:
+    """The options every benchmark takes: ``--repeats``, ``--force`` and ``--results``."""
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"interleaved repeats of every figure (default {repeats}; targets need {MIN_REPEATS})")
+    parser.add_argument("--force", action="store_true",
+                        help="run and record although the tree differs from HEAD (the results file says so)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the folder the results file goes to")
+
+
+def tree_state(repo: Path = REPO) -> dict[str, Any]:
+    """HEAD's commit and what differs from it outside ``bench/results/`` (untracked files included)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        porcelain = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
+                                   capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        return {"commit": None, "clean": False, "dirty": [f"not a git checkout: {error}"]}
+    dirty = []
+    for line in porcelain.splitlines():
+        for path in line[3:].split(" -> "):  # a rename names both paths
+            path = path.strip('"')
+            if not path.startswith(RESULTS_PREFIX):
+                dirty.append(f"{line[:2].strip()} {path}")
+    return {"commit": head, "clean": not dirty, "dirty": dirty}
+
+
+def host_speed_s() -> float:
+    """Seconds a fixed pure-Python loop takes (the best of 3): how fast this host is right now."""
+    def loop() -> float:
+        start = time.perf_counter()
+        total = 0
+        for i in range(3_000_000):
+            total += i & 7
+        return time.perf_counter() - start
+
+    return round(min(loop() for _ in range(3)), 3)
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        memory_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                         if line.startswith("MemTotal:"))
+        memory_gib: float | None = round(memory_kb / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        memory_gib = None
+    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": memory_gib, "arch": platform.machine(),
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+@dataclass
+class Target:
+    """A figure's target: its median over the repeats ``op`` ``threshold`` (``op`` is ``>=`` or ``<=``)."""
+
+    figure: str
+    op: str
+    threshold: float
+    what: str  # in words, for the table and the README
+
+    def judge(self, figures: dict[str, dict[str, Any]], repeats: int) -> dict[str, Any]:
+        spread = figures[self.figure]
+        if repeats < MIN_REPEATS:
+            verdict = f"not judged: {repeats} repeats, {MIN_REPEATS} needed"
+        else:
+            met = spread["median"] >= self.threshold if self.op == ">=" else spread["median"] <= self.threshold
+            verdict = "met" if met else "missed"
+        return {"figure": self.figure, "target": f"{self.op} {self.threshold:g}", "what": self.what,
+                "median": spread["median"], "min": spread["min"], "max": spread["max"], "verdict": verdict}
+
+
+class Bench:
+    """One benchmark's run: checks the tree before anything is measured, collects every run of every figure, and
+    records them with their provenance. ``name`` is the results file's name."""
+
+    def __init__(self, name: str, args: argparse.Namespace, repo: Path = REPO) -> None:
+        self.name, self.args, self.repo = name, args, repo
+        self.tree = tree_state(repo)
+        if not self.tree["clean"] and not args.force:
+            shown = "; ".join(self.tree["dirty"][:5]) + (" ..." if len(self.tree["dirty"]) > 5 else "")
+            raise SystemExit(f"the tree differs from HEAD outside {RESULTS_PREFIX} ({shown}): a figure must name the "
+                             f"commit it measured. Commit or stash, or pass --force to record it as not clean.")
+        self.started = datetime.now(UTC)
+        self.speed_before = host_speed_s()
+        self.runs: dict[str, list[float]] = {}
+        self.units: dict[str, str] = {}
+
+    def add(self, figure: str, value: float, unit: str = "") -> None:
+        """One run of ``figure``: every call is kept."""
+        self.runs.setdefault(figure, []).append(value)
+        if unit:
+            self.units[figure] = unit
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        return {name: {**spread(values), **({"unit": self.units[name]} if name in self.units else {})}
+                for name, values in self.runs.items()}
+
+    def record(self, rows: list[dict[str, Any]], packages: Sequence[str], targets: Sequence[Target] = (),
+               **extra: Any) -> Path:
+        """Print the figures' spread and the targets, write ``<results>/<name>.json``, append to the log."""
+        after = tree_state(self.repo)
+        if after["commit"] != self.tree["commit"] or (after["dirty"] != self.tree["dirty"] and not self.args.force):
+            raise SystemExit(f"the tree changed while the benchmark ran ({self.tree['commit']} -> {after['commit']}, "
+                             f"differing now: {after['dirty'][:5]}): not recorded")
+        figures = self.figures()
+        repeats = self.args.repeats
+        judged = [t.judge(figures, repeats) for t in targets]
+        print(table([{"figure": n, "n": len(f["runs"]), **f} for n, f in figures.items()],
+                    [("figure", "figure"), ("n", "runs"), ("median", "median"), ("min", "min"), ("max", "max")]))
+        if judged:
+            print(table(judged, [("what", "target"), ("target", "rule on the median"), ("median", "median"),
+                                 ("min", "min"), ("max", "max"), ("verdict", "verdict")]))
+        ended = datetime.now(UTC)
+        document = {
+            "benchmark": self.name, "commit": self.tree["commit"], "clean": self.tree["clean"],
+            "forced": bool(self.args.force and not self.tree["clean"]), "dirty": self.tree["dirty"],
+            "date": self.started.isoformat(timespec="seconds"), "duration_s": round((ended - self.started).total_seconds()),
+            "machine": {**machine(), "host_speed_s": {"before": self.speed_before, "after": host_speed_s(),
+                                                      "probe": "a 3M-step Python loop, best of 3"}},
+            "versions": versions(*packages), "args": {k: v for k, v in vars(self.args).items() if k != "results"},
+            "repeats": repeats, "figures": figures, "targets": judged, **extra, "results": rows,
+        }
+        folder: Path = self.args.results
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"{self.name}.json"
+        out.write_text(json.dumps(document, indent=1, default=str) + "\n")
+        with (folder / LOG).open("a") as log:
+            log.write(json.dumps({
+                "benchmark": self.name, "commit": document["commit"], "clean": document["clean"],
+                "forced": document["forced"], "date": document["date"], "repeats": repeats, "args": document["args"],
+                "figures": {n: {k: f[k] for k in ("median", "min", "max")} for n, f in figures.items()},
+                "targets": {t["what"]: t["verdict"] for t in judged}}, default=str) + "\n")
+        missed = [t["what"] for t in judged if t["verdict"] == "missed"]
+        print(f"recorded in {_shown(out)} (commit {str(document['commit'])[:10]}, "
+              f"{'clean' if document['clean'] else 'NOT CLEAN, forced'}); "
+              f"{'targets missed: ' + '; '.join(missed) if missed else 'no target missed'}")
+        return out
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min and max of ``values``, with every value."""
+    if not values:
+        raise ValueError("a figure with no run")
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": list(values)}
+
+
+def interleaved(items: Sequence[Any], repeats: int) -> Iterator[tuple[int, list[Any]]]:
+    """``(repeat, order)`` for each repeat: every item once per repeat, the order rotated each time, so no item
+    always runs first (a warm cache) or last (a host that slows down)."""
+    for repeat in range(repeats):
+        shift = repeat % len(items) if items else 0
+        yield repeat, [*items[shift:], *items[:shift]]
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+# ---- what the scripts share ---------------------------------------------------------------------------------
 
 def build_model(tmp: Path, epochs: int = 3) -> tuple[Path, Path, Path]:
     """Train training/train.py in-process and export it; return (torch model, ONNX model, data) folders."""
@@ -31,6 +221,7 @@ def build_model(tmp: Path, epochs: int = 3) -> tuple[Path, Path, Path]:
     data = write_digits(tmp / "digits")
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
     spec = importlib.util.spec_from_file_location("train", REPO / "training" / "train.py")
+    assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
     train.main(["--data-dir", str(data), "--num-epochs", str(epochs), "--output-dir", str(tmp / "trained")])
@@ -58,19 +249,6 @@ def versions(*packages: str) -> dict[str, str]:
         except PackageNotFoundError:
             found[package] = "not installed"
     return found
-
-
-def record(name: str, args: Any, results: Any, packages: tuple[str, ...], **extra: Any) -> Path:
-    """Write ``bench/results/<name>.json``; return its path."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{name}.json"
-    out.write_text(json.dumps({
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "cores": os.cpu_count(),
-        "machine": platform.machine(), "python": platform.python_version(), "versions": versions(*packages),
-        "args": vars(args), **extra, "results": results,
-    }, indent=1, default=str) + "\n")
-    print(f"recorded in {out.relative_to(REPO)}")
-    return out
 
 
 def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:

@@ -1,29 +1,31 @@
 """Early termination: the default sweep with BanditPolicy against no policy and against Optuna's pruners.
 
-    .venv/bin/python bench/early_termination.py [--trials 8] [--epochs 20] [--concurrency 2]
+    .venv/bin/python bench/early_termination.py [--trials 8] [--epochs 20] [--concurrency 2] [--repeats 5]
 
-Live: the tutorial's sweep (``BanditPolicy(0.15, 1, 10)``, seeded random sampling) and the same seed and trials
+About 9 minutes with the defaults (each repeat: both live sweeps, 1.5 minutes). Live: the tutorial's sweep (``BanditPolicy(0.15, 1, 10)``, seeded random sampling) and the same seed and trials
 with no policy, as real local sweeps. Replayed: the no-policy run records every trial's full curve of
 ``best_val_acc``; Optuna's MedianPruner and HyperbandPruner, and Bandit itself, then decide over those same
 trials and curves, one trial after another as an Optuna study runs them (each trial sees the earlier ones'
 values). A replay is what a live run would do only if a trial's curve does not depend on the policy: the
 script checks that each live Bandit trial's curve equals the no-policy curve of the same trial.
 
-Prints a table and records it in bench/results/early_termination.json (date, cores, versions).
+The two live sweeps alternate, the first of them swapped each repeat; the replays run over each repeat's
+no-policy curves. A sweep with a failed trial is no measurement, and stops the run. Prints a table and records
+bench/results/early_termination.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import REPO, record, table
+from _common import REPO, Bench, Target, harness_args, interleaved, table
 
+from mlrunway.backend.types import JobInfo
 from mlrunway.data import write_digits
 from mlrunway.early_termination import bandit, evaluation_points
 from mlrunway.local import tracking
@@ -45,14 +47,14 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
                          f"{len(failed[0].history)} epochs logged, so the run is no measurement; run again. "
                          f"Its error: {failed[0].error}")
     best = next((t for t in trials if t.name == result.best_trial), None) or max(trials, key=lambda t: max(t.history))
-    trial_times = [jobs.get(t.name).ended - jobs.get(t.name).started for t in trials]
+    trial_times = [_ran_s(jobs.get(t.name)) for t in trials]
     store = tracking.client(jobs.workspace)
     startups = []  # from the trial's processes starting to its first logged metric: imports, data, epoch 1
     for trial in trials:
         record = jobs.get(trial.name)
         logged = store.get_metric_history(record.mlflow_run_id, "best_val_acc") if record.mlflow_run_id else []
         if logged:  # a trial canceled before its first epoch logged nothing
-            startups.append(min(m.timestamp for m in logged) / 1000 - record.started)
+            startups.append(min(m.timestamp for m in logged) / 1000 - (record.started or 0.0))
     return {
         "status": info.status.value, "error": info.error, "wall_s": round(wall, 1), "trials": len(trials),
         "stopped_early": sum(1 for t in trials if t.early_termination),
@@ -61,6 +63,12 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
         "mean_to_first_epoch_s": round(sum(startups) / len(startups), 1),
         "curves": [list(t.history) for t in sorted(trials, key=lambda t: int(t.name.rsplit("_", 1)[1]))],
     }
+
+
+def _ran_s(info: JobInfo) -> float:
+    """From a job's start to its end, as its record says (both are set once it has ended)."""
+    assert info.started is not None and info.ended is not None, f"{info.name} has no start or end recorded"
+    return info.ended - info.started
 
 
 def replay_bandit(policy, curves: list[list[float]]) -> list[int]:
@@ -118,24 +126,32 @@ def replayed(label: str, ran: list[int], curves: list[list[float]]) -> dict:
             "epochs": sum(ran), "best_metric": max(curves[best][:ran[best]]), "best_trial_index": best}
 
 
-def run_live(args: argparse.Namespace) -> tuple[list[dict], list[list[float]], bool]:
-    """The tutorial's sweep and the same seed with no policy, as real local sweeps; the no-policy curves."""
-    with tempfile.TemporaryDirectory() as scratch:
-        tmp = args.workspace or scratch
-        data = write_digits(Path(tmp) / "digits")
-        jobs = LocalJobs(Workspace.at(Path(tmp) / "ws"))
-        trial = train_job(str(REPO / "training"), str(data), num_epochs=args.epochs)
-        # Warm-up: create the tracking store and load torch and mlflow from disk once, outside the timings.
-        jobs.submit("warm-up", dataclasses.replace(trial, inputs={**trial.inputs, "num_epochs": 1}))
-        jobs.wait("warm-up", poll_s=0.5)
-        spec = tutorial_sweep(trial, max_total_trials=args.trials, max_concurrent_trials=args.concurrency, seed=args.seed)
-        bandit_run = run_sweep(jobs, "with-bandit", spec)
-        none_run = run_sweep(jobs, "no-policy", dataclasses.replace(spec, early_termination=None))
-    curves = none_run.pop("curves")
-    same_curves = all(c == curves[i][:len(c)] for i, c in enumerate(bandit_run.pop("curves")))
-    mode = f"live, {args.concurrency} at once"
-    return ([{"policy": "Bandit(0.15, 1, 10)", "mode": mode, **bandit_run}, {"policy": "none", "mode": mode, **none_run}],
-            curves, same_curves)
+def run_live(jobs: LocalJobs, data: Path, args: argparse.Namespace, repeat: int, order: list[str]) -> dict[str, dict]:
+    """The tutorial's sweep and the same seed with no policy, as real local sweeps, in ``order``."""
+    trial = train_job(str(REPO / "training"), str(data), num_epochs=args.epochs)
+    spec = tutorial_sweep(trial, max_total_trials=args.trials, max_concurrent_trials=args.concurrency, seed=args.seed)
+    specs = {"Bandit(0.15, 1, 10)": spec, "none": dataclasses.replace(spec, early_termination=None)}
+    return {policy: run_sweep(jobs, f"{'with-bandit' if policy != 'none' else 'no-policy'}-{repeat}", specs[policy])
+            for policy in order}
+
+
+def replays(curves: list[list[float]], args: argparse.Namespace) -> list[dict]:
+    import optuna
+
+    policy = TUTORIAL_BANDIT
+    return [replayed("Bandit(0.15, 1, 10)", replay_bandit(policy, curves), curves),
+            # The tutorial's delay_evaluation=10 makes every trial run 10 epochs; the same rule acting earlier:
+            replayed("Bandit(0.15, 1, 3)", replay_bandit(dataclasses.replace(policy, delay_evaluation=3), curves), curves),
+            replayed_studies(f"Optuna MedianPruner(warmup {policy.delay_evaluation})",
+                             lambda: optuna.pruners.MedianPruner(n_warmup_steps=policy.delay_evaluation), curves, 1),
+            replayed_studies("Optuna HyperbandPruner", lambda: optuna.pruners.HyperbandPruner(
+                min_resource=1, max_resource=args.epochs), curves, args.studies)]
+
+
+COLUMNS = [("repeat", "repeat"), ("policy", "policy"), ("mode", "mode"), ("trials", "trials"),
+           ("stopped_early", "stopped"), ("epochs", "epochs"), ("epochs_range", "range"), ("wall_s", "wall s"),
+           ("mean_trial_s", "trial s"), ("mean_to_first_epoch_s", "1st epoch s"), ("best_metric", "best"),
+           ("best_trial_index", "best trial")]
 
 
 def main() -> None:
@@ -145,39 +161,48 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--studies", type=int, default=10, help="Hyperband replays, each under its own study name")
-    parser.add_argument("--curves", type=Path, help="replay the curves recorded in this results file; run nothing live")
-    parser.add_argument("--workspace", help="keep the jobs here (default: a temporary folder)")
+    harness_args(parser, repeats=5)
     args = parser.parse_args()
-    import optuna
-
-    policy = TUTORIAL_BANDIT
-    if args.curves:  # replay what an earlier run recorded
-        earlier = json.loads(args.curves.read_text())
-        live, curves, same_curves = earlier["results"][:2], earlier["curves"], earlier["curves_match"]
-    else:
-        live, curves, same_curves = run_live(args)
-    rows = [*live,
-            replayed("Bandit(0.15, 1, 10)", replay_bandit(policy, curves), curves),
-            # The tutorial's delay_evaluation=10 makes every trial run 10 epochs; the same rule acting earlier:
-            replayed("Bandit(0.15, 1, 3)", replay_bandit(dataclasses.replace(policy, delay_evaluation=3), curves), curves),
-            replayed_studies(f"Optuna MedianPruner(warmup {policy.delay_evaluation})",
-                             lambda: optuna.pruners.MedianPruner(n_warmup_steps=policy.delay_evaluation), curves, 1),
-            replayed_studies("Optuna HyperbandPruner", lambda: optuna.pruners.HyperbandPruner(
-                min_resource=1, max_resource=args.epochs), curves, args.studies)]
-    print(table(rows, [("policy", "policy"), ("mode", "mode"), ("trials", "trials"), ("stopped_early", "stopped"),
-                       ("epochs", "epochs"), ("epochs_range", "range"), ("wall_s", "wall s"), ("mean_trial_s", "trial s"),
-                       ("mean_to_first_epoch_s", "1st epoch s"), ("best_metric", "best"), ("best_trial_index", "best trial")]))
-    bandit_live, none = rows[0], rows[1]
-    saved = 1 - bandit_live["epochs"] / none["epochs"]
-    gap = (none["best_metric"] - bandit_live["best_metric"]) * 100
-    peers = ", ".join(f"{r['policy']} {r['epochs']} epochs" for r in rows[4:]
-                      if none["best_metric"] - r["best_metric"] <= 0.005)
-    print(f"curves of live Bandit trials equal the no-policy curves: {same_curves}")
-    print(f"Bandit (live) runs {saved:.0%} fewer epochs than none (target >= 35%), best {gap:+.2f} points behind "
-          f"(target <= 0.5); Optuna pruners within 0.5 points: "
-          f"{peers or 'none'}")
-    record("early_termination", args, rows, ("torch", "mlflow", "optuna"), epochs_saved=round(saved, 3),
-           curves_match=same_curves, curves=curves)
+    bench = Bench("early_termination", args)
+    rows: list[dict] = []
+    all_curves: list[list[list[float]]] = []
+    curves_match = True
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        data = write_digits(tmp / "digits")
+        jobs = LocalJobs(Workspace.at(tmp / "ws"))
+        # Warm-up: create the tracking store and load torch and mlflow from disk once, outside the timings.
+        trial = train_job(str(REPO / "training"), str(data), num_epochs=1)
+        jobs.submit("warm-up", trial)
+        jobs.wait("warm-up", poll_s=0.5)
+        mode = f"live, {args.concurrency} at once"
+        for repeat, order in interleaved(["Bandit(0.15, 1, 10)", "none"], args.repeats):
+            live = run_live(jobs, data, args, repeat, order)
+            curves = live["none"].pop("curves")
+            bandit_curves = live["Bandit(0.15, 1, 10)"].pop("curves")
+            curves_match &= all(c == curves[i][:len(c)] for i, c in enumerate(bandit_curves))
+            all_curves.append(curves)
+            repeat_rows = [{"repeat": repeat, "policy": policy, "mode": mode, **live[policy]} for policy in live]
+            repeat_rows += [{"repeat": repeat, **row} for row in replays(curves, args)]
+            rows += repeat_rows
+            print(table(repeat_rows, COLUMNS), flush=True)
+            bandit_live, none = live["Bandit(0.15, 1, 10)"], live["none"]
+            bench.add("Bandit(0.15, 1, 10) live: epochs", bandit_live["epochs"], "epochs")
+            bench.add("none live: epochs", none["epochs"], "epochs")
+            bench.add("Bandit live: fewer epochs than none", 1 - bandit_live["epochs"] / none["epochs"], "fraction")
+            bench.add("Bandit live: best behind none's (points)",
+                      (none["best_metric"] - bandit_live["best_metric"]) * 100, "points")
+            for row in repeat_rows[2:]:
+                bench.add(f"{row['policy']} replay: epochs", row["epochs"], "epochs")
+                bench.add(f"{row['policy']} replay: best behind none's (points)",
+                          (none["best_metric"] - row["best_metric"]) * 100, "points")
+    same_everywhere = all(c == all_curves[0] for c in all_curves)
+    print(f"curves of live Bandit trials equal the no-policy curves: {curves_match}; "
+          f"the no-policy curves are the same in every repeat: {same_everywhere}")
+    bench.record(rows, ("torch", "mlflow", "optuna"), [
+        Target("Bandit live: fewer epochs than none", ">=", 0.35, "Bandit runs at least 35% fewer epochs than none"),
+        Target("Bandit live: best behind none's (points)", "<=", 0.5, "Bandit's best within 0.5 points of none's")],
+        curves_match=curves_match, curves_same_every_repeat=same_everywhere, curves=all_curves[0])
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@ a client sending steady load through it sees. Two rollouts of a better model ove
 scoring script that fails a third of single-image requests (rolled back at its first step), then as it is
 (promoted: mirror off, steps 10, 50, 100, 30 s each).
 
-    .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40]
+    .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40] [--repeats 3]
 
-Prints a table and records bench/results/rollout.json.
+About 7 minutes with the defaults (each repeat: a fresh endpoint, then both rollouts, 2 minutes). Each rollout is
+checked against its label: the faulty one must end ``rolled_back`` with every failed client request the
+challenger's, the fixed one ``promoted`` with no failed request; a run where either does not is refused, not
+recorded. Prints a table and records bench/results/rollout.json.
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ import argparse
 import http.client
 import json
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from _common import REPO, build_model, record, table
+from _common import REPO, Bench, build_model, harness_args, table
 
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.local.backend import LocalBackend
@@ -31,6 +33,8 @@ from mlrunway.production.rollout import RolloutPolicy
 from tests.production.test_stable_endpoint_local import FAULTY, perturbed
 
 ENDPOINT = "bench-prod"
+# What each rollout must end as, and whether a client may see a failure (only the challenger's, when it fails).
+EXPECTED = {"roll back a faulty one": ("rolled_back", True), "promote a better model": ("promoted", False)}
 ONE_IMAGE = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
 
 
@@ -44,7 +48,7 @@ class Client(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=10)
+        connection = http.client.HTTPConnection(self.url.hostname or "127.0.0.1", self.url.port, timeout=10)
         while not self.stop.is_set():
             connection.request("POST", self.url.path, ONE_IMAGE, {"Authorization": f"Bearer {self.key}",
                                                                   "Content-Type": "application/json"})
@@ -54,7 +58,7 @@ class Client(threading.Thread):
             time.sleep(self.gap)
 
 
-def rollout(backend: LocalBackend, settings: DeploymentSettings, data: Path, policy: RolloutPolicy,
+def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, data: Path, policy: RolloutPolicy,
             holder: str) -> tuple[dict, list[tuple[str, float]]]:
     """One run's deploy step by step (as the deploy task does it, without Airflow's deferrals); the stages' times."""
     stages, started = [], time.monotonic()
@@ -64,8 +68,8 @@ def rollout(backend: LocalBackend, settings: DeploymentSettings, data: Path, pol
         stages.append((stage, time.monotonic() - started))
         started = time.monotonic()
 
-    r = stable.begin(backend, ENDPOINT, holder, settings, policy, 3600)
-    while not backend.endpoints.get_deployment(ENDPOINT, r.slot).provisioning_state.is_terminal():
+    r = stable.begin(backend, endpoint, holder, settings, policy, 3600)
+    while not backend.endpoints.get_deployment(endpoint, r.slot).provisioning_state.is_terminal():
         time.sleep(0.2)
     mark(f"provision {r.slot}")
     better = stable.judge_challenger(backend, r, stable.evaluation_set(backend, r.model, settings.code_dir, data,
@@ -84,12 +88,25 @@ def rollout(backend: LocalBackend, settings: DeploymentSettings, data: Path, pol
             return stable.conclude(backend, r, "promoted", "every window within bounds"), stages
 
 
+def champion(backend: LocalBackend, endpoint: str, data: Path) -> None:
+    """A new endpoint serving the fair model (digits:1) as blue at 100%, as a first run leaves it."""
+    first = stable.begin(backend, endpoint, "run-1", DeploymentSettings(
+        model="digits:1", code_dir=str(REPO / "training")), RolloutPolicy(), 3600)
+    while not backend.endpoints.get_deployment(endpoint, "blue").provisioning_state.is_terminal():
+        time.sleep(0.2)
+    promote_blue(backend, endpoint, "digits", 1, data)
+    stable.conclude(backend, first, "created", "first")
+    stable.clean_up(backend, endpoint, "run-1")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--window-s", type=float, default=RolloutPolicy().window_s)
     parser.add_argument("--rate", type=float, default=40.0, help="client requests a second")
+    harness_args(parser, repeats=3)
     args = parser.parse_args()
-    rows = []
+    bench = Bench("rollout", args)
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
         _, onnx, data = build_model(tmp)
@@ -98,45 +115,63 @@ def main() -> None:
             backend.models.register("digits", perturbed(onnx, tmp / f"noise-{noise}", noise))
         faulty = shutil.copytree(REPO / "training", tmp / "faulty")
         (faulty / "faulty_score.py").write_text(FAULTY)
-        try:
-            first = stable.begin(backend, ENDPOINT, "run-1", DeploymentSettings(
-                model="digits:1", code_dir=str(REPO / "training")), RolloutPolicy(), 3600)
-            while not backend.endpoints.get_deployment(ENDPOINT, "blue").provisioning_state.is_terminal():
-                time.sleep(0.2)
-            promote_blue(backend, ENDPOINT, "digits", 1, data)
-            stable.conclude(backend, first, "created", "first")
-            stable.clean_up(backend, ENDPOINT, "run-1")
-            state = backend.endpoints.state(ENDPOINT)
-            policy = RolloutPolicy(window_s=args.window_s)
-            for name, settings in (
-                    ("roll back a faulty one", DeploymentSettings(model="digits:2", code_dir=str(faulty),
-                                                                  scoring_script="faulty_score.py")),
-                    ("promote a better model", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")))):
-                client = Client(state.scoring_uri, state.keys["primary"], args.rate)
-                client.start()
-                began = time.monotonic()
-                holder = f"run-{len(rows) + 2}"
-                result, stages = rollout(backend, settings, data, policy, holder)
-                total = time.monotonic() - began
-                time.sleep(2)
-                client.stop.set()
-                client.join()
-                failed = [(status, slot) for _, status, slot in client.answers if status != 200]
-                rows.append({"rollout": name, "decision": result["decision"], "total_s": round(total, 1),
-                             "stages": "; ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stages),
-                             "requests": len(client.answers), "failed": len(failed),
-                             "failed_outside_challenger": sum(slot != result["deployment"] for _, slot in failed)})
-                print(f"{name}: {result['decision']} in {total:.1f} s: {rows[-1]['stages']}", flush=True)
-                stable.clean_up(backend, ENDPOINT, holder)  # the loser's slot, and the lease
-        finally:
-            backend.endpoints.delete(ENDPOINT)
-    print(table(rows, [("rollout", "rollout"), ("decision", "decision"), ("total_s", "total s"),
+        policy = RolloutPolicy(window_s=args.window_s)
+        for repeat in range(args.repeats):
+            endpoint = f"{ENDPOINT}-{repeat}"
+            try:
+                champion(backend, endpoint, data)
+                state = backend.endpoints.state(endpoint)
+                for name, settings in (
+                        ("roll back a faulty one", DeploymentSettings(model="digits:2", code_dir=str(faulty),
+                                                                      scoring_script="faulty_score.py")),
+                        ("promote a better model", DeploymentSettings(model="digits:2",
+                                                                      code_dir=str(REPO / "training")))):
+                    client = Client(state.scoring_uri, state.keys["primary"], args.rate)
+                    client.start()
+                    began = time.monotonic()
+                    holder = f"run-{repeat}-{len(rows) + 2}"
+                    result, stages = rollout(backend, endpoint, settings, data, policy, holder)
+                    total = time.monotonic() - began
+                    time.sleep(2)
+                    client.stop.set()
+                    client.join()
+                    failed = [(status, slot) for _, status, slot in client.answers if status != 200]
+                    row = {"repeat": repeat, "rollout": name, "decision": result["decision"],
+                           "total_s": round(total, 1),
+                           "stages": "; ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stages),
+                           "requests": len(client.answers), "failed": len(failed),
+                           "failed_outside_challenger": sum(slot != result["deployment"] for _, slot in failed)}
+                    rows.append(row)
+                    print(f"{name}: {result['decision']} in {total:.1f} s: {row['stages']}", flush=True)
+                    check(row, result)
+                    bench.add(f"{name}: total s", total, "s")
+                    bench.add(f"{name}: failed client requests", len(failed), "requests")
+                    bench.add(f"{name}: client requests", len(client.answers), "requests")
+                    stable.clean_up(backend, endpoint, holder)  # the loser's slot, and the lease
+            finally:
+                backend.endpoints.delete(endpoint)
+    print(table(rows, [("repeat", "repeat"), ("rollout", "rollout"), ("decision", "decision"), ("total_s", "total s"),
                        ("requests", "client requests"), ("failed", "failed"),
                        ("failed_outside_challenger", "failed outside the challenger")]))
     for row in rows:
         print(f"  {row['rollout']}: {row['stages']}")
-    record("rollout", args, rows, ("onnxruntime", "uvicorn"))
+    bench.record(rows, ("onnxruntime", "uvicorn"), expected={k: v[0] for k, v in EXPECTED.items()})
+
+
+def check(row: dict, result: dict) -> None:
+    """The rollout ended as its label says, and no client saw a failure it should not have: else nothing is
+    recorded (this run measured something other than what its row would claim)."""
+    decision, may_fail = EXPECTED[row["rollout"]]
+    wrong = []
+    if row["decision"] != decision:
+        wrong.append(f"ended {row['decision']} ({result.get('reason')}), not {decision}")
+    if row["failed_outside_challenger"]:
+        wrong.append(f"{row['failed_outside_challenger']} failed requests were not the challenger's")
+    if row["failed"] and not may_fail:
+        wrong.append(f"{row['failed']} client requests failed")
+    if wrong:
+        raise SystemExit(f"{row['rollout']} (repeat {row['repeat']}): {'; '.join(wrong)}: not recorded")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -32,6 +32,7 @@ async def _body(receive: Any) -> bytes:
 def scoring() -> Any:
     os.environ["AZUREML_MODEL_DIR"] = os.environ["MODEL_DIR"]
     spec = importlib.util.spec_from_file_location("score", REPO / "training" / "score.py")
+    assert spec is not None and spec.loader is not None
     score = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(score)
     score.init()

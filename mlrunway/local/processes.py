@@ -8,8 +8,8 @@ job's processes carry a token in their environment (``JOB_TOKEN_ENV``), so only 
 
 from __future__ import annotations
 
-import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +20,7 @@ import psutil
 
 POLL_S = 0.2
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
-_PR_SET_PDEATHSIG = 1
+_SETPRIV = shutil.which("setpriv")
 
 __all__ = ["JOB_TOKEN_ENV", "Identity", "die_with_parent", "free_port", "group_alive", "kill_marked", "marked",
            "reap", "signal_name", "terminate_group", "wait_port_free"]
@@ -76,11 +76,15 @@ def kill_marked(token: str, sig: int = signal.SIGKILL) -> int:
     return len(procs)
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """In a child before exec: have the kernel send ``sig`` when the parent dies (Linux's PR_SET_PDEATHSIG).
-    It does not reach the child's own children (torchrun's workers): a marked-process kill does."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+def die_with_parent(argv: list[str], sig: str = "KILL") -> list[str]:
+    """``argv`` launched so that the kernel sends ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG), set by
+    util-linux's ``setpriv`` just before it execs ``argv``. Nothing runs in Python between the fork and the exec:
+    a ``preexec_fn`` would, in the child of a multithreaded parent, and its ``dlopen`` there could fail in
+    ld.so at random. It does not reach the child's own children (torchrun's workers): a marked-process kill does."""
+    if _SETPRIV is None:
+        raise RuntimeError("setpriv (util-linux) is not on PATH: the local backend needs it to tie a job's processes "
+                           "to their supervisor; install util-linux")
+    return [_SETPRIV, "--pdeathsig", sig, "--", *argv]
 
 
 def signal_name(returncode: int) -> str | None:

@@ -89,8 +89,8 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
             # A group of their own (led by the first), inside the supervisor's session: killpg stops them all.
             group = procs[0].pid if procs else 0
             procs.append(
-                subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=err, process_group=group, preexec_fn=die_with_parent)
+                subprocess.Popen(die_with_parent(launch.argv), cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=err, process_group=group)
             )
     return procs
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -20,10 +21,6 @@ from mlrunway.local.serving.guard import LIMITS_ENV, Limits
 from mlrunway.local.serving.master import listening_socket
 from mlrunway.local.serving.state import EndpointState
 
-# The benchmark's switch (bench/endpoint.py): run on uvicorn's own "httptools" or "h11", without the limits, to
-# measure what they cost. Unset or empty: the guarded protocol.
-HTTP_PROTOCOL_ENV = "MLRUNWAY_BENCH_HTTP_PROTOCOL"
-
 
 def main(endpoint_dir: Path) -> None:
     state = EndpointState.load(endpoint_dir)
@@ -33,8 +30,11 @@ def main(endpoint_dir: Path) -> None:
                                     state.body_timeout_s, DRAIN_CAP_BYTES).encode()
     from mlrunway.local.serving.guard import GuardedProtocol
 
-    protocol: type[asyncio.Protocol] | str = os.environ.get(HTTP_PROTOCOL_ENV) or GuardedProtocol
-    sock = listening_socket(state.host, state.port)
+    serve(state, GuardedProtocol, listening_socket(state.host, state.port))
+
+
+def serve(state: EndpointState, protocol: type[asyncio.Protocol] | str, sock: socket.socket) -> None:
+    """The endpoint's app in ``state.workers`` uvicorn workers on ``sock``, speaking HTTP through ``protocol``."""
     config = uvicorn.Config("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
                             workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
                             http=protocol, timeout_keep_alive=5)

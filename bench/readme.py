@@ -1,0 +1,225 @@
+"""Write the README's benchmark figures from bench/results/, so the text and the figures cannot drift.
+
+    .venv/bin/python bench/readme.py [--check]
+
+Each block of the README between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is rewritten from
+``bench/results/<name>.json``: its tables, the sentences that quote a figure, the targets' verdicts and where the
+figures come from (commit, repeats, machine). ``--check`` writes nothing and fails when a block differs from what
+the results say (a test runs it). Every figure is the median over the repeats, with the min and max beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+RESULTS = REPO / "bench" / "results"
+BLOCK = re.compile(r"(<!-- bench:(?P<name>[a-z_]+) [^>]*-->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.S)
+
+Doc = dict[str, Any]
+
+
+def number(value: float, unit: str = "") -> str:
+    if unit == "fraction":
+        return f"{value:.0%}" if abs(value) >= 0.1 else f"{value:.1%}"
+    if unit in ("ratio", "x"):
+        return f"{value:.2f}x" if unit == "ratio" and value < 10 else f"{value:.1f}x"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 0.1 or value == 0:
+        return f"{value:.2f}".rstrip("0").rstrip(".") if unit in ("", "points", "epochs") else f"{value:.2f}"
+    return f"{value:.2g}"
+
+
+def spread(figure: Doc) -> str:
+    """``median (min–max)``, or the value alone when every run gave it."""
+    unit = figure.get("unit", "")
+    if figure["min"] == figure["max"]:
+        return number(figure["median"], unit)
+    return f"{number(figure['median'], unit)} ({number(figure['min'], unit)} to {number(figure['max'], unit)})"
+
+
+def of(doc: Doc, name: str) -> str:
+    figure = doc["figures"].get(name)
+    return spread(figure) if figure else "-"
+
+
+def provenance(doc: Doc, command: str) -> str:
+    m = doc["machine"]
+    speed = m.get("host_speed_s", {})
+    state = "clean" if doc["clean"] else "NOT CLEAN (forced)"
+    return (f"Recorded by `{command}` at commit `{str(doc['commit'])[:10]}` ({state}) on {doc['date'][:10]}, "
+            f"{doc['repeats']} interleaved repeat{'s' if doc['repeats'] != 1 else ''} in {doc['duration_s'] / 60:.0f} "
+            f"min, on {m['cores']} cores ({m['cpu']}, {m['memory_gib']} GiB, Linux {m['kernel']}, Python "
+            f"{m['python']}); host-speed probe {speed.get('before')} s before and {speed.get('after')} s after "
+            f"({speed.get('probe', '')}). Each figure: median (min to max) over the repeats; every run is in "
+            f"`bench/results/{doc['benchmark']}.json`.")
+
+
+def targets(doc: Doc) -> str:
+    lines = []
+    for t in doc.get("targets", []):
+        unit = doc["figures"][t["figure"]].get("unit", "")
+        mark = {"met": "met", "missed": "**missed**"}.get(t["verdict"], t["verdict"])
+        lines.append(f"- Target: {t['what']}: {mark} (median {number(t['median'], unit)}, "
+                     f"{number(t['min'], unit)} to {number(t['max'], unit)}).")
+    return "\n".join(lines)
+
+
+def md_table(header: list[str], rows: list[list[str]], right_from: int = 1) -> str:
+    align = ["---" if i < right_from else "---:" for i in range(len(header))]
+    return "\n".join("| " + " | ".join(line) + " |" for line in [header, align, *rows])
+
+
+def endpoint(doc: Doc) -> str:
+    labels = doc["labels"]
+    clients = doc["args"]["clients"]
+    servers = [s for s in labels if f"{s} req/s at {clients[0]}" in doc["figures"]]
+    header = ["server"]
+    for c in clients:
+        header += [f"req/s at {c}"] + ([f"p99 ms at {c}"] if c != 1 else [])
+    rows = []
+    for s in servers:
+        row = [f"**{labels[s]}**" if s == "mlrunway" else labels[s]]
+        for c in clients:
+            row += [of(doc, f"{s} req/s at {c}")] + ([of(doc, f"{s} p99 ms at {c}")] if c != 1 else [])
+        rows.append(row)
+    said = []
+    at = [c for c in clients if f"mlrunway / bare scoring, req/s at {c}" in doc["figures"]]
+    if at:
+        shares = " and ".join(f"{of(doc, f'mlrunway / bare scoring, req/s at {c}')} at {c} clients" for c in at)
+        said.append(f"The endpoint serves {shares} of the bare scoring app's requests (each the ratio within one "
+                    f"repeat), with p99 {of(doc, f'mlrunway p99 ms at {at[0] if at[0] != 1 else at[-1]}')} ms at "
+                    f"{at[0] if at[0] != 1 else at[-1]} clients.")
+    peers = [f"{of(doc, f'mlrunway / {p}, req/s at 16')} {labels[p].split(', ')[-1]}" for p in ("azureml", "azureml-tuned")
+             if f"mlrunway / {p}, req/s at 16" in doc["figures"]]
+    if peers:
+        said.append(f"Against Azure's scoring server at 16 clients: {' and '.join(peers)}.")
+    cost = "the limits' cost in "
+    at = [c for c in clients if f"{cost}req/s at {c}" in doc["figures"]]
+    if at:
+        said.append("The limits (the guarded protocol against uvicorn's httptools without it, the same app) cost "
+                    + " and ".join(f"{of(doc, f'{cost}req/s at {c}')} of the req/s at {c} clients" for c in at)
+                    + "; the difference in p99 (with them, minus without) is "
+                    + " and ".join(f"{of(doc, f'{cost}p99 ms at {c}')} ms at {c}" for c in at) + ".")
+    return "\n\n".join([md_table(header, rows), " ".join(said), targets(doc), provenance(doc, "python bench/endpoint.py")])
+
+
+def onnx_runtime(doc: Doc) -> str:
+    rows = []
+    for threads in doc["args"]["threads"]:
+        for batch in doc["args"]["batches"]:
+            cell = f"{threads} thread{'s' if threads > 1 else ''}, batch {batch}"
+            rows.append([str(threads), str(batch), of(doc, f"PyTorch p50 ms, {cell}"),
+                         of(doc, f"ONNX Runtime p50 ms, {cell}"), of(doc, f"speed-up, {cell}"),
+                         of(doc, f"ONNX Runtime images/s, {cell}")])
+    parity = doc["parity"]
+    said = (f"Parity on all {parity['samples']} validation images: max |onnx - torch| {parity['max_abs_diff']:.2g}, "
+            f"top-1 agreement {parity['top1_agreement']:.0%}.")
+    return "\n\n".join([md_table(["threads", "batch", "PyTorch p50 ms", "ONNX Runtime p50 ms", "speed-up",
+                                  "ONNX Runtime img/s"], rows, 0), said,
+                        provenance(doc, "python bench/onnx_runtime.py")])
+
+
+def _grouped(doc: Doc, key: str, policy: str, mode_prefix: str) -> str:
+    values = [r[key] for r in doc["results"] if r["policy"] == policy and r["mode"].startswith(mode_prefix)]
+    if not values:
+        return "-"
+    return spread({"median": statistics.median(values), "min": min(values), "max": max(values)})
+
+
+def early_termination(doc: Doc) -> str:
+    policies = list(dict.fromkeys((r["policy"], r["mode"].split(",")[0]) for r in doc["results"]))
+    rows = []
+    for policy, mode in policies:
+        rows.append([policy, "live, 2 at once" if mode == "live" else mode, _grouped(doc, "stopped_early", policy, mode),
+                     _grouped(doc, "epochs", policy, mode), _grouped(doc, "best_metric", policy, mode)])
+    said = (f"Bandit(0.15, 1, 10) live runs {of(doc, 'Bandit live: fewer epochs than none')} fewer epochs than no policy, "
+            f"its best {of(doc, BEHIND)} points behind. Every live Bandit trial's "
+            f"curve equals the no-policy curve of the same trial: {'yes' if doc['curves_match'] else '**no**'}; the "
+            f"no-policy curves are the same in every repeat: {'yes' if doc['curves_same_every_repeat'] else 'no'}.")
+    return "\n\n".join([md_table(["policy", "how", "trials stopped early", "epochs", "best best_val_acc"], rows, 2), said,
+                        targets(doc), provenance(doc, "python bench/early_termination.py")])
+
+
+SHARE = "Airflow's share: the DAG's wall over the core calls'"
+BEHIND = "Bandit live: best behind none's (points)"
+
+
+def orchestration(doc: Doc) -> str:
+    rows = [[run, of(doc, f"{run}: wall s"), of(doc, f"{run}: wall over the jobs'")]
+            for run in ("core calls", "airflow dags test")]
+    said = (f"Airflow's own share, the DAG's wall time over the same steps as plain calls: "
+            f"{of(doc, SHARE)}. Parsing the DAG file adds "
+            f"{of(doc, 'parse: the DAG file adds s')} s to `import airflow.sdk` ({of(doc, 'parse: import airflow.sdk s')} s "
+            f"alone).")
+    return "\n\n".join([md_table(["pipeline", "wall s", "wall over the train and sweep jobs'"], rows), said,
+                        targets(doc), provenance(doc, "python bench/orchestration.py")])
+
+
+def rollout(doc: Doc) -> str:
+    rows = []
+    for name, decision in doc["expected"].items():
+        mine = [r for r in doc["results"] if r["rollout"] == name]
+        outside = max(r["failed_outside_challenger"] for r in mine)
+        rows.append([name, f"`{decision}` in {len(mine)} of {len(mine)}", of(doc, f"{name}: total s"),
+                     of(doc, f"{name}: client requests"), of(doc, f"{name}: failed client requests"), str(outside)])
+    stages = {r["rollout"]: r["stages"] for r in doc["results"] if r["repeat"] == 0}
+    said = " ".join(f"Stages of {name} (first repeat): {text}." for name, text in stages.items())
+    return "\n\n".join([md_table(["rollout", "decision", "total s", "client requests", "failed",
+                                  "failed outside the challenger"], rows), said,
+                        provenance(doc, "python bench/rollout.py")])
+
+
+def faults(doc: Doc) -> str:
+    measures = doc["measures"]
+    rows = [[fault] + [of(doc, f"{fault}: {label} (s)") for label in measures.values()] for fault in doc["faults"]]
+    return "\n\n".join([md_table(["fault (SIGKILL)"] + [f"{label} (s)" for label in measures.values()], rows),
+                        provenance(doc, "python bench/faults.py")])
+
+
+RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
+                                           "early_termination": early_termination, "orchestration": orchestration,
+                                           "rollout": rollout, "faults": faults}
+
+
+def render(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every benchmark block rewritten from its results file."""
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in RENDER:
+            raise SystemExit(f"README block bench:{name} names no benchmark (known: {', '.join(RENDER)})")
+        doc = json.loads((results / f"{name}.json").read_text())
+        return f"{match[1]}{RENDER[name](doc)}\n{match[4]}"
+
+    return BLOCK.sub(block, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the README differs from the results")
+    args = parser.parse_args()
+    text = README.read_text()
+    written = render(text)
+    if args.check:
+        if written != text:
+            sys.exit("the README's benchmark figures differ from bench/results/: run make bench-readme")
+        return
+    README.write_text(written)
+    print(f"README.md: {len(BLOCK.findall(written))} benchmark blocks written from bench/results/")
+
+
+if __name__ == "__main__":
+    main()

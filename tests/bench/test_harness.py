@@ -1,0 +1,109 @@
+"""The benchmark harness (bench/_common.py): a figure names the clean commit it measured, keeps every run with its
+spread, and judges targets only on enough repeats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import _common  # noqa: E402
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "bench" / "results").mkdir(parents=True)
+    (root / "code.py").write_text("x = 1\n")
+    (root / ".gitignore").write_text("/ignored/\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    return root
+
+
+def args(results: Path, force: bool = False, repeats: int = 5) -> argparse.Namespace:
+    return argparse.Namespace(repeats=repeats, force=force, results=results, duration=1)
+
+
+def test_tree_state_counts_all_but_results_and_ignored_files(repo: Path) -> None:
+    assert _common.tree_state(repo) == {"commit": git(repo, "rev-parse", "HEAD"), "clean": True, "dirty": []}
+    (repo / "bench" / "results" / "x.json").write_text("{}")
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "venv.txt").write_text("")
+    assert _common.tree_state(repo)["clean"]
+    (repo / "code.py").write_text("x = 2\n")
+    (repo / "new.py").write_text("")
+    state = _common.tree_state(repo)
+    assert not state["clean"] and state["dirty"] == ["M code.py", "?? new.py"]
+
+
+def test_a_dirty_tree_is_refused_before_anything_runs_unless_forced(repo: Path) -> None:
+    (repo / "code.py").write_text("x = 2\n")
+    with pytest.raises(SystemExit, match="differs from HEAD.*code.py.*--force"):
+        _common.Bench("b", args(repo / "bench" / "results"), repo)
+    bench = _common.Bench("b", args(repo / "bench" / "results", force=True, repeats=1), repo)
+    bench.add("speed", 2.0, "x")
+    doc = json.loads(bench.record([{"repeat": 0}], ()).read_text())
+    assert (doc["clean"], doc["forced"], doc["dirty"]) == (False, True, ["M code.py"])
+
+
+def test_a_record_names_the_commit_and_keeps_every_run_with_its_spread(repo: Path) -> None:
+    results = repo / "bench" / "results"
+    bench = _common.Bench("b", args(results), repo)
+    for value in (3.0, 1.0, 2.0, 10.0, 4.0):
+        bench.add("req/s", value, "req/s")
+        bench.add("share", value / 10, "fraction")
+    targets = [_common.Target("req/s", ">=", 3.5, "fast"), _common.Target("share", "<=", 0.2, "small")]
+    doc = json.loads(bench.record([{"repeat": i} for i in range(5)], ("pytest",), targets).read_text())
+    assert doc["commit"] == git(repo, "rev-parse", "HEAD") and doc["clean"] and not doc["forced"]
+    assert doc["figures"]["req/s"] == {"median": 3.0, "min": 1.0, "max": 10.0, "runs": [3.0, 1.0, 2.0, 10.0, 4.0],
+                                       "unit": "req/s"}
+    assert [t["verdict"] for t in doc["targets"]] == ["missed", "missed"]
+    assert doc["repeats"] == 5 and doc["machine"]["cores"] and doc["versions"]["pytest"]
+    # A second run is appended to the log, not lost by the results file being overwritten.
+    again = _common.Bench("b", args(results), repo)
+    again.add("req/s", 5.0)
+    again.record([], ())
+    log = [json.loads(line) for line in (results / "log.jsonl").read_text().splitlines()]
+    assert [entry["figures"]["req/s"]["median"] for entry in log] == [3.0, 5.0]
+
+
+def test_targets_are_judged_only_on_enough_repeats() -> None:
+    figures = {"f": _common.spread([1.0, 2.0])}
+    assert _common.Target("f", ">=", 1.0, "w").judge(figures, 2)["verdict"].startswith("not judged")
+    assert _common.Target("f", ">=", 1.0, "w").judge(figures, 5)["verdict"] == "met"
+    assert _common.Target("f", "<=", 1.0, "w").judge(figures, 5)["verdict"] == "missed"
+
+
+def test_a_tree_changed_during_the_run_is_not_recorded(repo: Path) -> None:
+    bench = _common.Bench("b", args(repo / "bench" / "results"), repo)
+    bench.add("f", 1.0)
+    (repo / "code.py").write_text("x = 3\n")
+    with pytest.raises(SystemExit, match="changed while the benchmark ran"):
+        bench.record([], ())
+    assert not (repo / "bench" / "results" / "b.json").exists()
+
+
+def test_interleaving_rotates_the_order_each_repeat() -> None:
+    assert list(_common.interleaved(["a", "b", "c"], 4)) == [
+        (0, ["a", "b", "c"]), (1, ["b", "c", "a"]), (2, ["c", "a", "b"]), (3, ["a", "b", "c"])]
+
+
+def test_no_benchmark_switch_in_the_package() -> None:
+    """The unguarded endpoint variant is built by bench/peers/unguarded.py: nothing in mlrunway/ reads a
+    benchmark's environment variable that could turn the hostile-client guard off in production."""
+    found = [str(path.relative_to(REPO)) for path in (REPO / "mlrunway").rglob("*.py")
+             if "MLRUNWAY_BENCH" in path.read_text()]
+    assert found == []
