@@ -48,17 +48,17 @@ demo: data
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
 
-# Every benchmark of bench/ (about 50 minutes on 2 cores; none takes an hour), each printing its figures and
+# Every benchmark of bench/ (40 minutes on 2 cores at 89a8e62; none takes an hour), each printing its figures and
 # recording bench/results/<name>.json with its commit, repeats and spread; then the README's figures from them.
 # Each refuses a tree that differs from HEAD outside bench/results/ (commit first).
 bench: $(STAMP)
 	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
-	$(PY) bench/onnx_runtime.py       # ~2 min
-	$(PY) bench/faults.py             # ~2 min
-	$(PY) bench/rollout.py            # ~7 min
-	$(PY) bench/endpoint.py           # ~14 min
-	$(PY) bench/early_termination.py  # ~9 min
-	$(PY) bench/orchestration.py      # ~13 min
+	$(PY) bench/onnx_runtime.py       # 1.5 min
+	$(PY) bench/faults.py             # 2 min
+	$(PY) bench/rollout.py            # 6.5 min
+	$(PY) bench/endpoint.py           # 13 min (and 1 the first time: Azure's server's venv)
+	$(PY) bench/early_termination.py  # 7 min
+	$(PY) bench/orchestration.py      # 10.5 min
 	$(PY) bench/readme.py
 
 # A few minutes: each benchmark but the two long ones, smaller, into bench/results/quick/ (ignored, never quoted).

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/early_termination.py [--trials 8] [--epochs 20] [--concurrency 2] [--repeats 5]
 
-About 9 minutes with the defaults (each repeat: both live sweeps, 1.5 minutes). Live: the tutorial's sweep (``BanditPolicy(0.15, 1, 10)``, seeded random sampling) and the same seed and trials
+About 7 minutes with the defaults (each repeat: both live sweeps, 1.5 minutes). Live: the tutorial's sweep (``BanditPolicy(0.15, 1, 10)``, seeded random sampling) and the same seed and trials
 with no policy, as real local sweeps. Replayed: the no-policy run records every trial's full curve of
 ``best_val_acc``; Optuna's MedianPruner and HyperbandPruner, and Bandit itself, then decide over those same
 trials and curves, one trial after another as an Optuna study runs them (each trial sees the earlier ones'

@@ -3,7 +3,7 @@ own scoring server, a plain FastAPI app, and the same model in-process.
 
     .venv/bin/python bench/endpoint.py [--duration 5] [--clients 1 16 64] [--repeats 5] [--servers ...]
 
-About 14 minutes with the defaults (9 servers x 3 client counts x 5 repeats x 5 s, plus warm-ups). Every server
+About 13 minutes with the defaults (9 servers x 3 client counts x 5 repeats x 5 s, plus warm-ups). Every server
 runs the same ONNX model with 2 workers on 127.0.0.1 and takes the same single-image request
 (``{"data": [one 1x8x8 image]}``) from wrk (another process, keep-alive connections):
 

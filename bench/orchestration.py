@@ -3,7 +3,7 @@ through the core alone.
 
     .venv/bin/python bench/orchestration.py [--epochs 20] [--trials 8] [--delay 10] [--repeats 5]
 
-About 13 minutes with the defaults (each repeat: the plain run and the DAG run, 2.5 minutes).
+About 11 minutes with the defaults (each repeat: the plain run and the DAG run, 2.5 minutes).
 
 - **Pipeline**: the same steps with the same settings (by default the DAG's own, what ``make demo`` runs) twice
   on the local backend: once as plain calls into ``mlrunway`` (submit and wait for train, the sweep, pick the

@@ -28,6 +28,10 @@ Doc = dict[str, Any]
 
 
 def number(value: float, unit: str = "") -> str:
+    if unit == "metric":
+        return f"{value:.4f}"
+    if unit in ("", "epochs", "requests", "count") and float(value).is_integer():
+        return f"{int(value):,}"
     if unit == "fraction":
         return f"{value:.0%}" if abs(value) >= 0.1 else f"{value:.1%}"
     if unit in ("ratio", "x"):
@@ -99,10 +103,10 @@ def endpoint(doc: Doc) -> str:
     said = []
     at = [c for c in clients if f"mlrunway / bare scoring, req/s at {c}" in doc["figures"]]
     if at:
-        shares = " and ".join(f"{of(doc, f'mlrunway / bare scoring, req/s at {c}')} at {c} clients" for c in at)
-        said.append(f"The endpoint serves {shares} of the bare scoring app's requests (each the ratio within one "
-                    f"repeat), with p99 {of(doc, f'mlrunway p99 ms at {at[0] if at[0] != 1 else at[-1]}')} ms at "
-                    f"{at[0] if at[0] != 1 else at[-1]} clients.")
+        shares = ", ".join(f"{of(doc, f'mlrunway / bare scoring, req/s at {c}')} at {_clients(c)}" for c in at)
+        p99_at = 16 if 16 in at else at[-1]
+        said.append(f"Of the bare scoring app's requests, the endpoint serves {shares} (each the ratio within one "
+                    f"repeat), with p99 {of(doc, f'mlrunway p99 ms at {p99_at}')} ms at {_clients(p99_at)}.")
     peers = [f"{of(doc, f'mlrunway / {p}, req/s at 16')} {labels[p].split(', ')[-1]}" for p in ("azureml", "azureml-tuned")
              if f"mlrunway / {p}, req/s at 16" in doc["figures"]]
     if peers:
@@ -111,10 +115,14 @@ def endpoint(doc: Doc) -> str:
     at = [c for c in clients if f"{cost}req/s at {c}" in doc["figures"]]
     if at:
         said.append("The limits (the guarded protocol against uvicorn's httptools without it, the same app) cost "
-                    + " and ".join(f"{of(doc, f'{cost}req/s at {c}')} of the req/s at {c} clients" for c in at)
+                    + ", ".join(f"{of(doc, f'{cost}req/s at {c}')} of the req/s at {_clients(c)}" for c in at)
                     + "; the difference in p99 (with them, minus without) is "
-                    + " and ".join(f"{of(doc, f'{cost}p99 ms at {c}')} ms at {c}" for c in at) + ".")
+                    + ", ".join(f"{of(doc, f'{cost}p99 ms at {c}')} ms at {_clients(c)}" for c in at) + ".")
     return "\n\n".join([md_table(header, rows), " ".join(said), targets(doc), provenance(doc, "python bench/endpoint.py")])
+
+
+def _clients(count: int) -> str:
+    return f"{count} client{'s' if count != 1 else ''}"
 
 
 def onnx_runtime(doc: Doc) -> str:
@@ -133,11 +141,11 @@ def onnx_runtime(doc: Doc) -> str:
                         provenance(doc, "python bench/onnx_runtime.py")])
 
 
-def _grouped(doc: Doc, key: str, policy: str, mode_prefix: str) -> str:
+def _grouped(doc: Doc, key: str, policy: str, mode_prefix: str, unit: str = "") -> str:
     values = [r[key] for r in doc["results"] if r["policy"] == policy and r["mode"].startswith(mode_prefix)]
     if not values:
         return "-"
-    return spread({"median": statistics.median(values), "min": min(values), "max": max(values)})
+    return spread({"median": statistics.median(values), "min": min(values), "max": max(values), "unit": unit})
 
 
 def early_termination(doc: Doc) -> str:
@@ -145,7 +153,7 @@ def early_termination(doc: Doc) -> str:
     rows = []
     for policy, mode in policies:
         rows.append([policy, "live, 2 at once" if mode == "live" else mode, _grouped(doc, "stopped_early", policy, mode),
-                     _grouped(doc, "epochs", policy, mode), _grouped(doc, "best_metric", policy, mode)])
+                     _grouped(doc, "epochs", policy, mode), _grouped(doc, "best_metric", policy, mode, "metric")])
     said = (f"Bandit(0.15, 1, 10) live runs {of(doc, 'Bandit live: fewer epochs than none')} fewer epochs than no policy, "
             f"its best {of(doc, BEHIND)} points behind. Every live Bandit trial's "
             f"curve equals the no-policy curve of the same trial: {'yes' if doc['curves_match'] else '**no**'}; the "
