@@ -130,6 +130,8 @@ def _batch(body: object) -> np.ndarray:
         raise ValueError('"data" must be a regular array of numbers (every image the same shape)') from None
     if raw.dtype.kind not in "iuf":  # strings, booleans, numbers past int64, ragged rows
         raise ValueError(f'"data" must hold numbers only, not {_kind(raw.dtype.kind)}')
+    if raw.ndim == 0:
+        raise ValueError('"data" must be an array of inputs (nested lists), not a single number')
     if len(raw) > MAX_IMAGES:
         raise ValueError(f'"data" holds {len(raw)} inputs; at most {MAX_IMAGES} a request')
     with np.errstate(over="ignore"):

@@ -107,7 +107,7 @@ def save_model(model: nn.Module, out: Path, classes: list[str], size: list[int],
     example = torch.zeros(2, 1, *size)
     batch = torch.export.Dim("batch", min=1, max=4096)
     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-    torch.export.save(program, out / "model.pt2")
+    _replace_whole(out / "model.pt2", lambda tmp: torch.export.save(program, tmp))
     signature = {
         "format": "torch.export", "file": "model.pt2",
         "inputs": [{"name": "input", "shape": [None, 1, *size], "dtype": "float32"}],
@@ -116,7 +116,19 @@ def save_model(model: nn.Module, out: Path, classes: list[str], size: list[int],
         "preprocessing": {"color": "L", "size": size, "scale": 1 / 255, "mean": MEAN, "std": STD},
         **meta,
     }
-    (out / "signature.json").write_text(json.dumps(signature, indent=1))
+    _replace_whole(out / "signature.json", lambda tmp: tmp.write_text(json.dumps(signature, indent=1)))
+
+
+def _replace_whole(path: Path, write) -> None:
+    """Write ``path`` through a temporary file renamed over it: a failed save (a full disk) leaves the model
+    saved before it whole, never a truncated file, and no temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> None:

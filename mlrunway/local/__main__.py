@@ -19,15 +19,14 @@ def recover_workspace(backend: LocalBackend) -> list[str]:
     """Recover every dead sweep controller and endpoint server; one line per thing done or refused."""
     done = []
     for job in backend.jobs.list():
-        if job.kind == "sweep" and job.status is JobStatus.FAILED:
-            after = backend.jobs.recover(job.name)
-            if after.status is not JobStatus.FAILED:
-                done.append(f"sweep {job.name}: resumed ({job.error.splitlines()[0] if job.error else 'died'})")
+        if job.kind == "sweep" and job.status is JobStatus.FAILED and backend.jobs.resume(job.name):
+            done.append(f"sweep {job.name}: resumed ({job.error.splitlines()[0] if job.error else 'died'})")
     for endpoint in backend.endpoints.list():
         if endpoint.provisioning_state is ProvisioningState.FAILED:
             try:
-                info = backend.endpoints.recover(endpoint.name)
-                done.append(f"endpoint {endpoint.name}: restarted at {info.scoring_uri}")
+                info, restarted = backend.endpoints.restart(endpoint.name)
+                if restarted:  # else another recover restarted it meanwhile
+                    done.append(f"endpoint {endpoint.name}: restarted at {info.scoring_uri}")
             except MlrunwayError as exc:
                 done.append(f"endpoint {endpoint.name}: not restarted: {exc}")
     return done

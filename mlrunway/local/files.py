@@ -13,11 +13,20 @@ from typing import Any
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` so that readers see the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """Write ``data`` so that readers see the old file or the new one, never half of one. A write that fails
+    (a full disk) leaves no temporary file behind and raises an OSError naming ``path``."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror}", str(path)) from exc
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror}", str(path)) from exc
 
 
 def read_json(path: Path) -> Any:

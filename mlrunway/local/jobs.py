@@ -36,6 +36,8 @@ from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
 SWEEP_TIMEOUT_MARGIN_S = 120.0
+# A supervisor sees a cancel within its poll (0.2 s); one that has not within this is stopped or frozen.
+CANCEL_ANSWER_S = 10.0
 
 
 class LocalJobs:
@@ -179,13 +181,22 @@ class LocalJobs:
     def _stop(self, name: str, reason: str) -> JobInfo:
         state = JobState(self.workspace.job_dir(name))
         deadline = time.monotonic() + self.kill_grace_s + 30
-        if not self.get(name).status.is_terminal():
+        info = self.get(name)
+        if info.kind == "sweep" and info.status is JobStatus.FAILED:
+            self._cancel_resumable(state, reason)
+        if not info.status.is_terminal():
             self.request_cancel(name, reason)
+            asked = time.monotonic()
             while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
+                if not state.cancel_seen_file.exists() and time.monotonic() - asked > CANCEL_ANSWER_S:
+                    break  # frozen (SIGSTOP), or swapped out: waiting longer tells nothing more
                 time.sleep(0.2)
             if not info.status.is_terminal():  # the supervisor did not answer: stop the job's processes ourselves
+                answered = state.cancel_seen_file.exists()
                 kill_marked(state.job()["token"])
-                state.update_unless_ended(status="Canceled", ended=time.time(), error=reason)
+                why = "" if answered else (f"; its supervisor did not answer the cancel within {CANCEL_ANSWER_S:g} s "
+                                           "(stopped or frozen), so the job's processes were killed")
+                state.update_unless_ended(status="Canceled", ended=time.time(), error=f"{reason}{why}")
         # The supervisor records the status, then exits: wait for it to be gone too.
         status = state.status()
         supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
@@ -193,24 +204,44 @@ class LocalJobs:
             time.sleep(0.1)
         return self.get(name)
 
+    def _cancel_resumable(self, state: JobState, reason: str) -> None:
+        """A sweep whose controller died is Failed but resumable: ``recover`` (the CLI, any retry) would start a
+        new controller. A cancel ends that for good: the request is written (recover refuses a canceled sweep)
+        and the sweep reads Canceled, naming the controller's death, under the lock recover takes."""
+        with open(state.dir / SUBMIT_LOCK, "a") as submit_lock:
+            fcntl.flock(submit_lock, fcntl.LOCK_EX)
+            status = state.status()
+            if status["status"] != JobStatus.FAILED.value or not status.get("killed"):
+                return  # it failed on its own (nothing to resume), or a recover got here first
+            self.request_cancel(state.dir.name, reason)
+            state.update(status=JobStatus.CANCELED.value, killed=False,
+                         error=f"{reason}; its controller had died: {status.get('error')}")
+
     def recover(self, name: str) -> JobInfo:
         """Resume a sweep whose controller died (killed, the OOM killer, a reboot): a new supervisor and
         controller take it on from its record (:mod:`mlrunway.local.sweep_controller`). Any other job is
         returned as it is: a command job that died is retried as a new attempt. Reads never call this."""
+        self.resume(name)
+        return self.get(name)
+
+    def resume(self, name: str) -> bool:
+        """:meth:`recover`, saying whether this call resumed the sweep (False: nothing to resume, it was
+        canceled, or another recover got there first)."""
         info = self.get(name)
         state = JobState(self.workspace.job_dir(name))
         if info.kind != "sweep" or info.status is not JobStatus.FAILED or state.cancel_reason() is not None:
-            return info
+            return False
         with open(state.dir / SUBMIT_LOCK, "a") as submit_lock:  # readers see a submit under way, not a dead one
             fcntl.flock(submit_lock, fcntl.LOCK_EX)
             status = state.status()
-            if status["status"] != JobStatus.FAILED.value or not status.get("killed"):
-                return info  # it failed on its own, or another recover got here first
+            if (status["status"] != JobStatus.FAILED.value or not status.get("killed")
+                    or state.cancel_reason() is not None):
+                return False  # it failed on its own, was canceled, or another recover got here first
             state.update(status="Queued", error=None, ended=None, killed=False, supervisor_pid=None,
                          supervisor_started=None, recovered=int(status.get("recovered", 0)) + 1,
                          recovered_from=status.get("error"))
             self._spawn_supervisor(state.dir, state.job()["token"])
-        return self.get(name)
+        return True
 
     def request_cancel(self, name: str, reason: str) -> JobState:
         """Ask the job's supervisor to stop it, without waiting; the first reason given stands."""

@@ -48,6 +48,9 @@ def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
     token = state.job().get("token")
     left = kill_marked(token) if token else 0
     stopped = f"; the {left} process(es) it left were killed" if left else ""
+    if (outcome := state.outcome()) is not None:  # it knew how the job ended, but could not write the status
+        return _end(state, workspace, outcome["status"], outcome.get("error"), killed=bool(outcome.get("killed")),
+                    exit_code=outcome.get("exit_code"), timed_out=outcome.get("timed_out"), ended=outcome.get("ended"))
     if (cancel := state.cancel_reason()) is not None:
         return _end(state, workspace, "Canceled", f"{cancel}{stopped}")
     return _end(state, workspace, "Failed",
@@ -70,10 +73,17 @@ def submitter_holds(job_dir: Path) -> bool:
     return False
 
 
-def _end(state: JobState, workspace: Workspace, status: str, error: str, *, killed: bool = False) -> dict[str, Any]:
+def _end(state: JobState, workspace: Workspace, status: str, error: str | None, *, killed: bool = False,
+         **outcome: Any) -> dict[str, Any]:
     """Record the end unless the supervisor recorded one meanwhile; close the job's MLflow run to match.
-    ``killed`` marks an end that a sweep's ``recover`` may undo (its process died; it did not fail)."""
-    state.update_unless_ended(status=status, error=error, ended=time.time(), killed=killed)
+    ``killed`` marks an end that a sweep's ``recover`` may undo (its process died; it did not fail). When the
+    status cannot be written (a full disk), the end is returned as read, and recorded by a later read."""
+    ended = {"status": status, "error": error, "killed": killed, **outcome, "ended": outcome.get("ended") or time.time()}
+    try:
+        state.update_unless_ended(**ended)
+    except OSError as exc:
+        log.warning("Job %s: its end (%s) could not be recorded yet: %s", state.dir.name, status, exc)
+        return {**state.status(), **ended}
     current = state.status()
     if current["status"] == status and (run_id := current.get("mlflow_run_id")):
         with contextlib.suppress(Exception):  # the store being unavailable must not hide the job's status

@@ -12,6 +12,9 @@ stops what is left (:meth:`mlrunway.local.jobs.LocalJobs.get`).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -29,6 +32,8 @@ from mlrunway.local.workspace import Workspace
 from mlrunway.specs.job import CommandJobSpec
 
 STDERR_TAIL_LINES = 20
+OUTCOME_BYTES = 4096  # reserved when the job starts, so its outcome can be written with the disk full
+log = logging.getLogger(__name__)
 
 
 class JobState:
@@ -45,8 +50,42 @@ class JobState:
     def cancel_file(self) -> Path:
         return self.dir / "cancel_requested.json"
 
+    @property
+    def cancel_seen_file(self) -> Path:
+        return self.dir / "cancel_seen"
+
+    @property
+    def outcome_file(self) -> Path:
+        return self.dir / "outcome.json"
+
     def job(self) -> dict[str, Any]:
         return read_json(self.dir / "job.json")
+
+    def reserve_outcome(self) -> None:
+        """Allocate the outcome's file now, while there is room: written later in place, it needs no new block,
+        so a job's outcome is kept even when status.json can no longer be written (a full disk)."""
+        self.outcome_file.write_bytes(b" " * OUTCOME_BYTES)
+
+    def record_outcome(self, outcome: dict[str, Any]) -> None:
+        """Write ``outcome`` over the reserved file, in place (one write within its allocated bytes)."""
+        data = json.dumps(outcome).encode()
+        error = outcome.get("error") or ""
+        while len(data) > OUTCOME_BYTES and error:  # a long stderr tail: the status keeps it whole, this its end
+            error = error[len(data) - OUTCOME_BYTES + 16:]
+            data = json.dumps({**outcome, "error": "..." + error}).encode()
+        fd = os.open(self.outcome_file, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data.ljust(OUTCOME_BYTES), 0)
+        finally:
+            os.close(fd)
+
+    def outcome(self) -> dict[str, Any] | None:
+        """The outcome the supervisor recorded before it exited, if it did (None: it died before knowing one)."""
+        try:
+            text = self.outcome_file.read_bytes().strip()
+            return json.loads(text) if text else None
+        except (OSError, ValueError):  # none reserved (an older job), or half written when it died
+            return None
 
     def status(self) -> dict[str, Any]:
         return read_json(self.status_file)
@@ -103,6 +142,8 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
     while any(p.poll() is None for p in procs):
         reason = interrupted[0] if interrupted else state.cancel_reason()
         if reason is not None:
+            with contextlib.suppress(OSError):  # the canceller waits for this, not for the whole grace period
+                state.cancel_seen_file.touch()
             terminate_group(pgid, procs, grace_s)
             return "Canceled", reason, False
         if timeout is not None and time.monotonic() - started > timeout:
@@ -129,6 +170,7 @@ def run(job_dir: Path) -> str:
     me = Identity.of(os.getpid())
     if not state.update_unless_ended(supervisor_pid=me.pid, supervisor_started=me.started):
         return state.status()["status"]  # a reader found the submit incomplete and failed the job: run nothing
+    state.reserve_outcome()
     spec = CommandJobSpec.from_dict(job["spec"])
     if (resumed := state.status().get("mlflow_run_id")) is not None:  # recovered: the job's run goes on
         experiment_id, run_id = tracking.resume_run(workspace, resumed)
@@ -148,8 +190,9 @@ def run(job_dir: Path) -> str:
     }
     procs = _start(plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
     leader = Identity.of(procs[0].pid)
-    state.update(status="Running", started=time.time(), mlflow_run_id=run_id, pgid=leader.pid,
-                 pgid_started=leader.started)
+    # A recovered sweep keeps its first start: its duration is the sweep's, outages included.
+    state.update(status="Running", started=state.status().get("started") or time.time(), mlflow_run_id=run_id,
+                 pgid=leader.pid, pgid_started=leader.started)
     status, reason, timed_out = _wait(state, procs, spec.timeout, job.get("kill_grace_s", 10.0), interrupted,
                                       "sweep controller" if job["kind"] == "sweep" else "trainer")
     killed = any((p.returncode or 0) < 0 for p in procs) and status == "Failed"  # by a signal: recover may resume a sweep
@@ -159,8 +202,18 @@ def run(job_dir: Path) -> str:
         error = f"{reason}; stderr tail:\n{state.stderr_tail()}"
     elif status == "Canceled":
         error = reason
-    tracking.end_run(workspace, run_id, status)
-    state.update(status=status, ended=time.time(), exit_code=exit_code, error=error, timed_out=timed_out, killed=killed)
+    outcome = {"status": status, "ended": time.time(), "exit_code": exit_code, "error": error, "timed_out": timed_out,
+               "killed": killed}
+    state.record_outcome(outcome)  # first: what is known now survives whatever fails below
+    try:
+        tracking.end_run(workspace, run_id, status)
+    except Exception as exc:  # noqa: BLE001 - the store (a full disk): a reader ends the run when it can
+        log.warning("the job's MLflow run %s could not be ended %s: %s", run_id, status, exc)
+    try:
+        state.update(**outcome)
+    except OSError as exc:  # the outcome stays in outcome.json; the next read records it from there
+        log.error("the job's outcome (%s) could not be written to its status: %s; it is kept in %s", status, exc,
+                  state.outcome_file)
     return status
 
 

@@ -21,6 +21,7 @@ from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.local import tracking
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep.controller import SweepController, SweepOutcome
@@ -57,6 +58,10 @@ class LocalTrialRunner:
 
     def cancel(self, name: str, reason: str) -> None:
         self.jobs.request_cancel(name, reason)
+
+    def lost(self, name: str) -> bool:
+        """Its supervisor died without recording an outcome, the trainer with it (``killed``): not a failure."""
+        return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))
 
 
 def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:

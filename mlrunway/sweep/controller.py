@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from mlrunway.backend.naming import attempt_name, attempt_number, base_name
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.early_termination import evaluate
 from mlrunway.specs.sweep import SweepSpec
@@ -29,6 +30,13 @@ class TrialRunner(Protocol):
     def history(self, name: str) -> list[float]: ...
     def metrics(self, name: str) -> dict[str, float]: ...
     def cancel(self, name: str, reason: str) -> None: ...
+    def lost(self, name: str) -> bool:
+        """Whether the trial, ended Failed, died without an outcome of its own: its processes were killed with
+        their supervisor (a reboot, a kill of everything), so it did not fail, and may run again."""
+        ...
+
+
+MAX_ATTEMPTS = 3  # of one trial lost with its processes: the first and two more
 
 
 class MetricNeverLogged(Exception):
@@ -116,6 +124,7 @@ class SweepController:
             self.outcome.trials[name] = replace(trial, status=status, history=history, error=error)
             if status is JobStatus.COMPLETED and not history:
                 self._metric_never_logged(name)
+        running = [self._rerun_if_lost(name) for name in running]
         self._apply_policy(running)
         still = [n for n in running if not self.outcome.trials[n].status.is_terminal()]
         for name in set(running) - set(still):
@@ -123,6 +132,22 @@ class SweepController:
             self.outcome.trials[name] = replace(trial, metrics=self.runner.metrics(name))
             log.info("Trial %s %s after %d intervals", name, trial.status.value, len(trial.history))
         return still
+
+    def _rerun_if_lost(self, name: str) -> str:
+        """A trial that died with its processes (a reboot mid-sweep, a kill of everything) did not fail: it runs
+        again, with the same parameters, as a new attempt (``<trial>-a2``, as a retried job), so the sweep
+        still completes its budget. The lost attempt stays in the record, Failed, naming its successor."""
+        trial = self.outcome.trials[name]
+        if (trial.status is not JobStatus.FAILED or trial.early_termination
+                or attempt_number(name) >= MAX_ATTEMPTS or not self.runner.lost(name)):
+            return name
+        again = attempt_name(base_name(name), attempt_number(name) + 1)
+        self.outcome.trials[name] = replace(trial, error=f"{trial.error}; lost with its processes, run again as "
+                                                         f"{again}")
+        self.runner.start(again, trial.params)
+        self.outcome.trials[again] = TrialInfo(name=again, params=trial.params, status=JobStatus.QUEUED)
+        log.info("Trial %s was lost with its processes (%s): started again as %s", name, trial.error, again)
+        return again
 
     def _apply_policy(self, running: list[str]) -> None:
         policy = self.spec.early_termination

@@ -67,6 +67,14 @@ BAD_BODIES = {  # each a client's mistake or attack: score.py's 400
     "an EPS file": images(EPS),
     "a 2000x2000 PNG": images(_png(2000, 2000)),
     "not JSON": b"{",
+    # Issue 27, 7: a scalar or an object where the array goes was a TypeError in score.py, a 500 counted against
+    # the deployment: a client with a key could force a challenger's rollback by aiming these at it.
+    "a number as data": b'{"data": 3.0}',
+    "a string as data": b'{"data": "x"}',
+    "null as data": b'{"data": null}',
+    "an object as data": b'{"data": {"a": 1}}',
+    "a list as the body": b"[1, 2]",
+    "a number as images": b'{"images": 3}',
 }
 
 
@@ -150,6 +158,9 @@ def test_every_hostile_class_gets_its_status_while_valid_traffic_flows(endpoint,
         assert status == 431 and took < 3, ("a 64 MB header value", status, took)
         status, took = raw(state, head(state, b"".join(b"X-%d: 1\r\n" % i for i in range(100_000))))
         assert status == 431 and took < 3, ("100,000 headers", status, took)
+        for size in (33, 40, 100):  # issue 27, 6: a head over the limit that arrives in one read
+            status, took = raw(state, head(state, b"X-Big: " + b"a" * (size * 1024) + b"\r\n"))
+            assert status == 431 and took < 3, (f"a {size} KB head in one read", status, took)
         status, took = raw(state, b"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
         assert status == 408 and TIMEOUT_S * 0.8 < took < TIMEOUT_S + 2, ("half a head", status, took)
         status, took = raw(state, head(state, length=100) + b'{"data": ')
@@ -173,3 +184,22 @@ def test_every_hostile_class_gets_its_status_while_valid_traffic_flows(endpoint,
     assert ready.getresponse().status == 200
     log = (endpoints.workspace.endpoints / "fuzz" / "logs" / "server.log").read_text()
     assert "Traceback" not in log and "ClientDisconnect" not in log
+
+
+def test_a_thousand_pipelined_requests_on_one_connection_are_all_answered(endpoint):
+    """Issue 27, 6: each request's head is counted on its own, not the read that carries many of them (before:
+    one 431 and no answers)."""
+    _, state = endpoint
+    body = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
+    requests = 1000
+    with socket.create_connection((state.host, state.port), timeout=30) as sock:
+        # Sent from another thread while this one reads: a client that only writes would stall on full buffers.
+        sender = threading.Thread(target=sock.sendall, args=((head(state, length=len(body)) + body) * requests,))
+        sender.start()
+        answers, received = b"", 0
+        while received < requests and (part := sock.recv(65536)):
+            answers += part
+            received = answers.count(b"HTTP/1.1 ")
+        sender.join(30)
+    statuses = [int(line.split()[1]) for line in answers.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+    assert len(statuses) == requests and set(statuses) == {200}, (len(statuses), set(statuses))

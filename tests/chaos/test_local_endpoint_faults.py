@@ -20,6 +20,7 @@ from mlrunway.backend.types import EndpointSettings, ProvisioningState
 from mlrunway.errors import EndpointError
 from mlrunway.local.processes import marked
 from mlrunway.local.serving.endpoints import LocalEndpoints
+from tests.chaos.disk import full_disk
 from tests.conftest import deployment, write_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
@@ -152,3 +153,21 @@ def test_a_port_taken_by_another_program_is_reported_and_nothing_is_wiped(endpoi
         squatter.close()
     assert endpoints.recover("chaos-ep").provisioning_state is ProvisioningState.SUCCEEDED and score(serving) == 200
     assert json.loads(endpoints.invoke("chaos-ep", payload={}))["pid"] in {p.pid for p in marked(serving.token)}
+
+
+def test_seconds_of_full_disk_lose_no_request_from_the_deployment_metrics(endpoints, serving):
+    """Issue 27, 2: the workers keep each second's counts until they can be written, so the rollout judge, reading
+    after the disk came back, sees every request (before: the counts were dropped and the recorder stopped)."""
+    metrics_dir = endpoints.workspace.endpoints / "chaos-ep" / "metrics"
+    with full_disk(metrics_dir) as filler:
+        start = time.time()
+        statuses = [score(serving) for _ in range(40)]
+        time.sleep(3)  # each worker's flushes fail meanwhile, with ENOSPC
+        filler.unlink()
+        more = [score(serving) for _ in range(10)]  # and the recorder still runs after the failures
+        deadline = time.monotonic() + 10
+        while (seen := endpoints.deployment_metrics("chaos-ep", "blue", start - 1, time.time() + 1)).requests < 50:
+            assert time.monotonic() < deadline, f"{seen.requests} of 50 requests in the metrics"
+            time.sleep(0.2)
+    assert statuses + more == [200] * 50
+    assert seen.requests == 50 and seen.errors == 0  # each counted once: a partly written flush was cut off

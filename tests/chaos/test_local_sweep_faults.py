@@ -4,6 +4,7 @@ start, and it ends as an undisturbed sweep does. Real processes, bounded."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -100,6 +101,81 @@ def test_recover_command_resumes_every_dead_controller_of_the_workspace(jobs, tm
 
 
 def _supervisor(jobs, name: str) -> int:
-    import json
-
     return json.loads((jobs.workspace.job_dir(name) / "status.json").read_text())["supervisor_pid"]
+
+
+def _dead_sweep(jobs, tmp_path, name: str) -> list[str]:
+    """A sweep of two long trials whose controller was killed; its trials' names."""
+    code = write_script(tmp_path / f"code-{name}", CURVE_SCRIPT)
+    jobs.submit_sweep(name, curve_sweep(code, [CURVES["good"], CURVES["fine"]], pause=5, policy=None), poll_s=0.3)
+    deadline = time.monotonic() + 60
+    while len(trials := jobs.sweep_result(name).trials) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    controller_of(jobs, name).kill()
+    deadline = time.monotonic() + 15
+    while jobs.get(name).status is not JobStatus.FAILED:
+        assert time.monotonic() < deadline, jobs.get(name)
+        time.sleep(0.1)
+    return [t.name for t in trials]
+
+
+def test_a_canceled_sweep_whose_controller_had_died_is_never_resumed(jobs, tmp_path):
+    """Issue 27, 1: before, cancel() wrote no request for a sweep whose controller was dead and returned Failed;
+    recover (the CLI, an Airflow retry) then resumed it, and it ran new trials to Completed."""
+    trials = _dead_sweep(jobs, tmp_path, "undead")
+    canceled = jobs.cancel("undead", reason="stop it")
+    assert canceled.status is JobStatus.CANCELED and "stop it" in canceled.error and "controller" in canceled.error
+    assert all(jobs.get(t).status is JobStatus.CANCELED for t in trials)
+    assert jobs.recover("undead").status is JobStatus.CANCELED
+    out = subprocess.run([sys.executable, "-m", "mlrunway.local", "recover", "--workspace", str(jobs.workspace.root)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "undead" not in out.stdout, out.stdout
+    time.sleep(1)  # time enough for a resumed controller to start a trial
+    assert jobs.get("undead").status is JobStatus.CANCELED
+    assert sorted(t.name for t in jobs.sweep_result("undead").trials) == sorted(trials)
+
+
+def test_of_two_racing_recovers_only_the_one_that_resumed_says_so(jobs, tmp_path):
+    """Issue 27, 10: the second of two racing `recover` runs reported "resumed" though it did nothing."""
+    _dead_sweep(jobs, tmp_path, "raced")
+    started = jobs.get("raced").started
+    command = [sys.executable, "-m", "mlrunway.local", "recover", "--workspace", str(jobs.workspace.root)]
+    racing = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    said = [proc.communicate(timeout=60)[0] for proc in racing]
+    assert sum("sweep raced: resumed" in out for out in said) == 1, said
+    assert jobs.resume("raced") is False  # running again: nothing to resume
+    deadline = time.monotonic() + 30
+    while jobs.get("raced").status is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert jobs.get("raced").started == started  # issue 27, 8: the sweep's start is not overwritten by recover
+    jobs.cancel("raced")
+
+
+def test_after_a_reboot_mid_sweep_the_lost_trials_run_again_and_the_sweep_completes_its_budget(jobs, tmp_path):
+    """Issue 27, 4: every process of the sweep killed at once (a reboot), then `recover`: the trials that were
+    running are run again as new attempts (before: adopted as Failed, the sweep Completed on 2 of its 4 trials)."""
+    code = write_script(tmp_path / "code", CURVE_SCRIPT)
+    jobs.submit_sweep("boot", curve_sweep(code, [CURVES["good"], CURVES["fine"]], pause=0.5, policy=None), poll_s=0.3)
+    deadline = time.monotonic() + 60
+    while len(trials := jobs.sweep_result("boot").trials) < 2 or any(not t.history for t in trials):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    tokens = [json.loads((jobs.workspace.job_dir(n) / "job.json").read_text())["token"]
+              for n in ("boot", *(t.name for t in trials))]
+    for proc in [p for token in tokens for p in marked(token)]:  # the power goes: everything at once
+        proc.kill()
+    deadline = time.monotonic() + 15
+    while any(marked(token) for token in tokens):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    backend = LocalBackend.at(jobs.workspace.root)  # after the reboot: a fresh reader
+    assert backend.jobs.get("boot").status is JobStatus.FAILED
+    backend.jobs.recover("boot")
+    assert backend.jobs.wait("boot", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
+    result = backend.jobs.sweep_result("boot")
+    completed = sorted(t.name for t in result.trials if t.status is JobStatus.COMPLETED)
+    assert completed == ["boot_trial_0-a2", "boot_trial_1-a2"], [(t.name, t.status, t.error) for t in result.trials]
+    assert all("run again as" in t.error for t in result.trials if t.status is JobStatus.FAILED)
+    assert result.best_trial == "boot_trial_0-a2"  # the good curve, run to its end

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import hmac
 import json
+import logging
 import os
 import queue
 import threading
@@ -31,6 +32,8 @@ from typing import Any
 from mlrunway.local.serving.metrics import Recorder
 from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.local.serving.state import EndpointState
+
+log = logging.getLogger(__name__)
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"
@@ -204,7 +207,10 @@ class ScoringApp:
             elif message["type"] == "lifespan.shutdown":
                 for task in tasks:
                     task.cancel()
-                self.metrics.flush(everything=True)
+                try:
+                    self.metrics.flush(everything=True)
+                except OSError as error:  # a full disk at shutdown: the worker still stops
+                    log.warning("endpoint metrics lost at shutdown: %s", error)
                 marker.unlink(missing_ok=True)
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -87,12 +87,18 @@ class LocalEndpoints:
     def recover(self, name: str) -> EndpointInfo:
         """Restart the endpoint's server if its master died, from its saved state: the same port, keys,
         deployments and traffic, so its scoring URI never changes. A running one is left as it is."""
+        return self.restart(name)[0]
+
+    def restart(self, name: str) -> tuple[EndpointInfo, bool]:
+        """:meth:`recover`, saying whether this call restarted the server (False: it was running, or another
+        recover got there first)."""
         folder = self._dir(name)
         with locked(provision.state_lock(folder)):
             state = self.state(name)
-            if not master.alive(state):
+            restarted = not master.alive(state)
+            if restarted:
                 state = master.start(folder, state)
-        return self._info(state)
+        return self._info(state), restarted
 
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         """As ``create_or_update``: a local server answers within seconds, so it returns Succeeded."""

@@ -1,8 +1,9 @@
 """The endpoint's HTTP limits, enforced by the server before any request reaches the app (and its key check):
 uvicorn's httptools protocol with
 
-- ``max_header_bytes`` and ``max_headers`` for a request's head (431 at once, the excess never parsed: a 64 MB
-  header value is cut at the limit, not accumulated);
+- ``max_header_bytes`` and ``max_headers`` for each request's head (431 at once, the excess never parsed: a
+  64 MB header value is cut at the limit, not accumulated), however the head arrives: whole in one read, in
+  pieces, or behind other requests on a pipelined connection;
 - ``header_timeout_s``: a connection's next request head must arrive whole within it (408, then closed), so a
   client sending half a head, or nothing, never holds a connection;
 - ``body_timeout_s``: a request's body must arrive whole within it once its head has (408, then closed);
@@ -23,6 +24,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
+HEAD_SLICE = 1024  # a head is fed to the parser, and counted, this many bytes at a time
 LINGER_S = 1.0  # how long a refused connection stays open, discarding what the client still sends
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
            431: b"Request Header Fields Too Large"}
@@ -61,6 +63,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._headers = 0
         self._reading_head = True
+        self._body_left: int | None = None  # of a body whose length is declared
         self._deadline: asyncio.TimerHandle | None = None
         self._refused = False
 
@@ -105,22 +108,32 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and the head's
-        size checked as it arrives (bounded: a head past the limit is refused at the chunk that crosses it)."""
+        """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and each head's
+        size checked as it arrives. A read may hold the end of one request and the heads of the next ones
+        (pipelining), or a whole head at once: so a head is fed in slices of :data:`HEAD_SLICE` bytes, counted
+        against the limit after each (to within a slice: a head past it is refused at the slice that crosses
+        it, never accumulated), and a body whose length is declared is fed whole, up to its last byte."""
         if self._refused:
             return
         self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            refused = exc.__context__ if isinstance(exc.__context__, _Refused) else _Refused(400, "malformed request")
-            return self._refuse(refused.status, str(refused))
-        except httptools.HttpParserUpgrade:
-            return self._refuse(400, "protocol upgrades are not served here")
-        if self._reading_head:
-            self._head_bytes += len(data)
-            if self._head_bytes > self.limits.max_header_bytes:
-                self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
+        while data and not self._refused:
+            in_head = self._reading_head
+            if in_head:
+                size = HEAD_SLICE
+            else:  # a body: to its declared end (the next head then starts a slice), or all of a chunked one
+                size = max(1, self._body_left) if self._body_left is not None else len(data)
+            piece, data = data[:size], data[size:]
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserError as exc:
+                refused = exc.__context__ if isinstance(exc.__context__, _Refused) else _Refused(400, "malformed request")
+                return self._refuse(refused.status, str(refused))
+            except httptools.HttpParserUpgrade:
+                return self._refuse(400, "protocol upgrades are not served here")
+            if in_head and self._reading_head:  # a body piece ends at its message's end: it holds no head
+                self._head_bytes += len(piece)
+                if self._head_bytes > self.limits.max_header_bytes:
+                    return self._refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -140,11 +153,18 @@ class GuardedProtocol(HttpToolsProtocol):
         length = next((v for k, v in self.headers if k == b"content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise _Refused(413, f"request body of {int(length)} bytes is over {self.limits.max_body_bytes}")
+        self._body_left = int(length) if length is not None and length.isdigit() else None
         self._arm(self.limits.body_timeout_s, f"request body not complete within {self.limits.body_timeout_s:g} s")
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if self._body_left is not None:
+            self._body_left -= len(body)
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._disarm()
+        self._reading_head, self._head_bytes, self._body_left = True, 0, None  # what follows is the next head
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import time
@@ -26,6 +27,8 @@ from mlrunway.backend.types import DeploymentMetrics, deployment_error
 METRICS_DIR = "metrics"
 BUCKET_BASE = 1.1
 KEEP_S = 24 * 3600.0
+MAX_PENDING = 3600  # (second, deployment) entries kept in memory while the disk refuses them
+log = logging.getLogger(__name__)
 
 
 def _bucket(seconds: float) -> int:
@@ -45,6 +48,7 @@ class Recorder:
     def __init__(self, endpoint_dir: Path) -> None:
         self.folder = endpoint_dir / METRICS_DIR
         self.pending: dict[tuple[int, str], _Second] = {}
+        self.dropped = 0  # requests of seconds dropped from memory after a long write failure
 
     def record(self, deployment: str, status: int, model_status: str | None, seconds: float) -> None:
         entry = self.pending.get(key := (int(time.time()), deployment))
@@ -55,24 +59,61 @@ class Recorder:
         entry.buckets[_bucket(seconds)] += 1
 
     def flush(self, everything: bool = False) -> None:
-        """Append the seconds that have ended (all of them when the worker stops)."""
+        """Append the seconds that have ended (all of them when the worker stops). A second leaves memory only
+        once it is written: when the disk refuses (full, read-only), it stays pending and is written with the
+        next flush that succeeds, so a rollout judged after the disk came back sees every request. Raises the
+        OSError; :meth:`run` logs it and goes on."""
         now = int(time.time())
-        done = [key for key in self.pending if everything or key[0] < now]
+        done = sorted(key for key in self.pending if everything or key[0] < now)
         if not done:
             return
+        lines = [json.dumps({"t": key[0], "d": key[1], "n": entry.requests, "e": entry.errors,
+                             "h": {str(b): c for b, c in entry.buckets.items()}}, separators=(",", ":"))
+                 for key in done for entry in (self.pending[key],)]
         self.folder.mkdir(exist_ok=True)
-        lines = []
-        for key in sorted(done):
-            entry = self.pending.pop(key)
-            lines.append(json.dumps({"t": key[0], "d": key[1], "n": entry.requests, "e": entry.errors,
-                                     "h": {str(b): c for b, c in entry.buckets.items()}}, separators=(",", ":")))
-        with open(self.folder / f"{os.getpid()}-{now // 3600}.jsonl", "a") as out:
-            out.write("\n".join(lines) + "\n")
+        _append(self.folder / f"{os.getpid()}-{now // 3600}.jsonl", ("\n".join(lines) + "\n").encode())
+        for key in done:
+            del self.pending[key]
 
     async def run(self) -> None:
+        failing = False
         while True:
             await asyncio.sleep(1.0)
-            self.flush()
+            try:
+                self.flush()
+            except OSError as error:
+                self._bound()
+                if not failing:
+                    log.warning("endpoint metrics could not be written to %s (%s): kept in memory until they can be",
+                                self.folder, error)
+                failing = True
+            else:
+                if failing:
+                    log.warning("endpoint metrics written again to %s", self.folder)
+                failing = False
+
+    def _bound(self) -> None:
+        """While the disk refuses, at most :data:`MAX_PENDING` seconds wait in memory; older ones are dropped and
+        counted (a rollout then lacks them: the judge sees fewer requests, never a false zero for later ones)."""
+        for key in sorted(self.pending)[:max(0, len(self.pending) - MAX_PENDING)]:
+            self.dropped += self.pending.pop(key).requests
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` whole or not at all: on a failed write (a full disk) what part of it reached the file is
+    cut off again, or the seconds in it would be counted twice once they are written again."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 def read(endpoint_dir: Path, deployment: str, start: float, end: float) -> DeploymentMetrics:

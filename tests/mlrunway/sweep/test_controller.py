@@ -25,6 +25,7 @@ class ScriptedRunner:
     tick: int = 0
     started: dict[str, tuple[int, str]] = field(default_factory=dict)
     canceled: dict[str, str] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)  # died with their processes (a reboot): lost, not failed
     max_running: int = 0
 
     def start(self, name, params):
@@ -41,6 +42,8 @@ class ScriptedRunner:
         return [v for v in values if v is not None]
 
     def poll(self, name):
+        if name in self.killed:
+            return JobStatus.FAILED, "supervisor (pid 1) died without recording an outcome"
         if name in self.canceled:
             return JobStatus.CANCELED, self.canceled[name]
         begun, _ = self.started[name]
@@ -55,6 +58,9 @@ class ScriptedRunner:
 
     def cancel(self, name, reason):
         self.canceled[name] = reason
+
+    def lost(self, name):
+        return name in self.killed
 
     def sleep(self, _seconds):
         self.tick += 1
@@ -173,3 +179,30 @@ def test_a_resumed_controller_decides_as_an_undisturbed_one_even_for_trials_that
     assert decisions(resumed) == decisions(calm)
     assert {n for n, t in resumed.trials.items() if t.early_termination} == {"sw_trial_2", "sw_trial_3"}
     assert resumed.trials["sw_trial_2"].status is JobStatus.CANCELED and len(resumed.trials["sw_trial_2"].history) == 2
+
+
+def test_a_trial_lost_with_its_processes_runs_again_as_a_new_attempt_and_the_sweep_completes_its_budget():
+    """Issue 27, 4: a reboot mid-sweep killed its running trials; they were adopted as Failed and never run
+    again, and the sweep ended Completed on half its budget."""
+    runner = ScriptedRunner()
+
+    def sleep(seconds):
+        runner.sleep(seconds)
+        if runner.tick == 2:
+            runner.killed.add("sw_trial_0")
+
+    controller = SweepController(spec=sweep(["good", "fine"], policy=None), runner=runner, name="sw", sleep=sleep,
+                                 clock=lambda: float(runner.tick))
+    outcome = controller.run()
+    statuses = {name: trial.status for name, trial in outcome.trials.items()}
+    assert statuses == {"sw_trial_0": JobStatus.FAILED, "sw_trial_1": JobStatus.COMPLETED,
+                        "sw_trial_0-a2": JobStatus.COMPLETED}
+    assert "run again as sw_trial_0-a2" in outcome.trials["sw_trial_0"].error
+    assert outcome.trials["sw_trial_0-a2"].params == outcome.trials["sw_trial_0"].params
+    assert outcome.best == "sw_trial_0-a2" and not outcome.failed
+
+
+def test_a_trial_that_fails_on_its_own_is_not_run_again():
+    outcome, runner = run(sweep(["crash", "good"], policy=None))
+    assert sorted(outcome.trials) == ["sw_trial_0", "sw_trial_1"]
+    assert outcome.trials["sw_trial_0"].status is JobStatus.FAILED
