@@ -209,25 +209,32 @@ def test_a_full_disk_at_the_end_keeps_the_jobs_true_outcome(tmp_path):
         code = write_script(tmp_path / "code", FINISHES_WHEN_TOLD)
         jobs.submit("full", CommandJobSpec(code=str(code), command=f"python script.py {go}"))
         folder = jobs.workspace.job_dir("full")
-        deadline = time.monotonic() + 60
-        while not (folder / "outputs" / "model").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        supervisor = psutil.Process(json.loads((folder / "status.json").read_text())["supervisor_pid"])
-        filler = fill(root)
-        go.touch()
-        supervisor.wait(30)
-        info = jobs.get("full")  # the disk still full: the truth, written or not
-        assert info.status is JobStatus.COMPLETED and info.error is None, info.error
-        assert not [p.name for p in folder.iterdir() if p.name.startswith(".status.json.")]  # no temporary left
-        # (Whether status.json could be written depends on what the failed writes freed meanwhile, MLflow's
-        # rolled-back journal among them; the immutable-folder test makes it fail for certain.)
-        filler.unlink()
-        assert jobs.get("full").status is JobStatus.COMPLETED
-        assert json.loads((folder / "status.json").read_text())["status"] == "Completed"  # recorded now
-        assert (folder / "outputs" / "model").read_text() == "done"
-        run = tracking.client(jobs.workspace).get_run(jobs.get("full").mlflow_run_id)
-        assert run.info.status == "FINISHED"
+        filler = None
+        try:
+            deadline = time.monotonic() + 60
+            while not (folder / "outputs" / "model").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            supervisor = psutil.Process(json.loads((folder / "status.json").read_text())["supervisor_pid"])
+            filler = fill(root)
+            go.touch()
+            supervisor.wait(30)
+            info = jobs.get("full")  # the disk still full: the truth, written or not
+            assert info.status is JobStatus.COMPLETED and info.error is None, info.error
+            assert not [p.name for p in folder.iterdir() if p.name.startswith(".status.json.")]  # no temporary left
+            # (Whether status.json could be written depends on what the failed writes freed meanwhile, MLflow's
+            # rolled-back journal among them; the immutable-folder test makes it fail for certain.)
+            filler.unlink()
+            assert jobs.get("full").status is JobStatus.COMPLETED
+            assert json.loads((folder / "status.json").read_text())["status"] == "Completed"  # recorded now
+            assert (folder / "outputs" / "model").read_text() == "done"
+            run = tracking.client(jobs.workspace).get_run(jobs.get("full").mlflow_run_id)
+            assert run.info.status == "FINISHED"
+        finally:  # whatever failed above, nothing of the job outlives the test
+            go.touch()
+            if filler is not None:
+                filler.unlink(missing_ok=True)
+            jobs.cancel("full")
 
 
 def test_write_json_on_a_full_disk_names_the_path_and_leaves_no_temporary_file(tmp_path):
@@ -247,14 +254,19 @@ def test_cancel_of_a_job_whose_supervisor_is_frozen_returns_within_a_bound_and_s
     from mlrunway.local.jobs import CANCEL_ANSWER_S
 
     status, trainer = running_job(jobs, tmp_path, "frozen")
+    token = json.loads((jobs.workspace.job_dir("frozen") / "job.json").read_text())["token"]
     os.kill(status["supervisor_pid"], signal.SIGSTOP)
-    started = time.monotonic()
-    info = jobs.cancel("frozen", reason="stop it")
-    took = time.monotonic() - started
-    assert info.status is JobStatus.CANCELED and "stop it" in info.error and "did not answer" in info.error
-    assert CANCEL_ANSWER_S <= took < CANCEL_ANSWER_S + 5, took
-    wait_for(lambda: gone(trainer) and gone(status["supervisor_pid"]), 5)
-    assert marked(json.loads((jobs.workspace.job_dir("frozen") / "job.json").read_text())["token"]) == []
+    try:
+        started = time.monotonic()
+        info = jobs.cancel("frozen", reason="stop it")
+        took = time.monotonic() - started
+        assert info.status is JobStatus.CANCELED and "stop it" in info.error and "did not answer" in info.error
+        assert CANCEL_ANSWER_S <= took < CANCEL_ANSWER_S + 5, took
+        wait_for(lambda: gone(trainer) and gone(status["supervisor_pid"]), 5)
+        assert marked(token) == []
+    finally:  # whatever failed above, no stopped process outlives the test
+        for proc in marked(token):
+            proc.kill()
 
 
 def test_cancel_of_a_job_whose_supervisor_answers_is_graceful(jobs, tmp_path):
