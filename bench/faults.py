@@ -33,21 +33,18 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _common import REPO, Bench, harness_args, interleaved, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import REPO, Bench, harness_args, interleaved, table  # noqa: E402
-
-from mlrunway.backend.types import (  # noqa: E402
+from mlrunway.backend.types import (
     DeploymentSettings,
     EndpointSettings,
     JobStatus,
     ProvisioningState,
 )
-from mlrunway.local.backend import LocalBackend  # noqa: E402
-from mlrunway.local.processes import marked  # noqa: E402
-from mlrunway.local.supervisor import JobState  # noqa: E402
-from mlrunway.specs import CommandJobSpec  # noqa: E402
+from mlrunway.local.backend import LocalBackend
+from mlrunway.local.processes import marked
+from mlrunway.local.supervisor import JobState
+from mlrunway.specs import CommandJobSpec
 
 SLEEPER = "import os, pathlib, time\npathlib.Path('outputs/pid').write_text(str(os.getpid()))\ntime.sleep(600)\n"
 SCORE = "def init():\n    pass\ndef run(raw):\n    return {'ok': True}\n"

@@ -164,7 +164,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
-        self._reading_head, self._head_bytes, self._body_left = True, 0, None  # what follows is the next head
+        self._reading_head, self._body_left = True, None  # what follows is the next head (its count starts anew
+        # at on_message_begin)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

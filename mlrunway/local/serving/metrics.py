@@ -41,6 +41,10 @@ class _Second:
     errors: int = 0
     buckets: Counter[int] = field(default_factory=Counter)
 
+    def line(self, second: int, deployment: str) -> str:
+        return json.dumps({"t": second, "d": deployment, "n": self.requests, "e": self.errors,
+                           "h": {str(b): c for b, c in self.buckets.items()}}, separators=(",", ":"))
+
 
 class Recorder:
     """One worker's counts: ``record`` per request (a dict update), ``flush`` once a second from the event loop."""
@@ -48,7 +52,6 @@ class Recorder:
     def __init__(self, endpoint_dir: Path) -> None:
         self.folder = endpoint_dir / METRICS_DIR
         self.pending: dict[tuple[int, str], _Second] = {}
-        self.dropped = 0  # requests of seconds dropped from memory after a long write failure
 
     def record(self, deployment: str, status: int, model_status: str | None, seconds: float) -> None:
         entry = self.pending.get(key := (int(time.time()), deployment))
@@ -67,9 +70,7 @@ class Recorder:
         done = sorted(key for key in self.pending if everything or key[0] < now)
         if not done:
             return
-        lines = [json.dumps({"t": key[0], "d": key[1], "n": entry.requests, "e": entry.errors,
-                             "h": {str(b): c for b, c in entry.buckets.items()}}, separators=(",", ":"))
-                 for key in done for entry in (self.pending[key],)]
+        lines = [self.pending[key].line(*key) for key in done]
         self.folder.mkdir(exist_ok=True)
         _append(self.folder / f"{os.getpid()}-{now // 3600}.jsonl", ("\n".join(lines) + "\n").encode())
         for key in done:
@@ -93,10 +94,14 @@ class Recorder:
                 failing = False
 
     def _bound(self) -> None:
-        """While the disk refuses, at most :data:`MAX_PENDING` seconds wait in memory; older ones are dropped and
-        counted (a rollout then lacks them: the judge sees fewer requests, never a false zero for later ones)."""
-        for key in sorted(self.pending)[:max(0, len(self.pending) - MAX_PENDING)]:
-            self.dropped += self.pending.pop(key).requests
+        """While the disk refuses, at most :data:`MAX_PENDING` seconds wait in memory; older ones are dropped, and
+        the log says how many requests they held (a rollout then lacks them: the judge sees fewer requests, never
+        a false zero for later ones)."""
+        dropped = sum(self.pending.pop(key).requests
+                      for key in sorted(self.pending)[:max(0, len(self.pending) - MAX_PENDING)])
+        if dropped:
+            log.warning("endpoint metrics: the counts of %d requests dropped from memory (the disk refused them "
+                        "for over %d seconds)", dropped, MAX_PENDING)
 
 
 def _append(path: Path, data: bytes) -> None:
