@@ -57,7 +57,7 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
             startups.append(min(m.timestamp for m in logged) / 1000 - (record.started or 0.0))
     return {
         "status": info.status.value, "error": info.error, "wall_s": round(wall, 1), "trials": len(trials),
-        "stopped_early": sum(1 for t in trials if t.early_termination),
+        "stopped_early": sum(1 for t in trials if t.stopped_early),
         "epochs": sum(len(t.history) for t in trials), "best_trial_index": int(best.name.rsplit("_", 1)[1]),
         "best_metric": max(best.history), "mean_trial_s": round(sum(trial_times) / len(trial_times), 1),
         "mean_to_first_epoch_s": round(sum(startups) / len(startups), 1),

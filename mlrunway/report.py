@@ -122,10 +122,10 @@ def plot_curves(report: SweepReport) -> bytes:
             continue
         epochs = range(1, len(trial.history) + 1)
         chosen = trial.name == report.best_trial
-        note = " (chosen)" if chosen else f" (stopped at {len(trial.history)})" if trial.early_termination else ""
+        note = " (chosen)" if chosen else f" (stopped at {len(trial.history)})" if trial.stopped_early else ""
         (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4,
                           label=_short(trial.name, index) + note)
-        if trial.early_termination:
+        if trial.stopped_early:
             ax.plot(len(trial.history), trial.history[-1], "x", color=line.get_color(), markersize=10,
                     markeredgewidth=2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -179,7 +179,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
         rows.append(f"<tr{chosen}><td>{place}</td><td>{e(trial.name)}</td><td>{e(trial.status.value)}</td>"
                     f"<td>{'-' if score is None else f'{score:.4f}'}</td><td>{len(trial.history)}</td>"
                     f"<td>{e(params)}</td><td>{e(why)}</td></tr>")
-    stopped = sum(1 for t in report.trials if t.early_termination)
+    stopped = sum(1 for t in report.trials if t.stopped_early)
     epochs = sum(len(t.history) for t in report.trials)
     sections = [
         f"<h1>Sweep report: {e(report.sweep)}</h1>",

@@ -86,7 +86,7 @@ class SweepOperator(MlrunwayJobOperator):
         result = sweep_result(self.backend.jobs, info.name)
         self.log.info("Leaderboard of %s:\n%s", info.name, format_leaderboard(result.trials, result.objective))
         require_completed(info, "sweep")
-        stopped = [t.name for t in result.trials if t.early_termination]
+        stopped = [t.name for t in result.trials if t.stopped_early]
         return {"sweep_name": info.name, "trials": len(result.trials), "stopped_early": stopped,
                 "best_trial": result.best_trial, "epochs": sum(len(t.history) for t in result.trials),
                 "carried_over": list(result.carried_over)}

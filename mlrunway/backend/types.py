@@ -160,6 +160,13 @@ class TrialInfo:
     early_termination: dict[str, Any] | None = None
     error: str | None = None
 
+    @property
+    def stopped_early(self) -> bool:
+        """Stopped by the early-termination policy. A decision taken after the trial had completed (its last
+        intervals ran while nobody judged them) is recorded with ``applied: False`` and stopped nothing."""
+        stop = self.early_termination
+        return stop is not None and stop.get("applied", True) is not False
+
     def to_dict(self) -> dict[str, Any]:
         data = dict(vars(self))
         data["status"] = self.status.value

@@ -156,17 +156,23 @@ class SweepController:
         histories = {n: t.history for n, t in self.outcome.trials.items() if t.history}
         for name, stop in evaluate(policy, histories, self.spec.objective.goal).items():
             trial = self.outcome.trials[name]
-            # A trial that completed since the last poll ran its last intervals unjudged (a slow poll, or a dead
-            # controller's outage): the policy's decision stands all the same, so decisions never depend on timing.
-            unjudged = trial.status is JobStatus.COMPLETED
-            if name in running and (not trial.status.is_terminal() or unjudged) and not trial.early_termination:
-                reason = f"early termination at interval {stop.interval}: {stop.reason}"
-                log.info("Trial %s stopped: %s", name, reason)
-                self.runner.cancel(name, reason)
-                trial = replace(trial, early_termination=stop.to_dict())
-                if unjudged:
-                    trial = replace(trial, status=JobStatus.CANCELED, history=trial.history[:stop.interval])
-                self.outcome.trials[name] = trial
+            ended = trial.status.is_terminal() and trial.status is not JobStatus.COMPLETED
+            if name not in running or trial.early_termination or ended:
+                continue
+            if trial.status is JobStatus.COMPLETED:
+                # It completed since the last poll, its last intervals unjudged (a slow poll, a dead controller's
+                # outage). The decision is recorded, so the sweep's decisions never depend on timing, but not
+                # applied: the record says what ran (Completed, every epoch, as its job and MLflow run say), and
+                # the trial is scored on what it logged, the model it saved.
+                late = {**stop.to_dict(), "applied": False,
+                        "reason": f"decided late, not applied (the trial had completed): {stop.reason}"}
+                log.info("Trial %s completed before the policy could stop it at interval %d", name, stop.interval)
+                self.outcome.trials[name] = replace(trial, early_termination=late)
+                continue
+            reason = f"early termination at interval {stop.interval}: {stop.reason}"
+            log.info("Trial %s stopped: %s", name, reason)
+            self.runner.cancel(name, reason)
+            self.outcome.trials[name] = replace(trial, early_termination=stop.to_dict())
 
     def _metric_never_logged(self, name: str) -> None:
         metric = self.spec.objective.primary_metric

@@ -136,6 +136,35 @@ def test_a_canceled_sweep_whose_controller_had_died_is_never_resumed(jobs, tmp_p
     assert sorted(t.name for t in jobs.sweep_result("undead").trials) == sorted(trials)
 
 
+def test_a_trial_that_completed_while_its_controller_was_down_reads_as_its_job_and_mlflow_run_do(jobs, tmp_path):
+    """Issue 27, 8: a trial that finished during a controller outage read Canceled at the policy's interval in the
+    sweep's record, but Completed with every epoch in its job and its MLflow run."""
+    code = write_script(tmp_path / "code", CURVE_SCRIPT)
+    jobs.submit_sweep("late", curve_sweep(code, [CURVES["good"], CURVES["slow"]], pause=0.6), poll_s=0.3)
+    deadline = time.monotonic() + 60
+    while len(trials := jobs.sweep_result("late").trials) < 2 or any(not t.history for t in trials):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    controller_of(jobs, "late").kill()  # before interval 2, where the policy stops "slow"
+    names = [t.name for t in trials]
+    deadline = time.monotonic() + 60
+    while not all(jobs.get(n).status.is_terminal() for n in names):  # the trials run on, unjudged, to their end
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    jobs.recover("late")
+    assert jobs.wait("late", timeout=60, poll_s=0.3).status is JobStatus.COMPLETED
+    store = tracking.client(jobs.workspace)
+    for trial in jobs.sweep_result("late").trials:
+        job = jobs.get(trial.name)
+        logged = store.get_metric_history(job.mlflow_run_id, "best_val_acc")
+        assert trial.status is job.status is JobStatus.COMPLETED, trial
+        assert store.get_run(job.mlflow_run_id).info.status == "FINISHED"
+        assert len(trial.history) == len(logged) == len(CURVES["good"]), trial
+    slow = jobs.sweep_result("late").trials[1]
+    assert slow.early_termination["interval"] == 2 and slow.early_termination["applied"] is False, slow
+    assert not slow.stopped_early
+
+
 def test_of_two_racing_recovers_only_the_one_that_resumed_says_so(jobs, tmp_path):
     """Issue 27, 10: the second of two racing `recover` runs reported "resumed" though it did nothing."""
     _dead_sweep(jobs, tmp_path, "raced")

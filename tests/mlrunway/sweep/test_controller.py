@@ -178,7 +178,15 @@ def test_a_resumed_controller_decides_as_an_undisturbed_one_even_for_trials_that
 
     assert decisions(resumed) == decisions(calm)
     assert {n for n, t in resumed.trials.items() if t.early_termination} == {"sw_trial_2", "sw_trial_3"}
-    assert resumed.trials["sw_trial_2"].status is JobStatus.CANCELED and len(resumed.trials["sw_trial_2"].history) == 2
+    # Issue 27, 8: what ran is what the record says. The trials completed during the outage read Completed with
+    # every interval they logged, as their jobs and MLflow runs do; the decision is recorded, marked not applied.
+    for name in ("sw_trial_2", "sw_trial_3"):
+        trial = resumed.trials[name]
+        assert trial.status is JobStatus.COMPLETED and len(trial.history) == len(CURVES[runner.started[name][1]])
+        assert trial.early_termination["applied"] is False and not trial.stopped_early
+        assert trial.early_termination["reason"].startswith("decided late, not applied")
+    assert not {"sw_trial_2", "sw_trial_3"} & set(runner.canceled)  # a completed job is not canceled
+    assert all(t.stopped_early for n, t in calm.trials.items() if n in ("sw_trial_2", "sw_trial_3"))
 
 
 def test_a_trial_lost_with_its_processes_runs_again_as_a_new_attempt_and_the_sweep_completes_its_budget():
