@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup check test test-fast demo data bench bench-quick bench-readme clean
+.PHONY: setup check test test-fast test-long soak demo data bench bench-quick bench-readme clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,16 @@ test: check
 
 test-fast: check
 	$(PY) -m pytest -m "not slow and not e2e"
+
+# Outside CI: the soak's long profile (tests/chaos/soak.py), 1,000 random faults against a running workload, in
+# chunks of under an hour (each its own process; an interrupted run goes on from tests/chaos/results/soak.json).
+# Exits 1 when an invariant broke; the results file lists each with its fault and seed.
+SOAK_FAULTS ?= 1000
+test-long: soak
+
+soak: $(STAMP)
+	@rc=3; while [ $$rc -eq 3 ]; do $(PY) -m tests.chaos.soak --faults $(SOAK_FAULTS) --chunk-s 3000; rc=$$?; done; \
+		exit $$rc
 
 data: $(STAMP)
 	$(PY) -m mlrunway.data data/digits

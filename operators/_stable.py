@@ -77,7 +77,9 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         return self.provisioned(context, r, info.provisioning_state, info.error, info.operation)
 
     def policy(self) -> RolloutPolicy:
-        return RolloutPolicy.parse(self.rollout, default_window_s=self.backend.capabilities.rollout_window_s)
+        capabilities = self.backend.capabilities
+        return RolloutPolicy.parse(self.rollout, default_window_s=capabilities.rollout_window_s,
+                                   metrics_lag_s=capabilities.metrics_lag_s)
 
     def lease_s(self, policy: RolloutPolicy) -> float:
         approval = self.approval_timeout_s if self.approval_required else 0.0

@@ -58,22 +58,26 @@ class LocalModels:
         folder = self.workspace.models / name
         folder.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=folder, prefix=".new."))
-        files = staging / "files"
-        if source.is_dir():
-            shutil.copytree(source, files, symlinks=False)
-        else:
-            files.mkdir()
-            shutil.copy2(source, files / source.name)
-        _make_read_only(files)
-        with locked(folder / ".lock"):
-            version = max(self._versions(name), default=0) + 1
-            model = ModelVersion(
-                name=name, version=version, path=str(folder / str(version) / "files"), format=format,
-                tags={k: str(v) for k, v in (tags or {}).items()}, properties=dict(properties or {}),
-                description=description, created=time.time(),
-            )
-            write_json(staging / "model.json", model.to_dict())
-            staging.rename(folder / str(version))
+        try:
+            files = staging / "files"
+            if source.is_dir():
+                shutil.copytree(source, files, symlinks=False)
+            else:
+                files.mkdir()
+                shutil.copy2(source, files / source.name)
+            _make_read_only(files)
+            with locked(folder / ".lock"):
+                version = max(self._versions(name), default=0) + 1
+                model = ModelVersion(
+                    name=name, version=version, path=str(folder / str(version) / "files"), format=format,
+                    tags={k: str(v) for k, v in (tags or {}).items()}, properties=dict(properties or {}),
+                    description=description, created=time.time(),
+                )
+                write_json(staging / "model.json", model.to_dict())
+                staging.rename(folder / str(version))
+        except BaseException:  # a full disk mid-copy: no half-copied version is left to fill it further
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         return model
 
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:

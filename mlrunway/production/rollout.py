@@ -37,9 +37,10 @@ class RolloutPolicy:
 
     @classmethod
     def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
-              default_window_s: float | None = None) -> RolloutPolicy:
+              default_window_s: float | None = None, metrics_lag_s: float = 0.0) -> RolloutPolicy:
         """A policy from the DAG's dict (``window_s`` defaults to the backend's); every bad field is a SpecError
-        naming it and the fix."""
+        naming it and the fix. A window is judged on the requests of its first ``window_s - metrics_lag_s``
+        seconds (the backend's metrics arrive that late), so a window no longer than the lag would judge none."""
         raw = dict(value or {})
         if default_window_s is not None:
             raw.setdefault("window_s", default_window_s)
@@ -62,6 +63,12 @@ class RolloutPolicy:
         if not 0 <= policy.mirror_percent <= 50 or int(policy.mirror_percent) != policy.mirror_percent:
             raise check.fail(f"{field}.mirror_percent", f"{policy.mirror_percent!r} is over Azure's limit",
                              "mirror 0 to 50 percent")
+        for name in ("window_s", "mirror_window_s"):
+            window = getattr(policy, name)
+            if metrics_lag_s and (name == "window_s" or policy.mirror_percent) and window <= metrics_lag_s:
+                raise check.fail(f"{field}.{name}", f"{window:g} s is no longer than the backend's metrics lag "
+                                 f"({metrics_lag_s:g} s): the window would judge no request",
+                                 f"give at least {2 * metrics_lag_s:g} s")
         return policy
 
     def to_dict(self) -> dict[str, Any]:
