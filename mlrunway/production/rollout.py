@@ -40,7 +40,8 @@ class RolloutPolicy:
               default_window_s: float | None = None, metrics_lag_s: float = 0.0) -> RolloutPolicy:
         """A policy from the DAG's dict (``window_s`` defaults to the backend's); every bad field is a SpecError
         naming it and the fix. A window is judged on the requests of its first ``window_s - metrics_lag_s``
-        seconds (the backend's metrics arrive that late), so a window no longer than the lag would judge none."""
+        seconds (the backend's metrics arrive that late), in whole metric periods (a second locally, a minute on
+        Azure): a window shorter than twice the lag could judge none."""
         raw = dict(value or {})
         if default_window_s is not None:
             raw.setdefault("window_s", default_window_s)
@@ -65,9 +66,9 @@ class RolloutPolicy:
                              "mirror 0 to 50 percent")
         for name in ("window_s", "mirror_window_s"):
             window = getattr(policy, name)
-            if metrics_lag_s and (name == "window_s" or policy.mirror_percent) and window <= metrics_lag_s:
-                raise check.fail(f"{field}.{name}", f"{window:g} s is no longer than the backend's metrics lag "
-                                 f"({metrics_lag_s:g} s): the window would judge no request",
+            if metrics_lag_s and (name == "window_s" or policy.mirror_percent) and window < 2 * metrics_lag_s:
+                raise check.fail(f"{field}.{name}", f"{window:g} s is shorter than twice the backend's metrics lag "
+                                 f"({metrics_lag_s:g} s): the window could judge no request",
                                  f"give at least {2 * metrics_lag_s:g} s")
         return policy
 
@@ -87,8 +88,9 @@ def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
     """Whether the challenger stays within the policy's bounds over a window, against the champion's figures (of
     the same window, or of the window before the rollout when the champion has no traffic left)."""
     figures = challenger.to_dict(), champion.to_dict()
-    if not challenger.requests:
-        return Verdict(True, "no request reached the challenger in the window: nothing to compare", *figures)
+    if not challenger.requests:  # fail closed: no evidence is never a pass (a quiet endpoint, a frozen worker)
+        return Verdict(False, "no request reached the challenger in the window: no evidence, and no evidence is "
+                              "never a pass", *figures)
     allowed = champion.error_rate + policy.max_error_rate_increase
     if challenger.error_rate > allowed:
         return Verdict(False, f"error rate {challenger.error_rate:.1%} ({challenger.errors} of {challenger.requests}) "

@@ -171,14 +171,15 @@ class Traffic(threading.Thread):
 
 class Rollouts(threading.Thread):
     """Register a new version (a random quality), roll it out to the stable endpoint as the deploy task does,
-    then clean up as the DAG's cleanup task does; again and again. ``lock`` is held through each rollout and its
-    cleanup: who holds it between two rollouts sees the endpoint at rest."""
+    then clean up as the DAG's cleanup task does; again and again. After each cleanup, with the endpoint at rest,
+    it checks the production and evidence invariants (``broken``)."""
 
     def __init__(self, backend: LocalBackend, root: Path, seed: int) -> None:
         super().__init__(daemon=True)
         self.backend, self.root, self.rng = backend, root, random.Random(f"rollouts:{seed}")
-        self.stopping, self.lock = threading.Event(), threading.Lock()
+        self.stopping = threading.Event()
         self.results: list[dict[str, Any]] = []
+        self.broken: list[str] = []
         self.code = root / "score"
         self.code.mkdir(parents=True, exist_ok=True)
         (self.code / "score.py").write_text(SCORE)
@@ -189,15 +190,35 @@ class Rollouts(threading.Thread):
         count = 0
         while not self.stopping.is_set():
             count += 1
-            with self.lock:
-                try:
-                    self.results.append(self.once(count))
-                except Exception as exc:  # a fault mid-rollout: the task fails, as in Airflow; cleanup still runs
-                    self.results.append({"decision": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]})
-                finally:
-                    with contextlib.suppress(Exception):
-                        stable.clean_up(self.backend, ENDPOINT, f"soak-run-{count}")
+            try:
+                self.results.append(self.once(count))
+            except Exception as exc:  # a fault mid-rollout: the task fails, as in Airflow; cleanup still runs
+                self.results.append({"decision": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]})
+            finally:
+                with contextlib.suppress(Exception):
+                    stable.clean_up(self.backend, ENDPOINT, f"soak-run-{count}")
+            with contextlib.suppress(MlrunwayError, OSError, ValueError):  # a fault now: checked after the next one
+                self.broken += self.at_rest(self.results[-1])
             self.stopping.wait(1.0)
+
+    def at_rest(self, result: dict[str, Any]) -> list[str]:
+        """Between two rollouts: the alias names what serves; a promotion had its evidence; no half-written
+        version is left."""
+        broken = []
+        if result["decision"] == "promoted":
+            short = [w["phase"] for w in result["windows"] if not w["challenger"]["requests"]]
+            if not result["gate"] or short:
+                broken.append(f"evidence: {result['model']} promoted with no challenger request in the {short} "
+                              f"window(s)" if short else f"evidence: {result['model']} promoted with no gate")
+        live = stable.serving(self.backend, ENDPOINT)
+        alias = stable.aliased(self.backend, MODEL, "production")
+        named = f"{alias.name}:{alias.version}" if alias else None
+        if live is not None and live["model"] != named:
+            broken.append(f"production: {live['deployment']} serves {live['model']}, the alias names {named} (after "
+                          f"{result['decision']}: {result['reason'][:120]})")
+        if left := [p.name for p in (self.backend.workspace.models).glob("*/.new.*")]:
+            broken.append(f"kept: a registration's temporary folders were left behind: {left}")
+        return broken
 
     def once(self, count: int) -> dict[str, Any]:
         folder = self.root / f"model-{count}"
@@ -508,26 +529,8 @@ class Soak:
         return broken
 
     def _production(self) -> list[str]:
-        broken = []
-        for result in self.rollouts.results[self._judged:]:
-            if result["decision"] == "promoted":
-                short = [w["phase"] for w in result["windows"] if not w["challenger"]["requests"]]
-                if not result["gate"] or short:
-                    broken.append(f"evidence: {result['model']} promoted with no challenger request in the {short} "
-                                  f"window(s)" if short else f"evidence: {result['model']} promoted with no gate")
-        self._judged = len(self.rollouts.results)
-        if not self.rollouts.lock.acquire(timeout=60):
-            return [*broken, "production: no rollout ended within 60 s"]
-        try:
-            live = stable.serving(self.backend, ENDPOINT)
-            alias = stable.aliased(self.backend, MODEL, "production")
-            named = f"{alias.name}:{alias.version}" if alias else None
-            if live is not None and live["model"] != named:
-                broken.append(f"production: {live['deployment']} serves {live['model']}, the alias names {named}")
-            if left := [p.name for p in (self.ws / "models").glob("*/.new.*")]:
-                broken.append(f"kept: a registration's temporary folders were left behind: {left}")
-        finally:
-            self.rollouts.lock.release()
+        """What the rollouts found at rest since the last fault (each rollout after its cleanup)."""
+        broken, self._judged = self.rollouts.broken[self._judged:], len(self.rollouts.broken)
         return broken
 
     _judged = 0
@@ -559,7 +562,7 @@ class Soak:
 
 
 def run(results: Path, *, faults: int, seed: int, chunk_s: float, tmpfs: bool = True,
-        gap_s: tuple[float, float] = (0.5, 1.5), log: Any = print) -> dict[str, Any]:
+        gap_s: tuple[float, float] = (0.3, 1.0), log: Any = print) -> dict[str, Any]:
     """Run faults from where ``results`` stops (or the first) until ``faults`` are done or ``chunk_s`` has passed;
     save ``results`` after each fault. Returns the results so far."""
     record: dict[str, Any] = json.loads(results.read_text()) if results.exists() else {
@@ -636,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-s", type=float, default=3000.0, help="stop after this many seconds (< 1 hour)")
     parser.add_argument("--results", type=Path, default=Path("tests/chaos/results/soak.json"))
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the chunk still cleans up and saves
     record = run(args.results, faults=args.faults, seed=args.seed, chunk_s=args.chunk_s)
     print(f"{record['done']} of {record['faults']} faults (seed {record['seed']}); {len(record['broken'])} invariants "
           f"broken{': ' if record['broken'] else ''}" + "\n  ".join(record["broken"][:20]))

@@ -91,6 +91,9 @@ def registered(request, tmp_path, monkeypatch, team):
     for _ in ERROR:
         fake.models.register("m", team / "score.py")
     fake.endpoints.scorer = scorer(fake)
+    # A busy endpoint: every window has requests (a quiet one's windows hold no evidence, and never pass).
+    fake.endpoints.metrics = lambda d, s, e: DeploymentMetrics(deployment=d, start=s, end=e, requests=40, errors=0,
+                                                               p99_ms=12.0)
     return fake
 
 

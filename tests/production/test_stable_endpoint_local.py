@@ -4,6 +4,7 @@ rollout. Models of known quality are the session's trained model with its weight
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +21,7 @@ import psutil
 import pytest
 
 from mlrunway.airflow.summary import run_results
-from mlrunway.errors import EndpointError
+from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.backend import LocalBackend
 from mlrunway.local.processes import marked
 from mlrunway.production import stable
@@ -77,15 +79,53 @@ def deploy(digits: Path, version: int, run_id: str, **kwargs: Any) -> dict:
         CleanupOperator(task_id="cleanup", endpoint_name=ENDPOINT).execute(context(run_id))
 
 
+ONE_IMAGE = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
+
+
+@contextlib.contextmanager
+def steady_load(backend: LocalBackend, limit_s: float = 120) -> Iterator[list[tuple[int, str]]]:
+    """A client on the endpoint's scoring URI for the block, about 25 requests a second (at most ``limit_s``):
+    each window of a rollout has live evidence, as a production endpoint's has. Yields the (status, deployment)
+    answers; 0 for none (the server down)."""
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        deadline = time.monotonic() + limit_s
+        while not stop.wait(0.04) and time.monotonic() < deadline:
+            try:
+                state = backend.endpoints.state(ENDPOINT)  # after a restart: the same port and keys
+            except NotFound:
+                continue
+            request = urllib.request.Request(state.scoring_uri, data=ONE_IMAGE, method="POST", headers={
+                "Authorization": f"Bearer {state.keys['primary']}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    answers.append((response.status, response.headers.get("azureml-model-deployment", "")))
+            except urllib.error.HTTPError as exc:
+                answers.append((exc.code, exc.headers.get("azureml-model-deployment", "")))
+            except OSError:
+                answers.append((0, ""))
+
+    load = threading.Thread(target=client)
+    load.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        load.join()
+
+
 def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_after_each(backend, digits):
-    quick = {"rollout": {"steps": [50, 100], "window_s": 2.5}}  # judged: the 0.5 s past the metrics lag
+    quick = {"rollout": {"steps": [50, 100], "window_s": 4}}  # judged: the 2 s past the metrics lag
     results = [deploy(digits, 1, "manual__1", **quick)]
     uri = backend.endpoints.get(ENDPOINT).scoring_uri
     server = marked(backend.endpoints.state(ENDPOINT).token)
     for process in server:  # the whole server dies, as in a reboot
         process.kill()
     psutil.wait_procs(server, timeout=10)
-    results += [deploy(digits, version, f"manual__{version}", **quick) for version in (2, 3)]
+    with steady_load(backend):
+        results += [deploy(digits, version, f"manual__{version}", **quick) for version in (2, 3)]
     assert backend.endpoints.get(ENDPOINT).scoring_uri == uri  # recovered on its port before the challenger came
     assert [r["decision"] for r in results] == ["created", "promoted", "held"]
     assert results[1]["gate"]["challenger"] > results[1]["gate"]["champion"]  # accuracy on test/, through the endpoint
@@ -138,34 +178,12 @@ def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend,
     deploy(digits, 1, "manual__1")
     faulty = shutil.copytree(REPO / "training", tmp_path / "faulty")
     (faulty / "faulty_score.py").write_text(FAULTY)
-    one_image = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
-    state = backend.endpoints.state(ENDPOINT)
-    answers: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def client() -> None:  # steady load on the scoring URI, bounded: at most 60 s, about 25 requests a second
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline:
-            request = urllib.request.Request(state.scoring_uri, data=one_image, method="POST", headers={
-                "Authorization": f"Bearer {state.keys['primary']}", "Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    answers.append((response.status, response.headers.get("azureml-model-deployment", "")))
-            except urllib.error.HTTPError as exc:
-                answers.append((exc.code, exc.headers.get("azureml-model-deployment", "")))
-            time.sleep(0.04)
-
-    load = threading.Thread(target=client)
-    load.start()
-    try:
+    with steady_load(backend, limit_s=60) as answers:
         time.sleep(2)  # the champion's baseline
         with pytest.raises(EndpointError, match=r"rolled_back: .*error rate"):
             deploy(digits, 2, "manual__2", code_dir=str(faulty), scoring_script="faulty_score.py",
                    rollout={"steps": [25, 50, 100], "window_s": 5})
         time.sleep(1)  # load after the rollback
-    finally:
-        stop.set()
-        load.join()
     failed = [(status, slot) for status, slot in answers if status != 200]
     assert len(answers) > 100 and failed, answers[-5:]
     assert {slot for _, slot in failed} == {"green"}, failed  # only the challenger's own share failed
@@ -202,13 +220,14 @@ def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run
             return [row.extra for row in rows], queued
 
     common = {"endpoint_name": ENDPOINT, "model_name": "digits", "data_dir": str(digits),
-              "rollout": {"steps": [50, 100], "window_s": 2.5}}
+              "rollout": {"steps": [50, 100], "window_s": 4}}
     seen, decisions, queued = [], [], []
     for conf in ({"model_version": 1}, {"model_version": 2}, {"model_version": 3}, {"rollback_to": "previous"}):
         with create_session() as session:  # batch_scoring unpaused (a paused DAG is never queued), its queue empty
             session.query(DagModel).filter(DagModel.dag_id == "batch_scoring").update({"is_paused": False})
             session.query(AssetDagRunQueue).delete()
-        run = dag.test(run_conf={**common, **conf})
+        with steady_load(backend):
+            run = dag.test(run_conf={**common, **conf})
         assert str(run.state) == "success"
         decisions.append(run_results(dag.dag_id, run.run_id)["deploy_blue"]["decision"])
         seen.append([e["decision"] for e in events()[0]])
