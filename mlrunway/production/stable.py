@@ -245,14 +245,41 @@ def aliased(backend: Backend, name: str, alias: str) -> ModelVersion | None:
     return max(holders, key=lambda m: m.tags[tag]) if holders else None
 
 
+def restore_production(backend: Backend, endpoint: str) -> str | None:
+    """Traffic follows the record: when the model serving is not the one ``production`` names (a rollout cut short
+    after its last step, before its decision was recorded: the disk full, the task killed), the version
+    ``production`` names goes back to 100% if a slot still holds it, and the unrecorded one to 0% (cleanup then
+    deletes it). No decision, no promotion. Returns the model restored, or None."""
+    live = serving(backend, endpoint)
+    if live is None:
+        return None
+    name = live["model"].partition(":")[0]
+    holder = aliased(backend, name, "production")
+    recorded = f"{holder.name}:{holder.version}" if holder else None
+    if recorded is None or live["model"] == recorded:
+        return None
+    slots = {d.name: d.model for d in backend.endpoints.list_deployments(endpoint) if d.name in SLOTS}
+    slot = next((s for s, model in slots.items() if model == recorded), None)
+    if slot is None:
+        log.warning("endpoint %s: %s serves but production names %s, which no slot holds: left as it is", endpoint,
+                    live["model"], recorded)
+        return None
+    log.warning("endpoint %s: %s serves, but no decision recorded it (a rollout cut short); %s, the production "
+                "model, goes back to 100%%", endpoint, live["model"], recorded)
+    rollout.apply(backend, endpoint, {s: 100 if s == slot else 0 for s in slots}, {}, slots)
+    return recorded
+
+
 def clean_up(backend: Backend, endpoint: str, holder: str) -> list[str]:
-    """Delete the slots left with no traffic (the loser, or the old champion after a promotion), never the
-    endpoint; give the lease back. A rollout another run holds is left alone."""
+    """Put the production model back where a rollout was cut short (:func:`restore_production`), delete the slots
+    left with no traffic (the loser, or the old champion after a promotion), never the endpoint; give the lease
+    back. A rollout another run holds is left alone."""
     if backend.endpoints.lease(endpoint, holder, 60.0) is not None:
         log.info("endpoint %s: another run's rollout holds it; its cleanup deletes nothing", endpoint)
         return []
     deleted = []
     try:
+        restore_production(backend, endpoint)
         info = backend.endpoints.get(endpoint)
         for deployment in backend.endpoints.list_deployments(endpoint):
             name = deployment.name

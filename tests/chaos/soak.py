@@ -195,11 +195,19 @@ class Rollouts(threading.Thread):
             except Exception as exc:  # a fault mid-rollout: the task fails, as in Airflow; cleanup still runs
                 self.results.append({"decision": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]})
             finally:
-                with contextlib.suppress(Exception):
-                    stable.clean_up(self.backend, ENDPOINT, f"soak-run-{count}")
+                self.clean_up(f"soak-run-{count}")
             with contextlib.suppress(MlrunwayError, OSError, ValueError):  # a fault now: checked after the next one
-                self.broken += self.at_rest(self.results[-1])
+                self.broken += [line for line in self.at_rest(self.results[-1]) if line not in self.broken[-3:]]
             self.stopping.wait(1.0)
+
+    def clean_up(self, holder: str) -> None:
+        """The DAG's cleanup task, retried as Airflow retries it (a fault may fail a try) for up to a minute."""
+        for _ in range(30):
+            try:
+                stable.clean_up(self.backend, ENDPOINT, holder)
+                return
+            except (MlrunwayError, OSError, ValueError):
+                self.stopping.wait(2.0)
 
     def at_rest(self, result: dict[str, Any]) -> list[str]:
         """Between two rollouts: the alias names what serves; a promotion had its evidence; no half-written

@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from mlrunway.airflow.triggers import WindowTrigger
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
-from mlrunway.backend.types import DeploymentMetrics
+from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError
 from mlrunway.production import stable
 from operators import CleanupOperator, DeployBlueOperator
@@ -285,3 +285,18 @@ def test_the_dags_own_timetable_tells_a_catch_up_run_from_the_newest():
     latest = now.replace(hour=0, minute=0, second=0, microsecond=0)
     latest -= timedelta(days=(latest.weekday() + 1) % 7)  # @weekly's latest run: the last Sunday 00:00
     assert task.not_newest(context(latest)) is None
+
+
+def test_a_rollout_cut_short_before_its_decision_was_recorded_gives_production_back_at_cleanup(registered, team):
+    """Found by the soak: a full disk as the decision was written left the challenger serving 100% and the
+    production alias on the champion; the record and what serves disagreed for good. Cleanup now puts the
+    production model back (no decision, no promotion) and deletes the unrecorded challenger."""
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    fake.endpoints.create_or_update_deployment(ENDPOINT, "green", DeploymentSettings(model="m:2", code_dir=str(team)))
+    fake.endpoints.set_traffic(ENDPOINT, {"blue": 0, "green": 100})  # the last step, and then the task died
+    assert stable.serving(fake, ENDPOINT)["model"] == "m:2" and stable.aliased(fake, "m", "production").version == 1
+    CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk", endpoint_name=ENDPOINT).execute(
+        {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance()})
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
+    assert stable.serving(fake, ENDPOINT) == {"deployment": "blue", "model": "m:1"}
