@@ -150,6 +150,8 @@ class Traffic(threading.Thread):
         super().__init__(daemon=True)
         self.backend, self.stopping = backend, threading.Event()
         self.answers: dict[str, int] = {}  # by status code (0: no answer), as JSON keeps them
+        self.began, self.served = time.monotonic(), False
+        self.failures: list[str] = []  # the first 50 answers that were not 200: when, and what
 
     def run(self) -> None:
         while not self.stopping.wait(0.05):
@@ -161,12 +163,16 @@ class Traffic(threading.Thread):
                 "Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"})
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
-                    code = response.status
+                    code, why = response.status, ""
             except urllib.error.HTTPError as exc:
-                code = exc.code
-            except OSError:
-                code = 0
+                code, why = exc.code, exc.read()[:100].decode(errors="replace")
+            except OSError as exc:
+                code, why = 0, str(exc)[:100]
             self.answers[str(code)] = self.answers.get(str(code), 0) + 1
+            self.served = self.served or code == 200
+            if code != 200 and len(self.failures) < 50:
+                when = "" if self.served else " (before the first 200)"
+                self.failures.append(f"{time.monotonic() - self.began:.1f} s{when}: {code} {why}")
 
 
 class Rollouts(threading.Thread):
@@ -614,6 +620,7 @@ def run(results: Path, *, faults: int, seed: int, chunk_s: float, tmpfs: bool = 
             results_ = soak.rollouts.results
             chunk.update(to=record["done"], seconds=round(time.monotonic() - begun), jobs=workload,
                          rollouts=_tally(d["decision"] for d in results_), answers=soak.traffic.answers,
+                         failed_answers=soak.traffic.failures,
                          rollout_errors=sorted({d["reason"][:160] for d in results_ if d["decision"] == "error"}))
             record["chunks"].append(chunk)
             _save(results, record)
