@@ -16,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure,bench]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure]"
 	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps docker-compose==1.29.2 -d $(VENV)/compose-schema
 	# Debian's Chromium for the browser test (playwright drives it; it downloads no browser of its own).
@@ -39,9 +39,11 @@ test-fast: check
 
 # Outside CI: the soak's long profile (tests/chaos/soak.py), 1,000 random faults against a running workload, in
 # chunks of under an hour (each its own process; an interrupted run goes on from tests/chaos/results/soak.json).
-# Exits 1 when an invariant broke; the results file lists each with its fault and seed.
+# Exits 1 when an invariant broke; the results file lists each with its fault and seed. Then the tests marked
+# long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog).
 SOAK_FAULTS ?= 1000
 test-long: soak
+	$(PY) -m pytest -m long
 
 soak: $(STAMP)
 	@rc=3; while [ $$rc -eq 3 ]; do $(PY) -m tests.chaos.soak --faults $(SOAK_FAULTS) --chunk-s 3000; rc=$$?; done; \

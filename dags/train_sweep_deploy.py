@@ -37,7 +37,8 @@ P = "{{ params.%s }}"
 # The tutorial's command: the example's own script and flags, given here as any team would give its own.
 TUTORIAL_COMMAND = ("python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
                     "--learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}")
-EXPRESSIONS = ["choice", "uniform", "loguniform", "quniform", "qloguniform", "normal", "lognormal", "randint"]
+EXPRESSIONS = ["choice", "uniform", "loguniform", "quniform", "qloguniform", "normal", "lognormal", "qnormal",
+               "qlognormal", "randint"]
 
 
 def training_job(params: dict) -> dict:
@@ -57,6 +58,9 @@ def search_space(params: dict) -> dict:
     if params.get("search_space"):
         return params["search_space"]
     (lr_low, lr_high), (m_low, m_high) = (params["lr_min"], params["lr_max"]), (params["momentum_min"], params["momentum_max"])
+    if params["sampling"] == "bayesian":  # Azure's rule: choice, uniform and quniform only
+        return {"learning_rate": {"type": "uniform", "min_value": lr_low, "max_value": lr_high},
+                "momentum": {"type": "uniform", "min_value": m_low, "max_value": m_high}}
     if params["sampling"] == "grid":
         def spread(low: float, high: float) -> dict:
             return {"type": "choice", "values": [round(low + (high - low) * i / 2, 6) for i in range(3)]}
@@ -66,8 +70,18 @@ def search_space(params: dict) -> dict:
             "momentum": {"type": "uniform", "min_value": m_low, "max_value": m_high}}
 
 
+def sampling_algorithm(params: dict) -> dict:
+    """The form's choice in azure-ai-ml's object form: sobol is the random algorithm's other rule."""
+    if params["sampling"] == "sobol":
+        return {"type": "random", "rule": "sobol"}
+    return {"type": params["sampling"]}
+
+
 def early_termination(params: dict) -> dict:
-    """The form's policy (``{"type": "none"}`` for none), else the tutorial's Bandit from its three fields."""
+    """The form's policy (``{"type": "none"}`` for none), else the tutorial's Bandit from its three fields (none
+    with bayesian sampling, which takes no policy)."""
+    if not params.get("early_termination") and params["sampling"] == "bayesian":
+        return {"type": "none"}
     return params.get("early_termination") or {
         "type": "bandit", "slack_factor": params["slack_factor"], "evaluation_interval": params["evaluation_interval"],
         "delay_evaluation": params["delay_evaluation"]}
@@ -76,7 +90,7 @@ def early_termination(params: dict) -> dict:
 def sweep_arguments(params: dict) -> dict:
     return {"trial": training_job(params), "search_space": search_space(params),
             "objective": {"primary_metric": params["primary_metric"], "goal": params["goal"]},
-            "sampling_algorithm": params["sampling"], "seed": params["seed"],
+            "sampling_algorithm": sampling_algorithm(params), "seed": params["seed"],
             "limits": {"max_total_trials": params["max_trials"], "max_concurrent_trials": params["max_concurrent_trials"]},
             "early_termination": early_termination(params)}
 
@@ -114,7 +128,7 @@ with DAG(
     max_active_runs=2,
     render_template_as_native_obj=True,
     user_defined_macros={"training_job": training_job, "search_space": search_space,
-                         "early_termination": early_termination},
+                         "sampling_algorithm": sampling_algorithm, "early_termination": early_termination},
     tags=["mlrunway", "pytorch"],
     params={
         "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, section=CODE,
@@ -149,7 +163,9 @@ with DAG(
         "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, section=SWEEP, description="Largest learning rate."),
         "momentum_min": Param(0.5, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Smallest momentum."),
         "momentum_max": Param(0.95, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Largest momentum."),
-        "sampling": Param("random", enum=["random", "grid"], section=SWEEP, description="Random (seeded) or a grid."),
+        "sampling": Param("random", enum=["random", "sobol", "grid", "bayesian"], section=SWEEP,
+                          description="Random (seeded), a scrambled Sobol sequence (seeded), a grid, or bayesian "
+                                      "(uniform ranges, no early termination)."),
         "seed": Param(0, type="integer", minimum=0, section=SWEEP, description="Seed of random sampling."),
         "max_trials": Param(8, type="integer", minimum=1, maximum=100, section=SWEEP, description="Trials at most."),
         "max_concurrent_trials": Param(2, type="integer", minimum=1, maximum=16, section=SWEEP, description="Trials at once."),
@@ -205,7 +221,7 @@ with DAG(
     train = TrainModelOperator(task_id="train", job=job, pre_execute=preflight, **common)
     sweep = SweepOperator(
         task_id="sweep", trial=job, search_space="{{ search_space(params) }}",
-        objective={"primary_metric": P % "primary_metric", "goal": P % "goal"}, sampling_algorithm=P % "sampling",
+        objective={"primary_metric": P % "primary_metric", "goal": P % "goal"}, sampling_algorithm="{{ sampling_algorithm(params) }}",
         seed=P % "seed", limits={"max_total_trials": P % "max_trials", "max_concurrent_trials": P % "max_concurrent_trials"},
         early_termination="{{ early_termination(params) }}", **common,
     )

@@ -122,16 +122,17 @@ def plot_curves(report: SweepReport) -> bytes:
             continue
         epochs = range(1, len(trial.history) + 1)
         chosen = trial.name == report.best_trial
-        note = " (chosen)" if chosen else f" (stopped at {len(trial.history)})" if trial.stopped_early else ""
+        decided = len(trial.judged)  # a stopped trial: the interval it was stopped at; it may have run on
+        note = " (chosen)" if chosen else f" (stopped at {decided}, ran {len(trial.history)})" if trial.stopped_early else ""
         (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4,
                           label=_short(trial.name, index) + note)
-        if trial.stopped_early:
-            ax.plot(len(trial.history), trial.history[-1], "x", color=line.get_color(), markersize=10,
+        if trial.stopped_early and decided:
+            ax.plot(decided, trial.history[decided - 1], "x", color=line.get_color(), markersize=10,
                     markeredgewidth=2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(report.objective.primary_metric)
-    ax.set_title(f"{report.sweep}: x = stopped by early termination")
+    ax.set_title(f"{report.sweep}: x = the interval early termination stopped it at")
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8, loc="lower right" if report.objective.goal == "maximize" else "upper right")
@@ -174,7 +175,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
     for place, trial in enumerate(rank(report.trials, report.objective), start=1):
         score = trial_score(trial, report.objective)
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
-        why = trial.early_termination["reason"] if trial.early_termination else (trial.error or "").split("\n")[0]
+        why = trial.note
         chosen = ' class="chosen"' if trial.name == report.best_trial else ""
         rows.append(f"<tr{chosen}><td>{place}</td><td>{e(trial.name)}</td><td>{e(trial.status.value)}</td>"
                     f"<td>{'-' if score is None else f'{score:.4f}'}</td><td>{len(trial.history)}</td>"

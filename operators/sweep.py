@@ -8,7 +8,7 @@ from airflow.sdk import Context
 
 from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
-from mlrunway.specs import CommandJobSpec, Objective, SweepSpec, check, vocabulary
+from mlrunway.specs import CommandJobSpec, Objective, SweepSpec, vocabulary
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
 from mlrunway.sweep.leaderboard import format_leaderboard, trial_score
 from operators._job import MlrunwayJobOperator
@@ -19,11 +19,10 @@ def sweep_spec(*, trial: Any, search_space: Any, objective: Any, sampling_algori
                data_interval: tuple[str, str] | None = None) -> SweepSpec:
     """The sweep the operator's (rendered) arguments describe, in azure-ai-ml's words; a pure function, so a
     preflight builds it from a run's params before any job starts."""
-    sampling: Any = check.one_of("sampling_algorithm", str(sampling_algorithm), ("random", "grid", "bayesian"))
     return SweepSpec(
         trial=vocabulary.command_job(trial, "trial").with_data_interval(data_interval),
         search_space=vocabulary.search_space(search_space), objective=vocabulary.objective(objective),
-        sampling_algorithm=sampling, seed=None if seed in (None, "") else int(seed),
+        sampling_algorithm=sampling_algorithm, seed=None if seed in (None, "") else int(seed),
         limits=vocabulary.limits(limits), early_termination=vocabulary.early_termination(early_termination),
     )
 
@@ -39,8 +38,9 @@ class SweepOperator(MlrunwayJobOperator):
         lognormal, randint, as ``azure.ai.ml.sweep``.
     :param objective: ``{"primary_metric": "val_loss", "goal": "minimize"}``; the script logs the metric once
         per epoch (one interval).
-    :param sampling_algorithm: ``random``, ``grid`` (choice only) or ``bayesian`` (Azure ML only).
-    :param seed: random sampling's seed.
+    :param sampling_algorithm: ``random``, ``grid`` (choice only) or ``bayesian`` (Azure ML only); or
+        azure-ai-ml's object form, ``{"type": "random", "rule": "sobol", "seed": 999, "logbase": "e"}``.
+    :param seed: random sampling's seed (or the object form's).
     :param limits: ``max_total_trials``, ``max_concurrent_trials``, ``timeout``, ``trial_timeout`` (seconds).
     :param early_termination: ``{"type": "bandit", "slack_factor": 0.15, "evaluation_interval": 1,
         "delay_evaluation": 10}``, ``median_stopping``, ``truncation_selection``, or None.
@@ -53,7 +53,7 @@ class SweepOperator(MlrunwayJobOperator):
                        "sampling_algorithm", "seed", "limits", "early_termination")
 
     def __init__(self, *, trial: dict[str, Any] | CommandJobSpec, search_space: dict[str, Any],
-                 objective: dict[str, Any], sampling_algorithm: str = "random", seed: int | str | None = None,
+                 objective: dict[str, Any], sampling_algorithm: str | dict[str, Any] = "random", seed: int | str | None = None,
                  limits: dict[str, Any] | None = None, early_termination: dict[str, Any] | None = None,
                  max_wait_s: float = 7200, **kwargs: Any) -> None:
         super().__init__(max_wait_s=max_wait_s, **kwargs)
@@ -103,7 +103,7 @@ class TrialReporter:
         for trial in self.operator.backend.jobs.sweep_result(self.name).trials:
             if trial.status.is_terminal() and trial.name not in self.reported:
                 self.reported.add(trial.name)
-                why = trial.early_termination["reason"] if trial.early_termination else trial.error or ""
+                why = trial.note
                 score = trial_score(trial, self.objective)
                 best = "-" if score is None else f"{score:.4f}"
                 self.operator.log.info("Trial %s %s after %d epochs, best %s %s", trial.name, trial.status.value,

@@ -103,7 +103,9 @@ CASES = [
     ("negative-timeout", lambda c: SweepLimits(max_total_trials=2, timeout=-5), "timeout"),
     ("bad-goal", lambda c: Objective(primary_metric="acc", goal="up"), "goal"),
     ("empty-metric", lambda c: Objective(primary_metric="", goal="maximize"), "primary_metric"),
-    ("bayesian-locally", lambda c: c.sweep(sampling_algorithm="bayesian"), "sampling_algorithm"),
+    ("bayesian-with-a-policy", lambda c: c.sweep(sampling_algorithm="bayesian",
+                                                 early_termination=BanditPolicy(slack_factor=0.1)), "early_termination"),
+    ("sobol-on-a-grid", lambda c: c.sweep(sampling_algorithm={"type": "grid", "rule": "sobol"}), "sampling_algorithm.rule"),
     # data and code
     ("missing-data-folder", lambda c: c.preflight(data_dir=str(c.tmp / "nowhere")), "data_dir"),
     ("empty-data-folder", lambda c: c.preflight(data_dir=c.folder({})), "data_dir"),

@@ -81,6 +81,9 @@ def expression(expr: space.SearchExpression) -> Any:
     if isinstance(expr, (space.Normal, space.LogNormal)):
         normal: type[azsweep.Normal] = azsweep.Normal if isinstance(expr, space.Normal) else azsweep.LogNormal
         return normal(mu=expr.mu, sigma=expr.sigma)
+    if isinstance(expr, (space.QNormal, space.QLogNormal)):
+        qnormal: type[azsweep.QNormal] = azsweep.QNormal if isinstance(expr, space.QNormal) else azsweep.QLogNormal
+        return qnormal(mu=expr.mu, sigma=expr.sigma, q=expr.q)  # type: ignore[arg-type]
     if isinstance(expr, (space.QUniform, space.QLogUniform)):
         quantized: type[azsweep.QUniform] = azsweep.QUniform if isinstance(expr, space.QUniform) else azsweep.QLogUniform
         # The SDK annotates q as int; the REST spec and the service take any positive number.
@@ -106,9 +109,9 @@ def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None =
               environment: Any = None, instance_type: str | None = None) -> Sweep:
     """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
     trial = command_job(spec.trial, compute=compute, environment=environment, instance_type=instance_type)
-    sampling: Any = spec.sampling_algorithm
-    if spec.sampling_algorithm == "random" and spec.seed is not None:
-        sampling = RandomSamplingAlgorithm(seed=spec.seed, rule="random")
+    sampling: Any = spec.sampling.type
+    if sampling == "random":  # the rule and logbase as given; Azure samples
+        sampling = RandomSamplingAlgorithm(seed=spec.seed, rule=spec.sampling.rule, logbase=spec.sampling.logbase)
     job: Sweep = trial(**{k: expression(v) for k, v in spec.search_space.items()}).sweep(
         compute=compute or spec.trial.compute,
         sampling_algorithm=sampling,

@@ -167,6 +167,25 @@ class TrialInfo:
         stop = self.early_termination
         return stop is not None and stop.get("applied", True) is not False
 
+    @property
+    def judged(self) -> tuple[float, ...]:
+        """The values its score comes from: for a trial the policy stopped, those up to the interval it was
+        stopped at (it may have logged more before the cancel landed; ``history`` holds all it logged), so the
+        score does not depend on how fast a cancel lands; for any other trial, all of them."""
+        if not self.stopped_early:
+            return self.history
+        return self.history[: int(self.early_termination["interval"])]  # type: ignore[index]
+
+    @property
+    def note(self) -> str:
+        """One line on why it ended: the policy's decision with the intervals it ran, or the first line of the error."""
+        stop = self.early_termination
+        if stop is None:
+            return (self.error or "").split("\n")[0]
+        if not self.stopped_early:
+            return str(stop["reason"])
+        return f"stopped at interval {stop['interval']}, {len(self.history)} logged: {stop['reason']}"
+
     def to_dict(self) -> dict[str, Any]:
         data = dict(vars(self))
         data["status"] = self.status.value

@@ -1,9 +1,17 @@
 """Early-termination decisions as pure functions over the trials' metric histories.
 
 Each logged value of the primary metric is one interval. A policy is applied at every multiple of
-``evaluation_interval`` that is >= ``delay_evaluation``. :func:`evaluate` replays the intervals in order: at
-each evaluation point it compares the trials that have reached it and are not already stopped, so the same
-function serves the live sweep controller and an offline reference computation.
+``evaluation_interval`` that is >= ``delay_evaluation``.
+
+Two ways to choose whom a trial is compared with:
+
+- :func:`evaluate` replays the intervals in order: at each evaluation point it compares every trial that has
+  reached it and is not already stopped. That is Azure ML's picture with all curves known in advance; live,
+  the service judges as metrics arrive, so what a trial is compared with depends on timing.
+- :func:`evaluate_in_order` is the local controller's rule, which repeats: trial *i* is judged at interval *k*
+  against trials 0..i-1 (the ones that started before it), each as far as it got by *k* (a stopped one up to
+  where it was stopped). :func:`decide` is one such judgement; the controller waits, within a bound, for the
+  earlier trials still short of *k*, so CPU contention and restarts do not change what is decided.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from mlrunway.early_termination import bandit, median, truncation
 from mlrunway.early_termination._common import Goal, Termination, best_so_far
 from mlrunway.specs.policies import BanditPolicy, EarlyTerminationPolicy, MedianStoppingPolicy
 
-__all__ = ["Goal", "Termination", "applies_at", "best_so_far", "evaluate", "evaluation_points"]
+__all__ = ["Goal", "Termination", "applies_at", "best_so_far", "decide", "evaluate", "evaluate_in_order",
+           "evaluation_points"]
 
 
 def _first_point(evaluation_interval: int, delay_evaluation: int) -> int:
@@ -42,12 +51,41 @@ def evaluate(
     stopped: dict[str, Termination] = {}
     for k in evaluation_points(policy, longest):
         active = {t: h[:k] for t, h in histories.items() if len(h) >= k and t not in stopped}
-        if not active:
-            continue
-        if isinstance(policy, BanditPolicy):
-            stopped.update(bandit.decide_at(policy, active, goal, k, histories))
-        elif isinstance(policy, MedianStoppingPolicy):
-            stopped.update(median.decide_at(policy, active, goal, k, histories))
-        else:
-            stopped.update(truncation.decide_at(policy, active, goal, k, histories))
+        if active:
+            stopped.update(_decide_at(policy, active, goal, k, histories))
+    return stopped
+
+
+def _decide_at(policy: EarlyTerminationPolicy, active: Mapping[str, Sequence[float]], goal: Goal, k: int,
+               everyone: Mapping[str, Sequence[float]]) -> dict[str, Termination]:
+    if isinstance(policy, BanditPolicy):
+        return bandit.decide_at(policy, active, goal, k, everyone)
+    if isinstance(policy, MedianStoppingPolicy):
+        return median.decide_at(policy, active, goal, k, everyone)
+    return truncation.decide_at(policy, active, goal, k, everyone)
+
+
+def decide(policy: EarlyTerminationPolicy, cohort: Mapping[str, Sequence[float]], goal: Goal, k: int,
+           trial: str) -> Termination | None:
+    """Whether ``trial`` stops at interval ``k``, judged against ``cohort``: the trials that started before it
+    and itself, in start order, each with the values it logged (a stopped one's up to where it was stopped).
+    Those that reached ``k`` are compared at ``k``; the median's running averages take every trial's first
+    ``k`` values, or all it has."""
+    active = {t: h[:k] for t, h in cohort.items() if len(h) >= k}
+    return _decide_at(policy, active, goal, k, cohort).get(trial) if trial in active else None
+
+
+def evaluate_in_order(
+    policy: EarlyTerminationPolicy, histories: Mapping[str, Sequence[float]], goal: Goal
+) -> dict[str, Termination]:
+    """The local controller's decisions from complete curves, ``histories`` in start order: each trial judged
+    at each evaluation point against the ones before it, as far as they got (see :func:`decide`)."""
+    judged: dict[str, Sequence[float]] = {}
+    stopped: dict[str, Termination] = {}
+    for trial, values in histories.items():
+        judged[trial] = values
+        for k in evaluation_points(policy, len(values)):
+            if (stop := decide(policy, judged, goal, k, trial)) is not None:
+                stopped[trial], judged[trial] = stop, values[:k]
+                break
     return stopped

@@ -24,7 +24,7 @@ from typing import Any
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
-from mlrunway.errors import NotFound, NotSupportedOnBackend, SpecError
+from mlrunway.errors import NotFound, SpecError
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, kill_marked
@@ -56,25 +56,24 @@ class LocalJobs:
         check_size("command_job.code", code, snapshot_files(code, exclude=[self.workspace.root]))
         _absolute_inputs(spec)
 
-    def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None) -> JobInfo:
-        """Start ``spec`` as job ``name``, or return the job already under that name."""
+    def submit(self, name: str, spec: CommandJobSpec, *, parent_run_id: str | None = None,
+               mlflow_run: tuple[str, str] | None = None) -> JobInfo:
+        """Start ``spec`` as job ``name``, or return the job already under that name. ``mlflow_run``, the
+        (experiment id, run id) of a run created for it beforehand (a sweep's trial: its controller has MLflow
+        loaded), spares the supervisor importing MLflow before the script starts."""
         check.job_name("job.name", name)
         if (existing := self._find(name)) is not None:
             return existing
         check_runnable(spec)
         code = _existing_folder("command_job.code", spec.code)
         spec = replace(spec, code=str(code), inputs=_absolute_inputs(spec))
-        return self._create(name, "command", spec, {"parent_run_id": parent_run_id}, code)
+        return self._create(name, "command", spec, {"parent_run_id": parent_run_id, "mlflow_run": mlflow_run}, code)
 
     def submit_sweep(self, name: str, sweep: SweepSpec, *, poll_s: float = 1.0) -> JobInfo:
         """Start a sweep: a parent job whose controller process runs and judges the trials every ``poll_s``."""
         check.job_name("sweep.name", name)
         if (existing := self._find(name)) is not None:
             return existing
-        if sweep.sampling_algorithm == "bayesian":
-            raise NotSupportedOnBackend(
-                "sweep.sampling_algorithm: 'bayesian' runs on the Azure ML backend only; use 'random' or 'grid' locally"
-            )
         check_runnable(sweep.trial)
         code = _existing_folder("sweep.trial.code", sweep.trial.code)
         sweep = replace(sweep, trial=replace(sweep.trial, code=str(code), inputs=_absolute_inputs(sweep.trial)))

@@ -35,9 +35,11 @@ __all__ = ["SUBMIT_LOCK", "reconcile", "submitter_holds"]
 def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
     """The job's status now; a job whose supervisor is gone (or never came) is ended with the reason."""
     status = state.status()
-    if JobStatus(status["status"]).is_terminal():
-        return status
     supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
+    if JobStatus(status["status"]).is_terminal():
+        if status.get("run_open") and (supervisor is None or not supervisor.alive()):
+            _close_run(state, workspace, status)  # it died between recording the end and closing the run
+        return status
     if supervisor is None:
         if submitter_holds(state.dir):
             return status
@@ -85,10 +87,18 @@ def _end(state: JobState, workspace: Workspace, status: str, error: str | None, 
         log.warning("Job %s: its end (%s) could not be recorded yet: %s", state.dir.name, status, exc)
         return {**state.status(), **ended}
     current = state.status()
-    if current["status"] == status and (run_id := current.get("mlflow_run_id")):
-        with contextlib.suppress(Exception):  # the store being unavailable must not hide the job's status
-            from mlrunway.local import tracking
-
-            tracking.end_run(workspace, run_id, status)
+    if current["status"] == status:
+        _close_run(state, workspace, current)
     log.info("Job %s reconciled: %s (%s)", state.dir.name, current["status"], current.get("error"))
     return current
+
+
+def _close_run(state: JobState, workspace: Workspace, status: dict[str, Any]) -> None:
+    """End the job's MLflow run as its status says; the store being unavailable must not hide the status."""
+    if not (run_id := status.get("mlflow_run_id")):
+        return
+    from mlrunway.local import tracking
+
+    with contextlib.suppress(Exception):
+        tracking.end_run_quickly(workspace, run_id, status["status"])
+        state.update(run_open=False)

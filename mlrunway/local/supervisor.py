@@ -149,7 +149,8 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
         if timeout is not None and time.monotonic() - started > timeout:
             terminate_group(pgid, procs, grace_s)
             return "Canceled", f"timed out after {timeout:g} s (timeout)", True
-        time.sleep(POLL_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # returns as soon as the leader exits
+            procs[0].wait(timeout=POLL_S)
     terminate_group(pgid, procs, 0)  # reap strays the job left behind in its group
     failed = next((p for p in procs if p.returncode), None)
     if failed is None:
@@ -174,6 +175,8 @@ def run(job_dir: Path) -> str:
     spec = CommandJobSpec.from_dict(job["spec"])
     if (resumed := state.status().get("mlflow_run_id")) is not None:  # recovered: the job's run goes on
         experiment_id, run_id = tracking.resume_run(workspace, resumed)
+    elif job.get("mlflow_run"):  # created by the submitter (a sweep's controller): no MLflow import on this path
+        experiment_id, run_id = job["mlflow_run"]
     else:
         experiment_id, run_id = tracking.start_run(workspace, job["name"], spec.experiment_name,
                                                    job.get("parent_run_id"))
@@ -206,14 +209,15 @@ def run(job_dir: Path) -> str:
                "killed": killed}
     state.record_outcome(outcome)  # first: what is known now survives whatever fails below
     try:
-        tracking.end_run(workspace, run_id, status)
-    except Exception as exc:  # noqa: BLE001 - the store (a full disk): a reader ends the run when it can
-        log.warning("the job's MLflow run %s could not be ended %s: %s", run_id, status, exc)
-    try:
-        state.update(**outcome)
+        state.update(**outcome, run_open=True)  # readers see the end now (a sweep refills the slot)
     except OSError as exc:  # the outcome stays in outcome.json; the next read records it from there
         log.error("the job's outcome (%s) could not be written to its status: %s; it is kept in %s", status, exc,
                   state.outcome_file)
+    try:
+        tracking.end_run_quickly(workspace, run_id, status)
+        state.update(run_open=False)
+    except Exception as exc:  # noqa: BLE001 - the store (a full disk): a reader ends the run when it can
+        log.warning("the job's MLflow run %s could not be ended %s: %s", run_id, status, exc)
     return status
 
 

@@ -13,11 +13,13 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.errors import NotFound
 from mlrunway.local import tracking
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.jobs import LocalJobs
@@ -28,6 +30,9 @@ from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
 SWEEP_RESULT = "sweep.json"
+Stamp = tuple[int, int] | None  # a file's mtime and size, None while it does not exist
+WATCH_S = 0.05  # how often the controller looks for a change while it waits: a stat of a few files
+MIN_REFRESH_S = 0.25  # the least time between two refreshes, however often the trials log
 
 
 class LocalTrialRunner:
@@ -40,13 +45,45 @@ class LocalTrialRunner:
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
         self.tracking = tracking.client(jobs.workspace)
+        self.watched: set[str] = set()  # the trials whose folders may still change
+        self.seen: tuple[tuple[Stamp, ...], tuple[Stamp, ...]] = ((), ())
 
     def start(self, name: str, params: dict[str, Any]) -> None:
-        self.jobs.submit(name, self.trial.with_inputs(**params), parent_run_id=self.parent_run_id)
+        """Submit the trial with its MLflow run already created (this process has MLflow loaded; its supervisor
+        then starts the script without importing it). A trial a dead controller had submitted is left as is."""
+        try:
+            self.jobs.get(name)
+        except NotFound:
+            run = tracking.start_run(self.jobs.workspace, name, self.trial.experiment_name, self.parent_run_id)
+            self.jobs.submit(name, self.trial.with_inputs(**params), parent_run_id=self.parent_run_id, mlflow_run=run)
+        self.watched.add(name)
 
     def poll(self, name: str) -> tuple[JobStatus, str | None]:
         info = self.jobs.get(name)
+        if info.status.is_terminal():
+            self.watched.discard(name)
+        else:
+            self.watched.add(name)  # adopted from a dead controller's record
         return info.status, info.error
+
+    def wait_for_change(self, seconds: float) -> None:
+        """The controller's sleep: up to ``seconds``, over as soon as a trial's status changes (its folder
+        does: a freed slot is refilled when its trial ends, not on the next poll), or a trial logs a metric (the
+        tracking store's files change), the latter never sooner than MIN_REFRESH_S after the last wait ended,
+        however often the trials log. So a decision lands a fraction of a second after the value it needs."""
+        start = time.monotonic()
+        now = self.seen
+        while (left := start + seconds - time.monotonic()) > 0:
+            time.sleep(min(WATCH_S, left))
+            now = self._signature()
+            if now[0] != self.seen[0] or (now[1] != self.seen[1] and time.monotonic() - start >= MIN_REFRESH_S):
+                break
+        self.seen = now
+
+    def _signature(self) -> tuple[tuple[Stamp, ...], tuple[Stamp, ...]]:
+        root = self.jobs.workspace.root
+        folders = tuple(_stamp(self.jobs.workspace.job_dir(name)) for name in sorted(self.watched))
+        return folders, (_stamp(root / "mlflow.db"), _stamp(root / "mlflow.db-wal"))
 
     def history(self, name: str) -> list[float]:
         run_id = self.jobs.get(name).mlflow_run_id
@@ -64,6 +101,14 @@ class LocalTrialRunner:
         return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))
 
 
+def _stamp(path: Path) -> Stamp:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
     """Give each concurrent trial its share of the cores (on Azure each trial has a node of its own);
     without it every trial's PyTorch and ONNX Runtime start one thread per core and they fight."""
@@ -79,7 +124,9 @@ def recorded(path: Path) -> SweepOutcome:
         return SweepOutcome()
     data = read_json(path)
     trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
-    return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"))
+    # A record without a sampler version was started by version 1, and keeps drawing with it.
+    return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"),
+                        sampler_version=int(data.get("sampler_version", 1)), seed=data.get("seed"))
 
 
 def main(job_dir: Path) -> int:
@@ -94,9 +141,15 @@ def main(job_dir: Path) -> int:
     def record(outcome: SweepOutcome) -> None:
         write_json(result, {"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()})
 
+    runner = LocalTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID"))
+    outcome = recorded(result)
+    source = None
+    if sweep.sampling.type == "bayesian":
+        from mlrunway.local.bayesian import OptunaSearch
+
+        source = OptunaSearch(jobs.workspace, job["name"], sweep, recorded=outcome.trials)
     controller = SweepController(
-        outcome=recorded(result),
-        spec=sweep, runner=LocalTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID")), name=job["name"],
+        outcome=outcome, source=source, spec=sweep, runner=runner, name=job["name"], sleep=runner.wait_for_change,
         poll_s=float(job.get("poll_s", 1.0)), on_update=record, stop_requested=lambda: canceled[0] if canceled else None,
     )
     outcome = controller.run()

@@ -14,12 +14,14 @@ from mlrunway.specs.search_space import (
     LogNormal,
     LogUniform,
     Normal,
+    QLogNormal,
     QLogUniform,
+    QNormal,
     QUniform,
     Randint,
     Uniform,
 )
-from mlrunway.specs.sweep import Objective, SweepLimits, SweepSpec
+from mlrunway.specs.sweep import Objective, SamplingAlgorithm, SweepLimits, SweepSpec
 
 __all__ = [
     "BanditPolicy",
@@ -34,9 +36,12 @@ __all__ = [
     "Objective",
     "Output",
     "PyTorchDistribution",
+    "QLogNormal",
     "QLogUniform",
+    "QNormal",
     "QUniform",
     "Randint",
+    "SamplingAlgorithm",
     "SweepLimits",
     "SweepSpec",
     "TensorFlowDistribution",

@@ -19,7 +19,9 @@ __all__ = [
     "LogNormal",
     "LogUniform",
     "Normal",
+    "QLogNormal",
     "QLogUniform",
+    "QNormal",
     "QUniform",
     "Randint",
     "SearchExpression",
@@ -39,6 +41,11 @@ def _bounds(field: str, low: Any, high: Any) -> None:
     low, high = check.number(f"{field}.min_value", low), check.number(f"{field}.max_value", high)
     if low >= high:
         raise check.fail(field, f"min_value {low} is not less than max_value {high}", "swap or widen the bounds")
+
+
+def _step(field: str, q: Any) -> None:
+    if check.number(f"{field}.q", q) <= 0:
+        raise check.fail(f"{field}.q", f"{q} is not positive", "pass a step q > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,8 +98,7 @@ class QUniform(_Expression):
 
     def validate(self, field: str) -> None:
         _bounds(field, self.min_value, self.max_value)
-        if check.number(f"{field}.q", self.q) <= 0:
-            raise check.fail(f"{field}.q", f"{self.q} is not positive", "pass a step q > 0")
+        _step(field, self.q)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +135,33 @@ class LogNormal(_Expression):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QNormal(_Expression):
+    """round(Normal(mu, sigma) / q) * q."""
+
+    kind: Literal["qnormal"] = "qnormal"
+    mu: float
+    sigma: float
+    q: float
+
+    def validate(self, field: str) -> None:
+        Normal.validate(self, field)  # type: ignore[arg-type]
+        _step(field, self.q)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QLogNormal(_Expression):
+    """round(exp(Normal(mu, sigma)) / q) * q."""
+
+    kind: Literal["qlognormal"] = "qlognormal"
+    mu: float
+    sigma: float
+    q: float
+
+    def validate(self, field: str) -> None:
+        QNormal.validate(self, field)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Randint(_Expression):
     """Integers in [0, upper)."""
 
@@ -139,10 +172,11 @@ class Randint(_Expression):
         check.positive_int(f"{field}.upper", self.upper)
 
 
-SearchExpression = Choice | Uniform | LogUniform | QUniform | QLogUniform | Normal | LogNormal | Randint
+SearchExpression = (Choice | Uniform | LogUniform | QUniform | QLogUniform | Normal | LogNormal | QNormal | QLogNormal
+                    | Randint)
 _KINDS: dict[str, type] = {
     cls.kind: cls
-    for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, Randint)
+    for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, QNormal, QLogNormal, Randint)
 }
 
 

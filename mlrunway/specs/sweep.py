@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -13,10 +14,80 @@ from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.policies import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
-__all__ = ["Objective", "SweepLimits", "SweepSpec"]
+__all__ = ["Objective", "SamplingAlgorithm", "SweepLimits", "SweepSpec"]
 
 Goal = Literal["maximize", "minimize"]
 SAMPLING = ("random", "grid", "bayesian")
+RULES = ("random", "sobol")
+BAYESIAN_EXPRESSIONS = ("choice", "uniform", "quniform")  # Azure ML's rule for bayesian sampling
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingAlgorithm:
+    """azure-ai-ml's ``sampling_algorithm``: ``"random"`` (``RandomSamplingAlgorithm(rule=, seed=, logbase=)``),
+    ``"grid"`` or ``"bayesian"``. The seed is the sweep's (``SweepSpec.seed``).
+
+    :param rule: ``random`` or ``sobol`` (a scrambled, seeded Sobol sequence); random sampling only.
+    :param logbase: the base of log-scaled expressions (``loguniform`` gives logbase**uniform(min, max)): a
+        positive number other than 1, or ``"e"`` (the default); random sampling only.
+    """
+
+    type: Literal["random", "grid", "bayesian"] = "random"
+    rule: Literal["random", "sobol"] = "random"
+    logbase: float | str | None = None
+
+    def __post_init__(self) -> None:
+        field_ = "sweep.sampling_algorithm"
+        check.one_of(f"{field_}.type", self.type, SAMPLING)
+        check.one_of(f"{field_}.rule", self.rule, RULES)
+        if self.type != "random" and (self.rule != "random" or self.logbase is not None):
+            raise check.fail(f"{field_}.{'rule' if self.rule != 'random' else 'logbase'}",
+                             f"applies to random sampling only, not {self.type}", "drop it, or use type 'random'")
+        if self.logbase is not None and self.logbase != "e":
+            try:
+                base = float(self.logbase)
+            except (TypeError, ValueError):
+                base = math.nan
+            if not (base > 0 and base != 1 and math.isfinite(base)):
+                raise check.fail(f"{field_}.logbase", f"{self.logbase!r} is not a base of logarithms",
+                                 'pass a positive number other than 1, e.g. 10, or "e"')
+            object.__setattr__(self, "logbase", base)
+
+    @property
+    def base(self) -> float:
+        """The base log-scaled expressions are drawn in."""
+        return math.e if self.logbase in (None, "e") else float(self.logbase)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "rule": self.rule, "logbase": self.logbase}
+
+    @classmethod
+    def parse(cls, value: Any) -> tuple[SamplingAlgorithm, int | None]:
+        """The algorithm and the seed it names, from ``"random"``, ``{"type": "random", "rule": "sobol", "seed":
+        999, "logbase": "e"}``, a SamplingAlgorithm, or azure-ai-ml's ``RandomSamplingAlgorithm`` and kin."""
+        if isinstance(value, SamplingAlgorithm):
+            return value, None
+        if isinstance(value, str):
+            return cls(type=check.one_of("sweep.sampling_algorithm", value.lower(), SAMPLING)), None  # type: ignore[arg-type]
+        if not isinstance(value, Mapping) and hasattr(value, "type"):  # the SDK's objects
+            value = {k: v for k, v in vars(value).items() if v is not None and not k.startswith("_")}
+        if not isinstance(value, Mapping):
+            raise check.fail("sweep.sampling_algorithm", f"{value!r} is not a sampling algorithm",
+                             'pass "random", "grid", "bayesian" or e.g. {"type": "random", "rule": "sobol", "seed": 7}')
+        data = {str(k): v for k, v in value.items()}
+        known = ("type", "rule", "seed", "logbase")
+        if unknown := sorted(set(data) - set(known)):
+            raise check.fail(f"sweep.sampling_algorithm.{unknown[0]}", "is not an argument of a sampling algorithm",
+                             f"use {list(known)}")
+        seed = None
+        if data.get("seed") not in (None, ""):
+            try:
+                seed = int(data["seed"])
+            except (TypeError, ValueError):
+                raise check.fail("sweep.sampling_algorithm.seed", f"{data['seed']!r} is not an integer",
+                                 "pass a whole number >= 0") from None
+        kind, rule = str(data.get("type") or "random").lower(), str(data.get("rule") or "random").lower()
+        return cls(type=kind, rule=rule, logbase=data.get("logbase") or None), seed  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,14 +127,16 @@ class SweepSpec:
 
     :param trial: the command job each trial runs, its search-space inputs replaced per trial.
     :param search_space: input name -> expression; each name must reach the command as ``${{inputs.name}}``.
-    :param sampling_algorithm: ``random``, ``grid`` (Choice only) or ``bayesian`` (Azure only).
-    :param seed: makes random sampling reproducible.
+    :param sampling_algorithm: ``random``, ``grid`` (Choice only) or ``bayesian`` (choice, uniform and
+        quniform only, no early termination, as on Azure); or azure-ai-ml's object form, ``{"type": "random",
+        "rule": "sobol", "seed": 999, "logbase": "e"}`` (see :class:`SamplingAlgorithm`).
+    :param seed: makes random sampling reproducible (the object form's seed lands here).
     """
 
     trial: CommandJobSpec
     search_space: Mapping[str, SearchExpression]
     objective: Objective
-    sampling_algorithm: Literal["random", "grid", "bayesian"] = "random"
+    sampling_algorithm: SamplingAlgorithm | Literal["random", "grid", "bayesian"] | Mapping[str, Any] = "random"
     seed: int | None = None
     limits: SweepLimits = field(default_factory=SweepLimits)
     early_termination: EarlyTerminationPolicy | None = None
@@ -80,14 +153,20 @@ class SweepSpec:
                     "never reaches the trial's command line",
                     f"add an argument such as --{name.replace('_', '-')} ${{{{inputs.{name}}}}} to the command",
                 )
-        check.one_of("sweep.sampling_algorithm", self.sampling_algorithm, SAMPLING)
+        sampling, seed = SamplingAlgorithm.parse(self.sampling_algorithm)
+        if seed is not None and self.seed not in (None, seed):
+            raise check.fail("sweep.seed", f"{self.seed} differs from sampling_algorithm.seed {seed}", "pass one seed")
+        object.__setattr__(self, "sampling_algorithm", sampling)
+        object.__setattr__(self, "seed", self.seed if seed is None else seed)
         if self.seed is not None:
             check.positive_int("sweep.seed", self.seed, minimum=0)
-        if self.sampling_algorithm == "grid":
+        if sampling.type == "grid":
             from mlrunway.specs.search_space import grid_values
 
             for name, expr in space.items():
                 grid_values(f"sweep.search_space.{name}", expr)
+        if sampling.type == "bayesian":
+            _check_bayesian(space, self.early_termination)
         if self.limits.max_concurrent_trials > self.limits.max_total_trials:  # type: ignore[operator]
             raise check.fail(
                 "sweep.limits.max_concurrent_trials",
@@ -96,13 +175,18 @@ class SweepSpec:
             )
         object.__setattr__(self, "search_space", MappingProxyType(space))
 
+    @property
+    def sampling(self) -> SamplingAlgorithm:
+        """``sampling_algorithm``, always the object (``__post_init__`` turned any form into one)."""
+        return self.sampling_algorithm  # type: ignore[return-value]
+
     def to_dict(self) -> dict[str, Any]:
         policy = self.early_termination
         return {
             "trial": self.trial.to_dict(),
             "search_space": {name: to_dict(e) for name, e in self.search_space.items()},
             "objective": {"primary_metric": self.objective.primary_metric, "goal": self.objective.goal},
-            "sampling_algorithm": self.sampling_algorithm,
+            "sampling_algorithm": self.sampling.to_dict(),
             "seed": self.seed,
             "limits": dict(vars(self.limits)),
             "early_termination": None if policy is None else dict(vars(policy)),
@@ -122,3 +206,15 @@ class SweepSpec:
             )
         except KeyError as exc:
             raise SpecError(f"sweep.{exc.args[0]}: is missing; pass it") from exc
+
+
+def _check_bayesian(space: Mapping[str, SearchExpression], policy: EarlyTerminationPolicy | None) -> None:
+    """Azure ML's rules for bayesian sampling, enforced before launch on both backends."""
+    for name, expr in space.items():
+        if expr.kind not in BAYESIAN_EXPRESSIONS:
+            raise check.fail(f"sweep.search_space.{name}", f"bayesian sampling takes choice, uniform and quniform "
+                             f"only, not {expr.kind} (Azure ML's rule)",
+                             "use one of those (a log range as uniform over its logs in the script), or random sampling")
+    if policy is not None:
+        raise check.fail("sweep.early_termination", "bayesian sampling takes no early-termination policy (Azure ML's "
+                         "rule)", "drop early_termination, or use random sampling")

@@ -43,6 +43,8 @@ _EXPRESSIONS: _Table = {
     "qloguniform": (space.QLogUniform, {"min_value": float, "max_value": float, "q": float}),
     "normal": (space.Normal, {"mu": float, "sigma": float}),
     "lognormal": (space.LogNormal, {"mu": float, "sigma": float}),
+    "qnormal": (space.QNormal, {"mu": float, "sigma": float, "q": float}),
+    "qlognormal": (space.QLogNormal, {"mu": float, "sigma": float, "q": float}),
     "randint": (space.Randint, {"upper": int}),
 }
 _POLICIES: _Table = {

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from mlrunway.backend.naming import attempt_name, attempt_number, base_name
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.early_termination import evaluate
+from mlrunway.early_termination import decide, evaluation_points
 from mlrunway.specs.sweep import SweepSpec
-from mlrunway.sweep.leaderboard import best_trial
-from mlrunway.sweep.sampling import trial_params
+from mlrunway.sweep.leaderboard import best_trial, trial_score
+from mlrunway.sweep.sampling import SAMPLER_VERSION, new_seed, trial_params
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,29 @@ class TrialRunner(Protocol):
         ...
 
 
+class ParamSource(Protocol):
+    """Where trials' hyperparameters come from: drawn up front (random, sobol, grid), or asked of an optimizer
+    as earlier trials end (bayesian), which hears how each trial ended."""
+
+    def params(self, index: int) -> dict[str, Any]: ...
+    def ended(self, trial: TrialInfo, score: float | None) -> None: ...
+
+
+@dataclass
+class Drawn:
+    """Trials' hyperparameters drawn up front (``sampling.trial_params``); being told results changes nothing."""
+
+    points: list[dict[str, Any]]
+
+    def params(self, index: int) -> dict[str, Any]:
+        return self.points[index]
+
+    def ended(self, trial: TrialInfo, score: float | None) -> None:
+        return None
+
+
 MAX_ATTEMPTS = 3  # of one trial lost with its processes: the first and two more
+JUDGE_WAIT_S = 30.0  # the least a judgement waits for earlier trials short of its interval (or 2 of its intervals)
 
 
 class MetricNeverLogged(Exception):
@@ -45,12 +67,16 @@ class MetricNeverLogged(Exception):
 
 @dataclass
 class SweepOutcome:
-    """Where the sweep ended: every trial, the best one, and why the sweep stopped if it stopped early."""
+    """Where the sweep ended: every trial, the best one, and why the sweep stopped if it stopped early; the
+    sampler's version and seed it drew with (a resumed sweep keeps them)."""
 
     trials: dict[str, TrialInfo] = field(default_factory=dict)
     best: str | None = None
     stopped_because: str | None = None
     error: str | None = None
+    sampler_version: int = SAMPLER_VERSION
+    seed: int | None = None
+    partial: list[dict[str, Any]] = field(default_factory=list)  # judgements made without waiting for everyone
 
     @property
     def failed(self) -> bool:
@@ -58,7 +84,8 @@ class SweepOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials.values()], "best_trial": self.best,
-                "stopped_because": self.stopped_because, "error": self.error}
+                "stopped_because": self.stopped_because, "error": self.error,
+                "sampler_version": self.sampler_version, "seed": self.seed, "partial_judgements": self.partial}
 
 
 @dataclass
@@ -72,11 +99,23 @@ class SweepController:
     on_update: Callable[[SweepOutcome], None] = lambda outcome: None
     stop_requested: Callable[[], str | None] = lambda: None
     outcome: SweepOutcome = field(default_factory=SweepOutcome)
+    judge_wait_s: float = JUDGE_WAIT_S
+    source: ParamSource | None = None  # None: drawn with sampling.trial_params (random, sobol, grid)
+    _judged: dict[str, int] = field(default_factory=dict)  # trial -> the last interval it was judged at
+    _waiting: dict[tuple[str, int], float] = field(default_factory=dict)  # (trial, interval) -> since when
+    _seen: dict[str, float] = field(default_factory=dict)  # trial -> when this controller first saw it
 
     def run(self) -> SweepOutcome:
         """Run the sweep to its end. Given the ``outcome`` a dead controller recorded, take it on from there:
         recorded trials that had not ended are adopted (polled, judged), unstarted ones start, ended ones stand."""
-        pending = [(i, p) for i, p in enumerate(trial_params(self.spec)) if self._trial_name(i) not in self.outcome.trials]
+        if self.spec.seed is not None or self.spec.sampling.type != "random":
+            self.outcome.seed = self.spec.seed
+        elif self.outcome.seed is None:
+            self.outcome.seed = new_seed()
+        if self.source is None:
+            self.source = Drawn(trial_params(self.spec, seed=self.outcome.seed, version=self.outcome.sampler_version))
+        started = {base_name(n) for n in self.outcome.trials}
+        pending = [i for i in range(self.spec.limits.max_total_trials) if self._trial_name(i) not in started]
         running = [n for n, t in self.outcome.trials.items() if not t.status.is_terminal()]
         if self.outcome.trials:
             log.info("Resuming %s: %d trials ended, %d adopted, %d to start", self.name,
@@ -90,7 +129,7 @@ class SweepController:
                 self._stop_all(running, reason)
                 break
             while pending and len(running) < self.spec.limits.max_concurrent_trials:  # type: ignore[operator]
-                running.append(self._start(*pending.pop(0)))
+                running.append(self._start(pending.pop(0)))
             try:
                 running = self._refresh(running)
             except MetricNeverLogged as exc:
@@ -105,8 +144,10 @@ class SweepController:
     def _trial_name(self, index: int) -> str:
         return f"{self.name}_trial_{index}"
 
-    def _start(self, index: int, params: dict[str, Any]) -> str:
+    def _start(self, index: int) -> str:
         name = self._trial_name(index)
+        assert self.source is not None
+        params = self.source.params(index)
         self.runner.start(name, params)
         self.outcome.trials[name] = TrialInfo(name=name, params=params, status=JobStatus.QUEUED)
         log.info("Trial %s started: %s", name, params)
@@ -117,20 +158,25 @@ class SweepController:
         for name in running:
             status, error = self.runner.poll(name)
             trial = self.outcome.trials[name]
-            history = tuple(self.runner.history(name))
-            if trial.early_termination:  # canceled by us; keep the record we made
-                history = history[: trial.early_termination["interval"]]
-                status = JobStatus.CANCELED if status.is_terminal() else trial.status
-            self.outcome.trials[name] = replace(trial, status=status, history=history, error=error)
+            history = tuple(self.runner.history(name))  # all it logged, past a decision too: what ran
+            stop = trial.early_termination
+            if stop is not None and trial.stopped_early and status is JobStatus.COMPLETED:
+                # It ended before our cancel landed: it ran to the end, as its job and MLflow run say.
+                stop = _not_applied(stop, f"decided at interval {stop['interval']}, not applied (the trial completed "
+                                          f"before the cancel landed)")
+            self.outcome.trials[name] = replace(trial, status=status, history=history, error=error,
+                                                early_termination=stop)
             if status is JobStatus.COMPLETED and not history:
                 self._metric_never_logged(name)
         running = [self._rerun_if_lost(name) for name in running]
-        self._apply_policy(running)
+        self._apply_policy()
         still = [n for n in running if not self.outcome.trials[n].status.is_terminal()]
         for name in set(running) - set(still):
-            trial = self.outcome.trials[name]
-            self.outcome.trials[name] = replace(trial, metrics=self.runner.metrics(name))
+            trial = replace(self.outcome.trials[name], metrics=self.runner.metrics(name))
+            self.outcome.trials[name] = trial
             log.info("Trial %s %s after %d intervals", name, trial.status.value, len(trial.history))
+            assert self.source is not None
+            self.source.ended(trial, trial_score(trial, self.spec.objective))
         return still
 
     def _rerun_if_lost(self, name: str) -> str:
@@ -149,30 +195,85 @@ class SweepController:
         log.info("Trial %s was lost with its processes (%s): started again as %s", name, trial.error, again)
         return again
 
-    def _apply_policy(self, running: list[str]) -> None:
+    def _apply_policy(self) -> None:
+        """Judge each trial at each evaluation point it reached, in start order, against the trials that started
+        before it (``early_termination.decide``), once none of those is still short of the point and unjudged
+        there; or, past a bound, against what they have (a partial judgement, logged and recorded). So one seed
+        gives the same decisions under CPU contention and after a restart."""
         policy = self.spec.early_termination
         if policy is None:
             return
-        histories = {n: t.history for n, t in self.outcome.trials.items() if t.history}
-        for name, stop in evaluate(policy, histories, self.spec.objective.goal).items():
+        now = self.clock()
+        order = self._start_order()
+        cohort: dict[str, tuple[float, ...]] = {}
+        for position, name in enumerate(order):
             trial = self.outcome.trials[name]
+            self._seen.setdefault(name, now)
+            stop = trial.early_termination
+            cohort[name] = trial.history[: stop["interval"]] if stop else trial.history
             ended = trial.status.is_terminal() and trial.status is not JobStatus.COMPLETED
-            if name not in running or trial.early_termination or ended:
+            if stop or ended:
                 continue
-            if trial.status is JobStatus.COMPLETED:
-                # It completed since the last poll, its last intervals unjudged (a slow poll, a dead controller's
-                # outage). The decision is recorded, so the sweep's decisions never depend on timing, but not
-                # applied: the record says what ran (Completed, every epoch, as its job and MLflow run say), and
-                # the trial is scored on what it logged, the model it saved.
-                late = {**stop.to_dict(), "applied": False,
-                        "reason": f"decided late, not applied (the trial had completed): {stop.reason}"}
-                log.info("Trial %s completed before the policy could stop it at interval %d", name, stop.interval)
-                self.outcome.trials[name] = replace(trial, early_termination=late)
-                continue
-            reason = f"early termination at interval {stop.interval}: {stop.reason}"
-            log.info("Trial %s stopped: %s", name, reason)
-            self.runner.cancel(name, reason)
-            self.outcome.trials[name] = replace(trial, early_termination=stop.to_dict())
+            for k in evaluation_points(policy, len(trial.history)):
+                if k <= self._judged.get(name, 0):
+                    continue
+                short = [j for j in order[:position] if not self._settled(j, k)]
+                if short and not self._waited_out(name, k, now):
+                    break
+                self._judged[name] = k
+                if short:
+                    log.info("Trial %s judged at interval %d without waiting longer for %s (partial)", name, k,
+                             ", ".join(short))
+                    self.outcome.partial.append({"trial": name, "interval": k, "waited_for": short})
+                decision = decide(policy, cohort, self.spec.objective.goal, k, name)
+                if decision is not None:
+                    self._stop(name, {**decision.to_dict(), **({"partial": True} if short else {})})
+                    cohort[name] = trial.history[:k]
+                    break
+
+    def _start_order(self) -> list[str]:
+        """The trials by index, each by its newest attempt (an attempt lost with its processes is superseded)."""
+        newest: dict[str, str] = {}
+        for name in self.outcome.trials:
+            base = base_name(name)
+            if base not in newest or attempt_number(name) > attempt_number(newest[base]):
+                newest[base] = name
+        return sorted(newest.values(), key=trial_index)
+
+    def _settled(self, name: str, k: int) -> bool:
+        """Whether trial ``name``'s part in judgements at interval ``k`` is final: it was stopped, or it has
+        reached ``k`` (or ended short of it) and was judged at every evaluation point up to there."""
+        trial = self.outcome.trials[name]
+        if trial.early_termination or (trial.status.is_terminal() and trial.status is not JobStatus.COMPLETED):
+            return True
+        if len(trial.history) < k and not trial.status.is_terminal():
+            return False
+        policy = self.spec.early_termination
+        assert policy is not None
+        due = list(evaluation_points(policy, min(k, len(trial.history))))
+        return not due or self._judged.get(name, 0) >= due[-1]
+
+    def _waited_out(self, name: str, k: int, now: float) -> bool:
+        """Past the bound for trial ``name`` at ``k``: JUDGE_WAIT_S, or two of its intervals if they are longer."""
+        since = self._waiting.setdefault((name, k), now)
+        pace = (since - self._seen[name]) / max(1, len(self.outcome.trials[name].history))
+        return now - since >= max(self.judge_wait_s, 2 * pace)
+
+    def _stop(self, name: str, stop: dict[str, Any]) -> None:
+        trial = self.outcome.trials[name]
+        if trial.status is JobStatus.COMPLETED:
+            # It completed before it could be judged here (a dead controller's outage, a wait for earlier
+            # trials). The decision is recorded, so the sweep's decisions never depend on timing, but not
+            # applied: the record says what ran (Completed, every epoch, as its job and MLflow run say), and
+            # the trial is scored on what it logged, the model it saved.
+            late = _not_applied(stop, "decided late, not applied (the trial had completed)")
+            log.info("Trial %s completed before the policy could stop it at interval %d", name, stop["interval"])
+            self.outcome.trials[name] = replace(trial, early_termination=late)
+            return
+        reason = f"early termination at interval {stop['interval']}: {stop['reason']}"
+        log.info("Trial %s stopped: %s", name, reason)
+        self.runner.cancel(name, reason)
+        self.outcome.trials[name] = replace(trial, early_termination={**stop, "at": time.time()})
 
     def _metric_never_logged(self, name: str) -> None:
         metric = self.spec.objective.primary_metric
@@ -186,8 +287,10 @@ class SweepController:
         self.outcome.stopped_because = reason
         for name in running:
             self.runner.cancel(name, reason)
-            trial = self.outcome.trials[name]
-            self.outcome.trials[name] = replace(trial, status=JobStatus.CANCELED, error=reason)
+            trial = replace(self.outcome.trials[name], status=JobStatus.CANCELED, error=reason)
+            self.outcome.trials[name] = trial
+            if self.source is not None:
+                self.source.ended(trial, None)
 
     def _finish(self) -> SweepOutcome:
         trials = list(self.outcome.trials.values())
@@ -198,6 +301,17 @@ class SweepController:
             self.outcome.error = f"sweep {self.name}: no trial produced the primary metric ({errors})"
         self.on_update(self.outcome)
         return self.outcome
+
+
+def trial_index(name: str) -> int:
+    """The index of trial ``name`` (``<sweep>_trial_<index>``, or an attempt of it) in the sweep's order."""
+    return int(base_name(name).rsplit("_", 1)[1])
+
+
+def _not_applied(stop: dict[str, Any], why: str) -> dict[str, Any]:
+    """A decision recorded, so the sweep's decisions never depend on timing, but not applied: the trial had
+    completed."""
+    return {**stop, "applied": False, "reason": f"{why}: {stop['reason']}"}
 
 
 def _last_line(text: str) -> str:

@@ -10,8 +10,9 @@ from mlrunway.specs.sweep import Objective
 
 
 def trial_score(trial: TrialInfo, objective: Objective) -> float | None:
-    """The trial's best value of the primary metric, or None if it logged none."""
-    return best_so_far(trial.history, objective.goal) if trial.history else None
+    """The trial's best value of the primary metric (a stopped trial's up to the interval it was stopped at),
+    or None if it logged none."""
+    return best_so_far(trial.judged, objective.goal) if trial.judged else None
 
 
 def rank(trials: Iterable[TrialInfo], objective: Objective) -> list[TrialInfo]:
@@ -35,7 +36,7 @@ def format_leaderboard(trials: Iterable[TrialInfo], objective: Objective) -> str
     for place, trial in enumerate(rank(trials, objective), start=1):
         score = trial_score(trial, objective)
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
-        note = trial.early_termination["reason"] if trial.early_termination else (trial.error or "").split("\n")[0]
+        note = trial.note
         shown = "-" if score is None else f"{score:.4f}"
         lines.append(f"{place:>2}  {trial.name:<28} {trial.status.value:<9} {shown:>12} {len(trial.history):>6}  {params}"
                      + (f"  [{note}]" if note else ""))

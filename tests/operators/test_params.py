@@ -28,7 +28,7 @@ def dag():
         pytest.param("epochs", "ten", id="epochs-not-integer"),
         pytest.param("lr_min", 0, id="zero-learning-rate"),
         pytest.param("momentum_max", 1.0, id="momentum-1"),
-        pytest.param("sampling", "bayesian", id="sampling-not-offered"),
+        pytest.param("sampling", "hyperband", id="sampling-not-offered"),
         pytest.param("max_trials", 1000, id="too-many-trials"),
         pytest.param("slack_factor", -0.1, id="negative-slack"),
         pytest.param("evaluation_interval", 0, id="zero-interval"),
@@ -104,6 +104,11 @@ def context(dag, digits, **changes):
                      "rollout.steps: .* ending at 100", id="steps-not-ending-at-100"),
         pytest.param({"endpoint_name": "digits-prod", "evaluation": {"file": "eval.jsonl", "metric": "m.py:f"}},
                      "evaluation.file: .*eval.jsonl does not exist", id="evaluation-file-missing"),
+        pytest.param({"sampling": "bayesian", "early_termination": {"type": "median_stopping"}},
+                     "sweep.early_termination: bayesian sampling takes no early-termination policy", id="bayesian-policy"),
+        pytest.param({"sampling": "bayesian", "search_space": {"learning_rate": {"type": "loguniform", "min_value": -7,
+                                                                                 "max_value": -2}}},
+                     "bayesian sampling takes choice, uniform and quniform only, not loguniform", id="bayesian-log"),
         pytest.param({"endpoint_name": "digits-prod", "data_dir": "NO-TEST-SPLIT"},
                      "evaluation: there is no .*test to compare the challenger", id="no-test-split"),
     ],
@@ -124,6 +129,8 @@ def test_preflight_accepts_the_defaults(dag, digits):
 
     preflight(context(dag, digits))
     preflight(context(dag, digits, endpoint_name="digits-prod", rollout={"steps": [100], "window_s": 5}))
+    for sampling in ("sobol", "bayesian", "grid"):  # the form's defaults fit each (bayesian: uniform, no policy)
+        preflight(context(dag, digits, sampling=sampling))
 
 
 def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_job(dag, digits, monkeypatch):

@@ -18,7 +18,9 @@ from mlrunway.specs import (
     Normal,
     Output,
     PyTorchDistribution,
+    QLogNormal,
     QLogUniform,
+    QNormal,
     QUniform,
     Randint,
     SweepLimits,
@@ -129,6 +131,8 @@ def test_sweep_fields_the_tutorial_got_wrong_are_right():
         pytest.param(Normal(mu=0, sigma=1), ["normal", [0, 1]], id="normal"),
         pytest.param(LogNormal(mu=-2, sigma=0.5), ["lognormal", [-2, 0.5]], id="lognormal"),
         pytest.param(Randint(upper=8), ["randint", [8]], id="randint"),
+        pytest.param(QNormal(mu=10, sigma=3, q=2), ["qnormal", [10, 3, 2]], id="qnormal"),
+        pytest.param(QLogNormal(mu=1, sigma=0.5, q=1), ["qlognormal", [1, 0.5, 1]], id="qlognormal"),
     ],
 )
 def test_each_search_expression(expr, expected):
@@ -142,6 +146,27 @@ def test_grid_and_bayesian_sampling(sampling, expected):
     body = rest(sweep_job(sweep(sampling_algorithm=sampling, search_space=space, seed=None, early_termination=None)))
     assert body["properties"]["samplingAlgorithm"]["samplingAlgorithmType"] == expected
     assert "earlyTermination" not in body["properties"] or body["properties"]["earlyTermination"] is None
+
+
+@pytest.mark.parametrize(
+    ("sampling", "expected"),
+    [
+        pytest.param({"type": "random", "rule": "sobol", "seed": 999, "logbase": "e"},
+                     {"samplingAlgorithmType": "Random", "rule": "sobol", "seed": 999, "logbase": "e"}, id="sobol-e"),
+        pytest.param({"type": "random", "logbase": 10}, {"samplingAlgorithmType": "Random", "rule": "random",
+                                                          "logbase": 10.0}, id="logbase-10"),
+        pytest.param("random", {"samplingAlgorithmType": "Random", "rule": "random"}, id="random-unseeded"),
+    ],
+)
+def test_the_sampling_algorithms_object_form_reaches_azure_as_given(sampling, expected):
+    """What the SDK's own RandomSamplingAlgorithm(rule=, seed=, logbase=) serializes to, from our spec."""
+    from azure.ai.ml.sweep import RandomSamplingAlgorithm
+
+    body = rest(sweep_job(sweep(sampling_algorithm=sampling, seed=None)))
+    assert body["properties"]["samplingAlgorithm"] == expected
+    if isinstance(sampling, dict):  # the SDK's own object, given as is, says the same
+        sdk = RandomSamplingAlgorithm(**{k: v for k, v in sampling.items() if k != "type"})
+        assert rest(sweep_job(sweep(sampling_algorithm=sdk, seed=None)))["properties"]["samplingAlgorithm"] == expected
 
 
 def test_sweep_round_trips_through_the_sdks_deserializer():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -233,10 +232,25 @@ def test_bad_submissions_fail_before_anything_starts(jobs, tmp_path):
     assert jobs.list() == []
 
 
-def test_bayesian_sampling_is_refused_locally_before_anything_starts(jobs, tmp_path):
-    from training.tutorial import train_job, tutorial_sweep
+def test_a_supervisor_that_died_after_recording_the_end_has_its_mlflow_run_closed_by_the_next_read(jobs, tmp_path):
+    """The supervisor records the end (readers see it at once), then closes the MLflow run; dying between the
+    two leaves ``run_open`` in the status, and the next read closes the run."""
+    from mlrunway.local.processes import Identity
+    from mlrunway.local.supervisor import JobState
 
-    sweep = dataclasses.replace(tutorial_sweep(train_job(str(tmp_path), str(tmp_path))), sampling_algorithm="bayesian")
-    with pytest.raises(NotSupportedOnBackend, match="sweep.sampling_algorithm: 'bayesian' runs on the Azure ML backend only"):
-        jobs.submit_sweep("bayes", sweep)
-    assert jobs.list() == []
+    (tmp_path / "t.py").write_text("print('done')\n")
+    jobs.submit("short", CommandJobSpec(code=str(tmp_path), command="python t.py"))
+    info = jobs.wait("short", timeout=60, poll_s=0.1)
+    state = JobState(jobs.workspace.job_dir("short"))
+    supervisor = Identity.recorded(state.status()["supervisor_pid"], state.status()["supervisor_started"])
+    deadline = time.monotonic() + 10  # the end is read at once; the run is closed a moment later, then it exits
+    while state.status()["run_open"] or supervisor.alive():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    store = tracking.client(jobs.workspace)
+    assert store.get_run(info.mlflow_run_id).info.status == "FINISHED"
+    store.update_run(info.mlflow_run_id, status="RUNNING")  # as if it had died before closing the run
+    JobState(jobs.workspace.job_dir("short")).update(run_open=True)
+    assert jobs.get("short").status is JobStatus.COMPLETED
+    assert store.get_run(info.mlflow_run_id).info.status == "FINISHED"
+    assert JobState(jobs.workspace.job_dir("short")).status()["run_open"] is False

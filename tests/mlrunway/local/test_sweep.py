@@ -8,9 +8,9 @@ import psutil
 import pytest
 
 from mlrunway.backend.types import JobStatus
-from mlrunway.early_termination import evaluate
+from mlrunway.early_termination import evaluate_in_order
 from mlrunway.local import tracking
-from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
+from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, QUniform, SweepLimits, SweepSpec, Uniform
 from tests.conftest import write_script
 
 pytestmark = pytest.mark.slow
@@ -44,15 +44,20 @@ def curve_sweep(code, curves, *, pause=1.0, policy=POLICY):
 
 
 def test_sweep_stops_exactly_the_trials_the_reference_computation_stops(jobs, tmp_path):
+    """Epochs of 1 s and the controller's default poll (1 s). Issue 28, 3: a stopped trial's record holds every
+    value it logged (it had been cut at the deciding interval, so sweeps looked cheaper than they were), the
+    decision's interval apart; the controller reacts to a value's arrival and the cancel lands at once, so at
+    most one more value reaches MLflow after the decision. (A trial may log past the deciding interval before
+    the decision: it is judged once the trials that started before it reach that interval.)"""
     code = write_script(tmp_path / "code", CURVE_SCRIPT)
     names = list(CURVES)
-    jobs.submit_sweep("curves", curve_sweep(code, [CURVES[n] for n in names]), poll_s=0.3)
+    jobs.submit_sweep("curves", curve_sweep(code, [CURVES[n] for n in names]))
     info = jobs.wait("curves", poll_s=0.5)
     assert info.status is JobStatus.COMPLETED, info.error
     result = jobs.sweep_result("curves")
     trials = {names[int(t.name.rsplit("_", 1)[1])]: t for t in result.trials}
 
-    reference = {name: stop.interval for name, stop in evaluate(POLICY, CURVES, "maximize").items()}
+    reference = {name: stop.interval for name, stop in evaluate_in_order(POLICY, CURVES, "maximize").items()}
     assert reference == {"slow": 2, "fade": 3}
     stopped = {name: t.early_termination["interval"] for name, t in trials.items() if t.early_termination}
     assert stopped == reference
@@ -65,9 +70,15 @@ def test_sweep_stops_exactly_the_trials_the_reference_computation_stops(jobs, tm
 
     store = tracking.client(jobs.workspace)
     parent = info.mlflow_run_id
-    for trial in trials.values():
-        run = store.get_run(jobs.get(trial.name).mlflow_run_id)
-        assert run.data.tags["mlflow.parentRunId"] == parent
+    for name, trial in trials.items():
+        run_id = jobs.get(trial.name).mlflow_run_id
+        assert store.get_run(run_id).data.tags["mlflow.parentRunId"] == parent
+        assert list(trial.history) == tracking.metric_history(store, run_id, "best_val_acc")  # what ran
+        if name in reference:
+            logged = store.get_metric_history(run_id, "best_val_acc")
+            after = [m.value for m in logged if m.timestamp / 1000 > trial.early_termination["at"]]
+            assert len(after) <= 1, (name, trial.early_termination, [(m.value, m.timestamp) for m in logged])
+            assert trial.judged == tuple(CURVES[name][: reference[name]])
 
 
 def test_all_trials_failing_fails_the_sweep_with_their_errors(jobs, tmp_path):
@@ -118,3 +129,56 @@ def assert_no_process_mentions(text, within_s=10.0):
             break
         time.sleep(0.2)
     assert left == []
+
+
+QUADRATIC_SCRIPT = """
+import argparse, mlflow
+p = argparse.ArgumentParser(); p.add_argument("--x", type=float); p.add_argument("--width", type=float)
+p.add_argument("--kind")
+a = p.parse_args()
+mlflow.log_metric("score", -(a.x - 0.7) ** 2 - (a.width - 20) ** 2 / 400 + (0.1 if a.kind == "b" else 0.0), step=1)
+"""
+
+
+def test_bayesian_sampling_asks_optuna_as_trials_end_and_a_recovered_controller_takes_the_study_on(jobs, tmp_path):
+    """Issue 28, 2: bayesian runs locally. Each trial's hyperparameters are asked of the sweep's Optuna study in
+    the workspace, each score is told as its trial ends; the controller killed mid-sweep, ``recover`` resumes the
+    study: every trial of the budget is in it, told, with the score the sweep recorded."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from tests.chaos.test_local_sweep_faults import controller_of
+
+    code = write_script(tmp_path / "code", QUADRATIC_SCRIPT)
+    trial = CommandJobSpec(code=str(code), experiment_name="bayes", inputs={"x": 0.0, "width": 1, "kind": "a"},
+                           command="python script.py --x ${{inputs.x}} --width ${{inputs.width}} --kind ${{inputs.kind}}")
+    spec = SweepSpec(trial=trial, search_space={"x": Uniform(min_value=0, max_value=1),
+                                                "width": QUniform(min_value=0, max_value=40, q=5),
+                                                "kind": Choice(values=["a", "b"])},
+                     objective=Objective(primary_metric="score"), sampling_algorithm="bayesian", seed=3,
+                     limits=SweepLimits(max_total_trials=6, max_concurrent_trials=2))
+    jobs.submit_sweep("bayes", spec)
+    deadline = time.monotonic() + 90
+    while sum(t.status is JobStatus.COMPLETED for t in jobs.sweep_result("bayes").trials) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    controller_of(jobs, "bayes").kill()
+    while not jobs.get("bayes").status.is_terminal():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    jobs.recover("bayes")
+    assert jobs.wait("bayes", timeout=120, poll_s=0.3).status is JobStatus.COMPLETED
+
+    result = jobs.sweep_result("bayes")
+    recorded = {t.name: t for t in result.trials}
+    assert sorted(recorded) == [f"bayes_trial_{i}" for i in range(6)]
+    for t in recorded.values():
+        assert 0 <= t.params["x"] <= 1 and t.params["width"] % 5 == 0 and t.params["kind"] in ("a", "b")
+    study = optuna.load_study(study_name="bayes", storage=f"sqlite:///{jobs.workspace.root / 'optuna.db'}")
+    told = {f"bayes_trial_{t.user_attrs['index']}": t for t in study.trials if t.state is TrialState.COMPLETE}
+    assert sorted(told) == sorted(recorded)  # every trial told once, none asked twice
+    for name, t in told.items():
+        assert t.value == recorded[name].history[-1]
+        assert {"x": t.params["x"], "width": t.params["width"] * 5, "kind": ["a", "b"][t.params["kind"]]} == \
+            recorded[name].params
+    assert len(study.trials) - len(told) <= 1  # at most one asked by the killed controller and never started

@@ -27,3 +27,20 @@ def test_concurrent_writers_lose_no_metric(workspace):
     store = tracking.client(workspace)
     for run in runs:
         assert tracking.metric_history(store, run, "m") == [float(i) for i in range(40)]
+
+
+@pytest.mark.parametrize(("job_status", "mlflow_status"), [("Completed", "FINISHED"), ("Failed", "FAILED"),
+                                                           ("Canceled", "KILLED")])
+def test_ending_a_run_without_mlflow_reads_back_as_mlflows_own_end(workspace, job_status, mlflow_status):
+    """The supervisor ends a job's run with one UPDATE (no MLflow import at the end of every trial); MLflow's
+    client, the pinned version's schema, reads it as set_terminated would leave it."""
+    store = tracking.client(workspace)
+    _, ours = tracking.start_run(workspace, "ours", "ending", None)
+    _, theirs = tracking.start_run(workspace, "theirs", "ending", None)
+    tracking.end_run_quickly(workspace, ours, job_status)
+    tracking.end_run(workspace, theirs, job_status)
+    a, b = store.get_run(ours).info, store.get_run(theirs).info
+    assert a.status == b.status == mlflow_status and a.end_time and abs(a.end_time - b.end_time) < 60_000
+    assert store.search_runs([a.experiment_id], f"attributes.status = '{mlflow_status}'", max_results=5)
+    with pytest.raises(LookupError, match="is not in"):
+        tracking.end_run_quickly(workspace, "0" * 32, job_status)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from mlrunway.errors import SpecError
@@ -96,7 +98,25 @@ BAD_SWEEPS = [
     pytest.param({"sampling_algorithm": "hyperband"}, "sampling_algorithm: 'hyperband' is not supported", id="bad-sampling"),
     pytest.param({"sampling_algorithm": "grid"}, "grid sampling needs Choice, got uniform", id="grid-needs-choice"),
     pytest.param({"limits": SweepLimits(max_total_trials=4, max_concurrent_trials=8)}, "max_concurrent_trials: 8 is more than", id="concurrency-over-total"),
+    # Issue 28: azure-ai-ml's object form, and Azure's rules for bayesian sampling, on both backends
+    pytest.param({"sampling_algorithm": {"type": "random", "rule": "halton"}}, "sampling_algorithm.rule: 'halton' is not supported; use one of random, sobol", id="bad-rule"),
+    pytest.param({"sampling_algorithm": {"type": "grid", "rule": "sobol"}}, "sampling_algorithm.rule: applies to random sampling only, not grid", id="rule-on-grid"),
+    pytest.param({"sampling_algorithm": {"type": "random", "logbase": 1}}, "sampling_algorithm.logbase: 1 is not a base of logarithms; pass a positive number other than 1", id="logbase-1"),
+    pytest.param({"sampling_algorithm": {"type": "random", "logbase": "ten"}}, "sampling_algorithm.logbase: 'ten' is not a base", id="logbase-word"),
+    pytest.param({"sampling_algorithm": {"type": "random", "sead": 3}}, "sampling_algorithm.sead: is not an argument of a sampling algorithm", id="unknown-argument"),
+    pytest.param({"sampling_algorithm": {"type": "random", "seed": "x"}}, "sampling_algorithm.seed: 'x' is not an integer", id="bad-seed"),
+    pytest.param({"sampling_algorithm": {"type": "random", "seed": 3}, "seed": 4}, "sweep.seed: 4 differs from sampling_algorithm.seed 3; pass one seed", id="two-seeds"),
+    pytest.param({"sampling_algorithm": "bayesian", "early_termination": None, "search_space": {"learning_rate": {"kind": "loguniform", "min_value": -7, "max_value": -2}}},
+                 "sweep.search_space.learning_rate: bayesian sampling takes choice, uniform and quniform only, not loguniform", id="bayesian-loguniform"),
+    pytest.param({"sampling_algorithm": "bayesian"}, "sweep.early_termination: bayesian sampling takes no early-termination policy", id="bayesian-with-policy"),
 ]
+
+
+def test_the_sampling_algorithms_object_form_lands_in_the_spec():
+    spec = sweep(sampling_algorithm={"type": "Random", "rule": "Sobol", "seed": "999", "logbase": "10"})
+    assert (spec.sampling.type, spec.sampling.rule, spec.sampling.logbase, spec.seed) == ("random", "sobol", 10.0, 999)
+    assert SweepSpec.from_dict(spec.to_dict()) == spec
+    assert sweep(sampling_algorithm={"type": "random", "logbase": "e"}).sampling.base == math.e
 
 
 @pytest.mark.parametrize(("overrides", "message"), BAD_SWEEPS)

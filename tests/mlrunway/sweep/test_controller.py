@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mlrunway.backend.types import JobStatus
-from mlrunway.early_termination import evaluate
-from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
-from mlrunway.sweep.controller import SweepController
+from mlrunway.early_termination import evaluate_in_order
+from mlrunway.specs import (
+    BanditPolicy,
+    Choice,
+    CommandJobSpec,
+    MedianStoppingPolicy,
+    Objective,
+    SweepLimits,
+    SweepSpec,
+    TruncationSelectionPolicy,
+)
+from mlrunway.sweep.controller import Drawn, SweepController
 from mlrunway.sweep.leaderboard import format_leaderboard
 
 CURVES = {
@@ -86,7 +99,7 @@ def run(spec, runner=None, **kwargs):
 def test_controller_stops_exactly_the_trials_the_reference_computation_stops():
     names = ["good", "fine", "slow", "fade"]
     outcome, runner = run(sweep(names))
-    reference = evaluate(POLICY, {n: CURVES[n] for n in names}, "maximize")
+    reference = evaluate_in_order(POLICY, {n: CURVES[n] for n in names}, "maximize")
     stopped = {runner.started[n][1]: t.early_termination["interval"] for n, t in outcome.trials.items() if t.early_termination}
     assert stopped == {n: s.interval for n, s in reference.items()} == {"slow": 2, "fade": 3}
     assert outcome.best == "sw_trial_0"
@@ -140,11 +153,12 @@ def test_stop_request_cancels_every_running_trial():
 
 
 def test_leaderboard_lists_best_first_with_stop_reasons():
-    outcome, _ = run(sweep(["slow", "good"]))
+    outcome, _ = run(sweep(["good", "slow"]))
     table = format_leaderboard(outcome.trials.values(), Objective(primary_metric="acc"))
     lines = table.splitlines()
-    assert "sw_trial_1" in lines[1] and "Completed" in lines[1]
-    assert "sw_trial_0" in lines[2] and "bandit: best 0.2" in lines[2]
+    assert "sw_trial_0" in lines[1] and "Completed" in lines[1]
+    ran = len(outcome.trials["sw_trial_1"].history)
+    assert "sw_trial_1" in lines[2] and f"[stopped at interval 2, {ran} logged: bandit: best 0.2" in lines[2]
 
 
 def test_every_poll_publishes_the_record():
@@ -164,8 +178,9 @@ def test_a_resumed_controller_decides_as_an_undisturbed_one_even_for_trials_that
     calm, _ = run(sweep(names))
     runner = ScriptedRunner()
     first = SweepController(spec=sweep(names), runner=runner, name="sw", sleep=runner.sleep, clock=lambda: 0.0)
-    for index, name in enumerate(names):  # what the dead controller had done: started every trial
-        first._start(index, {"curve": name})
+    first.source = Drawn([{"curve": name} for name in names])
+    for index in range(len(names)):  # what the dead controller had done: started every trial
+        first._start(index)
     runner.tick = 1
     first._refresh(list(first.outcome.trials))
     record = SweepOutcome(trials={n: replace(t) for n, t in first.outcome.trials.items()})
@@ -214,3 +229,80 @@ def test_a_trial_that_fails_on_its_own_is_not_run_again():
     outcome, runner = run(sweep(["crash", "good"], policy=None))
     assert sorted(outcome.trials) == ["sw_trial_0", "sw_trial_1"]
     assert outcome.trials["sw_trial_0"].status is JobStatus.FAILED
+
+
+def test_a_resumed_sweep_draws_with_the_sampler_version_and_seed_it_started_with(tmp_path):
+    """Issue 28, 1: new draws change what a seed gives, so a sweep records the sampler's version and its seed
+    (drawn when none was given), and a resumed one keeps them; a record from before the versions is version 1."""
+    import json
+    from dataclasses import replace
+
+    from mlrunway.local.sweep_controller import recorded
+    from mlrunway.sweep.controller import SweepOutcome
+    from mlrunway.sweep.sampling import SAMPLER_VERSION, sample
+
+    curves = ["good", "fine", "slow", "fade"]
+    spec = replace(sweep(curves, policy=None), sampling_algorithm="random", seed=None)
+    fresh, _ = run(spec)
+    assert fresh.sampler_version == SAMPLER_VERSION == 2 and fresh.seed is not None
+    assert fresh.to_dict()["sampler_version"] == 2 and fresh.to_dict()["seed"] == fresh.seed
+    for version in (1, 2):
+        outcome, runner = run(spec, outcome=SweepOutcome(sampler_version=version, seed=fresh.seed))
+        drawn = [runner.started[f"sw_trial_{i}"][1] for i in range(len(curves))]
+        assert drawn == [p["curve"] for p in sample(spec.search_space, seed=fresh.seed, count=4, version=version)]
+        assert (outcome.sampler_version, outcome.seed) == (version, fresh.seed)
+    old = tmp_path / "sweep.json"
+    old.write_text(json.dumps({"trials": [], "best_trial": None}))  # written before sampler versions
+    assert recorded(old).sampler_version == 1
+    old.write_text(json.dumps({"trials": [], "sampler_version": 2, "seed": 41}))
+    assert (recorded(old).sampler_version, recorded(old).seed) == (2, 41)
+
+
+@dataclass
+class JitteryRunner(ScriptedRunner):
+    """Each trial starts after a random delay and takes a random number of ticks per interval: values reach the
+    controller in an order timing decides, as under CPU contention."""
+
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    delays: dict[str, list[int]] = field(default_factory=dict)  # curve -> ticks before each value
+
+    def _curve(self, name):
+        return self.curves[self.started[name][1]]
+
+    def _arrived(self, name):
+        begun, curve = self.started[name]
+        arrivals = list(itertools.accumulate(self.delays[curve]))
+        return sum(1 for at in arrivals if at <= self.tick - begun)
+
+    def history(self, name):
+        return self._curve(name)[: self._arrived(name)]
+
+    def poll(self, name):
+        if name in self.canceled:
+            return JobStatus.CANCELED, self.canceled[name]
+        done = self._arrived(name) >= len(self._curve(name))
+        return (JobStatus.COMPLETED, None) if done else (JobStatus.RUNNING, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_decisions_repeat_whatever_order_the_values_arrive_in(data):
+    """Issue 28, 4: the same curves give the same stops (and best trial) however the trials' values interleave:
+    each trial is judged against those that started before it, once they reach the interval."""
+    count = data.draw(st.integers(2, 6))
+    values = st.floats(0.0, 1.0, allow_nan=False)
+    curves = {f"c{i}": data.draw(st.lists(values, min_size=1, max_size=6)) for i in range(count)}
+    delays = {c: data.draw(st.lists(st.integers(1, 5), min_size=len(v), max_size=len(v))) for c, v in curves.items()}
+    policy = data.draw(st.sampled_from([BanditPolicy(slack_factor=0.1, delay_evaluation=1),
+                                        MedianStoppingPolicy(evaluation_interval=1, delay_evaluation=1),
+                                        TruncationSelectionPolicy(truncation_percentage=40, delay_evaluation=2)]))
+    concurrent = data.draw(st.integers(1, count))
+    runner = JitteryRunner(curves=curves, delays=delays)
+    spec = sweep(list(curves), policy=policy, concurrent=concurrent)
+    outcome = SweepController(spec=spec, runner=runner, name="sw", sleep=runner.sleep, clock=lambda: float(runner.tick),
+                              judge_wait_s=1e9).run()
+    expected = evaluate_in_order(policy, curves, "maximize")
+    stopped = {runner.started[n][1]: t.early_termination["interval"] for n, t in outcome.trials.items()
+               if t.early_termination}
+    assert stopped == {c: s.interval for c, s in expected.items()}
+    assert outcome.partial == []

@@ -1,0 +1,96 @@
+"""Bayesian sampling on the local backend: each trial's hyperparameters are asked of an Optuna study as earlier
+trials end, and each trial's score is told to it when it ends (Optuna's ask-and-tell interface).
+
+The optimizer is Optuna's TPE sampler (multivariate, seeded with the sweep's seed), the library's default and
+its best-kept: Azure ML documents its bayesian sampling only as Bayesian optimization, so the two pick different
+points, under the same rules (choice, uniform and quniform only, no early termination; ``SweepSpec`` enforces
+them on both backends). The study lives in the workspace's ``optuna.db`` (SQLite, Optuna's RDB storage; not in
+``mlflow.db``, whose ``alembic_version`` table Optuna's migrations would share), one study per sweep, so a
+controller started again by ``recover`` or a retry takes it on: trials it had told stay learnt, a running trial
+adopted from the record is told when it ends, and a trial asked for but never started is marked failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.local.files import locked
+from mlrunway.local.workspace import Workspace
+from mlrunway.specs.search_space import Choice, QUniform, SearchExpression, Uniform
+from mlrunway.specs.sweep import SweepSpec
+from mlrunway.sweep.controller import trial_index
+
+__all__ = ["OptunaSearch"]
+
+log = logging.getLogger(__name__)
+
+
+class OptunaSearch:
+    """The sweep's :class:`~mlrunway.sweep.controller.ParamSource` for ``sampling_algorithm="bayesian"``."""
+
+    def __init__(self, workspace: Workspace, sweep_name: str, spec: SweepSpec, *, recorded: Iterable[str] = ()) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.spec = spec
+        self.distributions = {name: _distribution(expr) for name, expr in spec.search_space.items()}
+        storage = optuna.storages.RDBStorage(f"sqlite:///{workspace.root / 'optuna.db'}",
+                                             engine_kwargs={"connect_args": {"timeout": 60}})
+        with locked(workspace.root / ".optuna.lock"):  # two sweeps must not create the schema at once
+            self.study = optuna.create_study(
+                study_name=sweep_name, storage=storage, load_if_exists=True, direction=spec.objective.goal,
+                sampler=optuna.samplers.TPESampler(seed=spec.seed, multivariate=True),
+            )
+        started = {trial_index(name) for name in recorded}
+        for trial in self._running():  # asked by a controller that died before it started the trial
+            if trial.user_attrs.get("index") not in started:
+                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                log.info("Optuna trial %d was asked for but never started: marked failed", trial.number)
+
+    def params(self, index: int) -> dict[str, Any]:
+        trial = self.study.ask(self.distributions)
+        trial.set_user_attr("index", index)
+        return {name: _value(self.spec.search_space[name], trial.params[name]) for name in self.distributions}
+
+    def ended(self, trial: TrialInfo, score: float | None) -> None:
+        """Tell the study how trial ``trial`` ended: its score if it completed with one, failed otherwise."""
+        from optuna.trial import TrialState
+
+        index = trial_index(trial.name)
+        for asked in self._running():
+            if asked.user_attrs.get("index") == index:
+                if trial.status is JobStatus.COMPLETED and score is not None:
+                    self.study.tell(asked.number, score)
+                else:
+                    self.study.tell(asked.number, state=TrialState.FAIL)
+                return
+
+    def _running(self) -> list[Any]:
+        from optuna.trial import TrialState
+
+        return list(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+def _distribution(expr: SearchExpression) -> Any:
+    """Choice by index (any JSON value may be a choice), uniform as a float range, quniform as the whole
+    multiples of q that round(uniform(min, max) / q) can give."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(expr, Choice):
+        return CategoricalDistribution(list(range(len(expr.values))))
+    if isinstance(expr, Uniform):
+        return FloatDistribution(expr.min_value, expr.max_value)
+    if isinstance(expr, QUniform):
+        return IntDistribution(round(expr.min_value / expr.q), round(expr.max_value / expr.q))
+    raise ValueError(f"bayesian sampling takes choice, uniform and quniform, not {expr.kind}")
+
+
+def _value(expr: SearchExpression, raw: Any) -> Any:
+    if isinstance(expr, Choice):
+        return expr.values[int(raw)]
+    if isinstance(expr, QUniform):
+        return round(int(raw) * expr.q, 12)
+    return float(raw)
