@@ -10,7 +10,9 @@ uvicorn's httptools protocol with
 - a declared ``Content-Length`` over the drain cap is refused at once (413); smaller bodies over the endpoint's
   limit are read and drained by the app, so that the client sees its 413.
 
-uvicorn's own ``timeout_keep_alive`` closes idle keep-alive connections between requests.
+uvicorn's own ``timeout_keep_alive`` closes idle keep-alive connections between requests. At shutdown, a connection
+with no request under way is given :data:`SHUTDOWN_GRACE_S` to deliver one (uvicorn closes it at once, losing a
+request already on the wire to a connection just accepted); that request is served with ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
 HEAD_SLICE = 1024  # a head is fed to the parser, and counted, this many bytes at a time
 LINGER_S = 1.0  # how long a refused connection stays open, discarding what the client still sends
+SHUTDOWN_GRACE_S = 0.5  # at shutdown, how long a connection between requests may still deliver one
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
            431: b"Request Header Fields Too Large"}
 
@@ -66,6 +69,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_left: int | None = None  # of a body whose length is declared
         self._deadline: asyncio.TimerHandle | None = None
         self._refused = False
+        self._closing = False
 
     # -- deadlines -----------------------------------------------------------------------------------
     def _arm(self, seconds: float, message: str) -> None:
@@ -156,6 +160,23 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_left = int(length) if length is not None and length.isdigit() else None
         self._arm(self.limits.body_timeout_s, f"request body not complete within {self.limits.body_timeout_s:g} s")
         super().on_headers_complete()
+        if self._closing and self.cycle is not None:  # the last request this connection carries
+            self.cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        """As uvicorn's (a request under way is answered, then the connection closes), except that a connection
+        between requests may still deliver one within :data:`SHUTDOWN_GRACE_S`."""
+        self._closing = True
+        if self.cycle is None or self.cycle.response_complete:
+            self._disarm()
+            self._deadline = self.loop.call_later(SHUTDOWN_GRACE_S, self._close_if_idle)
+        else:
+            self.cycle.keep_alive = False
+
+    def _close_if_idle(self) -> None:
+        self._deadline = None
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
 
     def on_body(self, body: bytes) -> None:
         if self._body_left is not None:

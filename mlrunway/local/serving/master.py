@@ -3,12 +3,16 @@ lives, stop it, and restart it after its master died, keeping the port, the keys
 
 Every process of a server carries the endpoint's token in its environment, so a master's orphaned workers are
 found (and only they are signalled) without trusting a stored PID. The listening socket is bound with
-SO_REUSEPORT: a recovered master binds the same port beside the orphans, which serve until the new workers are
-up, then finish what they are serving and exit. A master kill thus costs at most the requests in flight.
+SO_REUSEPORT. A recovered master adopts the orphans' own listening socket (``pidfd_getfd``, Linux 5.6+): the same
+socket, so the same accept queue, and the orphans serve until the new workers are up, then finish what they are
+serving and exit; no connection that reached the port is dropped. Where adoption is refused (an older kernel, no
+ptrace permission) it binds the port beside them instead; the orphans' socket then closes with whatever
+connections were still queued on it. A master kill thus costs at most the requests in flight.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
@@ -26,18 +30,61 @@ from mlrunway.local.serving.state import EndpointState
 
 START_TIMEOUT_S = 60.0
 READY_DIR = "ready"  # each worker writes its PID here once it serves
+ADOPT_ENV = "MLRUNWAY_ADOPT_SOCKET"  # "pid:fd" of a dead master's orphan and its listening socket
+SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has (the unified syscall table)
 
 __all__ = ["alive", "dead_reason", "listening_socket", "start", "stop"]
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """The server's socket: SO_REUSEPORT, so that a recovered master can bind beside its predecessor's workers."""
+    """The server's socket: the one a dead master's workers still listen on, when ``ADOPT_ENV`` names it and it
+    can be taken; else a new one, SO_REUSEPORT, so that it can be bound beside those workers."""
+    adopted = _adopt(os.environ.get(ADOPT_ENV, ""), port)
+    if adopted is not None:
+        return adopted
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
+
+
+def _adopt(named: str, port: int) -> socket.socket | None:
+    """A duplicate of the listening socket ``named`` ("pid:fd") holds, or None when there is none or it cannot be
+    taken (the process is gone, the kernel is older than 5.6, no ptrace permission, another socket)."""
+    if not named:
+        return None
+    pid, fd = (int(part) for part in named.split(":"))
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        dup = ctypes.CDLL(None, use_errno=True).syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+    finally:
+        os.close(pidfd)
+    if dup < 0:
+        return None
+    sock = socket.socket(fileno=dup)
+    listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    if sock.type != socket.SOCK_STREAM or not listening or sock.getsockname()[1] != port:
+        sock.close()
+        return None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _listener(orphans: list[psutil.Process], port: int) -> str:
+    """"pid:fd" of an orphan's socket listening on ``port``, or "" when none is found."""
+    for orphan in orphans:
+        try:
+            for conn in orphan.net_connections("tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.fd >= 0:
+                    return f"{orphan.pid}:{conn.fd}"
+        except psutil.Error:
+            continue
+    return ""
 
 
 def alive(state: EndpointState) -> bool:
@@ -88,7 +135,8 @@ def start(folder: Path, state: EndpointState) -> EndpointState:
         stale.unlink()
     with open(folder / "logs" / "server.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.server", str(folder)],
-                                env={**os.environ, JOB_TOKEN_ENV: state.token}, stdin=subprocess.DEVNULL,
+                                env={**os.environ, JOB_TOKEN_ENV: state.token, ADOPT_ENV: _listener(orphans, state.port)},
+                                stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
     master = Identity.of(proc.pid)
     state.pid, state.pid_started = master.pid, master.started
