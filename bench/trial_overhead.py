@@ -5,7 +5,9 @@ N trials at concurrency C.
 
 The script is trivial and the same in both: it imports mlflow and logs 3 metrics to the run it is given
 (``MLFLOW_RUN_ID``; the baseline's runs are created beforehand, outside its timing, as a sweep's trials' are by
-the sweep). Both write to a fresh workspace's SQLite tracking store. For each size, per repeat (order rotated):
+the sweep). Both write to a fresh workspace whose SQLite tracking store has been created (as any workspace's is, by
+its first job: MLflow's migrations take seconds, once), and neither's experiment exists yet. For each size, per
+repeat (order rotated):
 
 - ``xargs -P C``: wall time of the N scripts, C at a time, with the environment a trial gets;
 - the sweep: from ``submit_sweep`` to the sweep read Completed, grid over N values, no policy;
@@ -65,6 +67,7 @@ def run_xargs(root: Path, code: Path, n: int, c: int) -> float:
 
 def run_sweep(root: Path, code: Path, n: int, c: int, watch: bool) -> dict[str, float]:
     from mlrunway.backend.types import JobStatus
+    from mlrunway.local import tracking
     from mlrunway.specs import Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
 
     jobs = workspace_jobs(root)
@@ -73,6 +76,7 @@ def run_sweep(root: Path, code: Path, n: int, c: int, watch: bool) -> dict[str, 
     spec = SweepSpec(trial=trial, search_space={"i": Choice(values=tuple(range(n)))}, sampling_algorithm="grid",
                      objective=Objective(primary_metric="m"), limits=SweepLimits(max_total_trials=n, max_concurrent_trials=c))
     rss: dict[str, float] = {}
+    tracking.client(jobs.workspace)  # the store, as a workspace's first job leaves it
     started = time.perf_counter()
     jobs.submit_sweep("overhead", spec)
     sampler = threading.Thread(target=_sample_rss, args=(jobs, n, rss), daemon=True) if watch else None

@@ -279,14 +279,14 @@ class LocalJobs:
         from mlrunway.local import tracking
 
         run_id = self.get(name).mlflow_run_id
-        return tracking.latest_metrics(tracking.client(self.workspace), run_id) if run_id else {}
+        return tracking.latest_metrics(self.workspace, run_id) if run_id else {}
 
     def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
         """Every value the job logged of ``metric``, in step order."""
         from mlrunway.local import tracking
 
         run_id = self.get(name).mlflow_run_id
-        return tuple(tracking.metric_history(tracking.client(self.workspace), run_id, metric)) if run_id else ()
+        return tuple(tracking.metric_history(self.workspace, run_id, metric)) if run_id else ()
 
     def params(self, name: str) -> dict[str, Any]:
         """The params the job logged to its MLflow run."""

@@ -44,13 +44,12 @@ class LocalTrialRunner:
                              environment_variables=trial_threads(sweep, os.cpu_count() or 1))
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
-        self.tracking = tracking.client(jobs.workspace)
         self.watched: set[str] = set()  # the trials whose folders may still change
         self.seen: tuple[tuple[Stamp, ...], tuple[Stamp, ...]] = ((), ())
 
     def start(self, name: str, params: dict[str, Any]) -> None:
-        """Submit the trial with its MLflow run already created (this process has MLflow loaded; its supervisor
-        then starts the script without importing it). A trial a dead controller had submitted is left as is."""
+        """Submit the trial with its MLflow run already created (its supervisor then starts the script at once).
+        A trial a dead controller had submitted is left as is."""
         try:
             self.jobs.get(name)
         except NotFound:
@@ -87,11 +86,11 @@ class LocalTrialRunner:
 
     def history(self, name: str) -> list[float]:
         run_id = self.jobs.get(name).mlflow_run_id
-        return tracking.metric_history(self.tracking, run_id, self.metric) if run_id else []
+        return tracking.metric_history(self.jobs.workspace, run_id, self.metric) if run_id else []
 
     def metrics(self, name: str) -> dict[str, float]:
         run_id = self.jobs.get(name).mlflow_run_id
-        return tracking.latest_metrics(self.tracking, run_id) if run_id else {}
+        return tracking.latest_metrics(self.jobs.workspace, run_id) if run_id else {}
 
     def cancel(self, name: str, reason: str) -> None:
         self.jobs.request_cancel(name, reason)

@@ -49,10 +49,9 @@ def test_train_logs_the_primary_metric_once_per_epoch_and_saves_a_standalone_mod
     jobs.submit("train", train_spec(digits, epochs=3))
     info = jobs.wait("train", poll_s=0.5)
     assert info.status is JobStatus.COMPLETED, info.error
-    store = tracking.client(jobs.workspace)
-    best = tracking.metric_history(store, info.mlflow_run_id, "best_val_acc")
+    best = tracking.metric_history(jobs.workspace, info.mlflow_run_id, "best_val_acc")
     assert len(best) == 3 and best == sorted(best)
-    assert len(tracking.metric_history(store, info.mlflow_run_id, "val_acc")) == 3
+    assert len(tracking.metric_history(jobs.workspace, info.mlflow_run_id, "val_acc")) == 3
     signature = assert_model_loads_alone(Path(info.outputs) / "model")
     assert signature["classes"] == [str(i) for i in range(10)]
     assert signature["inputs"][0] == {"name": "input", "shape": [None, 1, 8, 8], "dtype": "float32"}
@@ -65,7 +64,7 @@ def test_train_under_two_process_ddp_logs_once_and_rank_zero_saves(jobs, digits)
     info = jobs.wait("ddp", poll_s=0.5)
     assert info.status is JobStatus.COMPLETED, info.error
     store = tracking.client(jobs.workspace)
-    assert len(tracking.metric_history(store, info.mlflow_run_id, "best_val_acc")) == 2
+    assert len(tracking.metric_history(jobs.workspace, info.mlflow_run_id, "best_val_acc")) == 2
     assert store.get_run(info.mlflow_run_id).data.params["world_size"] == "2"
     assert_model_loads_alone(Path(info.outputs) / "model")
 
@@ -75,10 +74,9 @@ def test_canceled_training_stops_between_batches_and_saves_its_best_model(jobs, 
     dist = PyTorchDistribution(process_count_per_instance=processes) if processes > 1 else None
     jobs.submit("stopped", train_spec(digits, epochs=500, distribution=dist))
     deadline = time.monotonic() + 90
-    store = tracking.client(jobs.workspace)
     while True:
         run_id = jobs.get("stopped").mlflow_run_id
-        if run_id and len(tracking.metric_history(store, run_id, "best_val_acc")) >= 2:
+        if run_id and len(tracking.metric_history(jobs.workspace, run_id, "best_val_acc")) >= 2:
             break
         assert time.monotonic() < deadline
         time.sleep(0.3)

@@ -72,7 +72,7 @@ def test_job_runs_with_inputs_outputs_logs_and_mlflow_metrics(jobs, tmp_path):
     store = tracking.client(jobs.workspace)
     run = store.get_run(info.mlflow_run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "job-1"
-    assert tracking.metric_history(store, info.mlflow_run_id, "score") == [0.0, 0.1, 0.2]
+    assert [m.value for m in store.get_metric_history(info.mlflow_run_id, "score")] == [0.0, 0.1, 0.2]
     assert store.get_experiment(run.info.experiment_id).name == "exp"
 
 
