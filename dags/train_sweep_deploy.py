@@ -33,6 +33,8 @@ DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "di
 SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
 # A production endpoint that the scheduled runs improve (see the README); empty: each run its own endpoint.
 ENDPOINT_NAME = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or None
+# How long a waiting task holds its worker slot before it defers to the triggerer (resuming costs a task process).
+DEFER_AFTER_S = float(os.environ.get("MLRUNWAY_DEFER_AFTER_S", "20"))
 P = "{{ params.%s }}"
 # The tutorial's command: the example's own script and flags, given here as any team would give its own.
 TUTORIAL_COMMAND = ("python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
@@ -126,6 +128,7 @@ with DAG(
     start_date=datetime(2026, 1, 5),
     catchup=False,
     max_active_runs=2,
+    default_args={"defer_after_s": DEFER_AFTER_S},
     render_template_as_native_obj=True,
     user_defined_macros={"training_job": training_job, "search_space": search_space,
                          "sampling_algorithm": sampling_algorithm, "early_termination": early_termination},

@@ -51,6 +51,8 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5", "MLRUNWAY_WORKSPACE": str(tmp_path / "ws"),
+           # Each run's sweep defers, however fast this machine runs it (what ends within 20 s never defers).
+           "MLRUNWAY_DEFER_AFTER_S": "2",
            # As a deployment would: a task whose worker cannot reach the still-starting API server is retried,
            # and the retry re-attaches to whatever the first try started (names derive from the run).
            "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "1", "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
