@@ -111,12 +111,19 @@ def _endpoint(backend: Backend, name: str) -> dict[str, Any] | None:
             "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
 
 
+LEGEND_MAX = 12  # trials named in the plot's legend: beyond it, the best ones (a legend of 200 is read by no one)
+
+
 def plot_curves(report: SweepReport) -> bytes:
-    """PNG of the primary metric per epoch, one line per trial; early-terminated trials end in an ``x``."""
+    """PNG of the primary metric per epoch, one line per trial; early-terminated trials end in an ``x``. Up to
+    :data:`LEGEND_MAX` trials with a curve, each is named in the legend; beyond, the best of them are, and the
+    others are drawn thin and unnamed."""
     from matplotlib.ticker import MaxNLocator
 
     fig = new_figure(figsize=(8, 4.5), dpi=100)
     ax = fig.subplots()
+    drawn = [t for t in report.trials if t.history]
+    named = legend_names(report)
     for index, trial in enumerate(report.trials):
         if not trial.history:
             continue
@@ -124,21 +131,32 @@ def plot_curves(report: SweepReport) -> bytes:
         chosen = trial.name == report.best_trial
         decided = len(trial.judged)  # a stopped trial: the interval it was stopped at; it may have run on
         note = " (chosen)" if chosen else f" (stopped at {decided}, ran {len(trial.history)})" if trial.stopped_early else ""
-        (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4,
-                          label=_short(trial.name, index) + note)
+        label = _short(trial.name, index) + note if trial.name in named else "_unnamed"
+        (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4 if trial.name in named else 0.6,
+                          label=label, alpha=1.0 if trial.name in named else 0.5)
         if trial.stopped_early and decided:
             ax.plot(decided, trial.history[decided - 1], "x", color=line.get_color(), markersize=10,
                     markeredgewidth=2)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(report.objective.primary_metric)
-    ax.set_title(f"{report.sweep}: x = the interval early termination stopped it at")
+    unnamed = len(drawn) - len(named)
+    ax.set_title(f"{report.sweep}: x = the interval early termination stopped it at"
+                 + (f"\nthe best {len(named)} of {len(drawn)} trials named" if unnamed else ""))
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8, loc="lower right" if report.objective.goal == "maximize" else "upper right")
     else:
         ax.text(0.5, 0.5, "no epoch logged yet", ha="center", va="center", transform=ax.transAxes)
     return png_bytes(fig, bbox_inches="tight")
+
+
+def legend_names(report: SweepReport) -> set[str]:
+    """The trials the plot's legend names: every one with a curve, or past :data:`LEGEND_MAX` of them, the best
+    :data:`LEGEND_MAX` and the chosen one."""
+    drawn = [t for t in report.trials if t.history]
+    named = {t.name for t in (drawn if len(drawn) <= LEGEND_MAX else rank(drawn, report.objective)[:LEGEND_MAX])}
+    return named | {t.name for t in drawn if t.name == report.best_trial}
 
 
 def new_figure(**kwargs: Any) -> Any:

@@ -11,7 +11,7 @@ from PIL import Image
 
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.report import SweepReport, plot_curves, render_html, save
+from mlrunway.report import LEGEND_MAX, SweepReport, legend_names, plot_curves, render_html, save
 from mlrunway.specs.sweep import Objective
 
 SWEEP = "digits-0123abcd-sweep"
@@ -49,6 +49,18 @@ def test_the_plot_is_a_picture_of_every_trial_with_a_curve():
     assert len(colors) > 20, "a blank or single-colour image is not a plot"
     blank = Image.open(io.BytesIO(plot_curves(report(trials=[])))).convert("RGB")
     assert np.abs(np.asarray(blank, dtype=int)[:200].mean() - np.asarray(image, dtype=int)[:200].mean()) > 0.1
+
+
+def test_a_large_sweeps_legend_names_its_best_trials_and_the_chosen_one():
+    assert legend_names(report()) == {f"{SWEEP}_trial_0", f"{SWEEP}_trial_1"}  # the failed one drew no curve
+    many = [TrialInfo(name=f"{SWEEP}_trial_{i}", params={}, status=JobStatus.COMPLETED, history=(0.0, (i * 37 % 200) / 200))
+            for i in range(200)]
+    chosen = f"{SWEEP}_trial_3"  # as a sweep records it: not necessarily the best by the score
+    named = legend_names(report(trials=many, best_trial=chosen))
+    best = sorted(range(200), key=lambda i: -(i * 37 % 200))[:LEGEND_MAX]  # the 12 highest curves
+    assert named == {f"{SWEEP}_trial_{i}" for i in best} | {chosen}
+    assert len(named) == LEGEND_MAX + 1
+    assert Image.open(io.BytesIO(plot_curves(report(trials=many, best_trial=chosen)))).format == "PNG"
 
 
 def test_the_page_ranks_trials_marks_the_chosen_and_says_why_each_stopped():
