@@ -198,9 +198,30 @@ def faults(doc: Doc) -> str:
                         provenance(doc, "python bench/faults.py")])
 
 
+def trial_overhead(doc: Doc) -> str:
+    rows = []
+    for size in doc["args"]["sizes"]:
+        n, c = size.split("x")
+        rows.append([f"{n} trials, {c} at once", of(doc, f"{size}: xargs"), of(doc, f"{size}: sweep"),
+                     of(doc, f"{size}: over script, per trial"), of(doc, f"{size}: controller RSS growth"),
+                     of(doc, f"{size}: report page")])
+    return "\n\n".join([md_table(["size", "xargs -P s", "sweep s", "over its script, per trial s",
+                                  "controller RSS growth MB", "report page s"], rows),
+                        targets(doc), provenance(doc, "python bench/trial_overhead.py")])
+
+
+def report_page(doc: Doc) -> str:
+    trials = doc["args"]["trials"]
+    rows = [[f"{trials} trials of {e} epochs", of(doc, f"{trials} trials of {e} epochs: page s")]
+            for e in doc["args"]["epochs"]]
+    return "\n\n".join([md_table(["sweep", "page s (plot and HTML, warm)"], rows), targets(doc),
+                        provenance(doc, "python bench/report_page.py")])
+
+
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
-                                           "rollout": rollout, "faults": faults}
+                                           "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
+                                           "report_page": report_page}
 
 
 def render(text: str, results: Path = RESULTS) -> str:
