@@ -15,7 +15,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import readme  # noqa: E402
 
-BENCHMARKS = ["endpoint", "onnx_runtime", "early_termination", "orchestration", "rollout", "faults"]
+BENCHMARKS = ["endpoint", "onnx_runtime", "early_termination", "orchestration", "rollout", "faults", "trial_overhead",
+              "report_page"]
 
 
 def git(*args: str) -> str:
