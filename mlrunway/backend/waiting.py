@@ -12,9 +12,11 @@ from mlrunway.errors import EndpointError, JobTimedOut
 
 
 def wait_for_job(jobs: Jobs, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
-                 on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+                 on_poll: Callable[[JobInfo], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> JobInfo:
     """Block until the job is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut. Each poll is
-    ``jobs.recover``: the waiter restarts what of its own job died (a local sweep's controller)."""
+    ``jobs.recover``: the waiter restarts what of its own job died (a local sweep's controller). ``sleep``
+    waits between polls (a backend's may end early when it sees the job change)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         info = jobs.recover(name)
@@ -25,7 +27,7 @@ def wait_for_job(jobs: Jobs, name: str, *, timeout: float | None = None, poll_s:
         if deadline is not None and time.monotonic() > deadline:
             jobs.cancel(name, reason=f"wait timed out after {timeout:g} s")
             raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
-        time.sleep(poll_s)
+        sleep(poll_s)
 
 
 def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600.0, poll_s: float = 5.0) -> Any:

@@ -25,7 +25,7 @@ from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, SpecError
-from mlrunway.local.files import read_json, write_json
+from mlrunway.local.files import read_json, stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, kill_marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
@@ -38,6 +38,7 @@ from mlrunway.specs.sweep import SweepSpec
 SWEEP_TIMEOUT_MARGIN_S = 120.0
 # A supervisor sees a cancel within its poll (0.2 s); one that has not within this is stopped or frozen.
 CANCEL_ANSWER_S = 10.0
+WAIT_WATCH_S = 0.05
 
 
 class LocalJobs:
@@ -251,8 +252,16 @@ class LocalJobs:
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
              on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
-        """Block until the job ends; past ``timeout`` seconds cancel it and raise JobTimedOut."""
-        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
+        """Block until the job ends; past ``timeout`` seconds cancel it and raise JobTimedOut. Between polls it
+        watches the job's status file (a stat every WAIT_WATCH_S): its end is seen at once, not a poll later."""
+        status_file = JobState(self.workspace.job_dir(name)).status_file
+
+        def sleep(seconds: float) -> None:
+            before, until = stamp(status_file), time.monotonic() + seconds
+            while (left := until - time.monotonic()) > 0 and stamp(status_file) == before:
+                time.sleep(min(WAIT_WATCH_S, left))
+
+        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll, sleep=sleep)
 
     def logs(self, name: str, stream: str = "stdout", *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
         """Yield the job's log lines; with ``follow``, keep yielding until the job ends."""

@@ -18,20 +18,13 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from mlrunway.errors import NotSupportedOnBackend
-from mlrunway.local.processes import free_port
+from mlrunway.local.processes import ProcessLaunch, free_port
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec, Input, MpiDistribution, PyTorchDistribution
 
 _PYTHONS = {"python", "python3", f"python3.{sys.version_info.minor}"}
-
-
-@dataclass(frozen=True)
-class ProcessLaunch:
-    argv: list[str]
-    env: dict[str, str]
 
 
 def check_runnable(spec: CommandJobSpec) -> None:

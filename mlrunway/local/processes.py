@@ -22,8 +22,16 @@ POLL_S = 0.2
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
 _SETPRIV = shutil.which("setpriv")
 
-__all__ = ["JOB_TOKEN_ENV", "Identity", "die_with_parent", "free_port", "group_alive", "kill_marked", "marked",
+__all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "free_port", "group_alive", "kill_marked", "marked",
            "reap", "signal_name", "terminate_group", "wait_port_free"]
+
+
+@dataclass(frozen=True)
+class ProcessLaunch:
+    """One process of a job: its command line and environment (:func:`mlrunway.local.launch.plan`)."""
+
+    argv: list[str]
+    env: dict[str, str]
 
 
 @dataclass(frozen=True)

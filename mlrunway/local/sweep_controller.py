@@ -2,13 +2,15 @@
 
 It runs under the sweep job's supervisor, starts each trial as a named local job whose MLflow run is nested
 under the sweep's, reads the primary metric from the tracking store, and writes ``outputs/sweep.json`` after
-every poll, so the record survives whatever stops it. SIGTERM (a canceled sweep) cancels the running trials.
+every poll that changed it, so the record survives whatever stops it. SIGTERM (a canceled sweep) cancels the
+running trials.
 Started again on a sweep that has a record (``LocalJobs.recover`` after the controller died), it takes the
 sweep on from that record: it adopts the trials still running, judges them, and starts the ones never started.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -21,7 +23,7 @@ from typing import Any
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import tracking
-from mlrunway.local.files import read_json, write_json
+from mlrunway.local.files import Stamp, read_json, stamp, write_json
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
@@ -30,7 +32,6 @@ from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
 SWEEP_RESULT = "sweep.json"
-Stamp = tuple[int, int] | None  # a file's mtime and size, None while it does not exist
 WATCH_S = 0.05  # how often the controller looks for a change while it waits: a stat of a few files
 MIN_REFRESH_S = 0.25  # the least time between two refreshes, however often the trials log
 
@@ -46,6 +47,7 @@ class LocalTrialRunner:
         self.parent_run_id = parent_run_id
         self.watched: set[str] = set()  # the trials whose folders may still change
         self.seen: tuple[tuple[Stamp, ...], tuple[Stamp, ...]] = ((), ())
+        self.run_ids: dict[str, str] = {}  # trial -> its MLflow run, which never changes once it has one
 
     def start(self, name: str, params: dict[str, Any]) -> None:
         """Submit the trial with its MLflow run already created (its supervisor then starts the script at once).
@@ -55,6 +57,7 @@ class LocalTrialRunner:
         except NotFound:
             run = tracking.start_run(self.jobs.workspace, name, self.trial.experiment_name, self.parent_run_id)
             self.jobs.submit(name, self.trial.with_inputs(**params), parent_run_id=self.parent_run_id, mlflow_run=run)
+            self.run_ids[name] = run[1]
         self.watched.add(name)
 
     def poll(self, name: str) -> tuple[JobStatus, str | None]:
@@ -81,16 +84,21 @@ class LocalTrialRunner:
 
     def _signature(self) -> tuple[tuple[Stamp, ...], tuple[Stamp, ...]]:
         root = self.jobs.workspace.root
-        folders = tuple(_stamp(self.jobs.workspace.job_dir(name)) for name in sorted(self.watched))
-        return folders, (_stamp(root / "mlflow.db"), _stamp(root / "mlflow.db-wal"))
+        folders = tuple(stamp(self.jobs.workspace.job_dir(name)) for name in sorted(self.watched))
+        return folders, (stamp(root / "mlflow.db"), stamp(root / "mlflow.db-wal"))
 
     def history(self, name: str) -> list[float]:
-        run_id = self.jobs.get(name).mlflow_run_id
+        run_id = self._run_id(name)
         return tracking.metric_history(self.jobs.workspace, run_id, self.metric) if run_id else []
 
     def metrics(self, name: str) -> dict[str, float]:
-        run_id = self.jobs.get(name).mlflow_run_id
+        run_id = self._run_id(name)
         return tracking.latest_metrics(self.jobs.workspace, run_id) if run_id else {}
+
+    def _run_id(self, name: str) -> str | None:
+        if name not in self.run_ids and (run_id := self.jobs.get(name).mlflow_run_id) is not None:
+            self.run_ids[name] = run_id  # an adopted trial's, once its supervisor recorded it
+        return self.run_ids.get(name)
 
     def cancel(self, name: str, reason: str) -> None:
         self.jobs.request_cancel(name, reason)
@@ -98,14 +106,6 @@ class LocalTrialRunner:
     def lost(self, name: str) -> bool:
         """Its supervisor died without recording an outcome, the trainer with it (``killed``): not a failure."""
         return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))
-
-
-def _stamp(path: Path) -> Stamp:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
@@ -137,8 +137,12 @@ def main(job_dir: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: canceled.append("the sweep was canceled"))
     result = job_dir / "outputs" / SWEEP_RESULT
 
-    def record(outcome: SweepOutcome) -> None:
-        write_json(result, {"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()})
+    written = [""]
+
+    def record(outcome: SweepOutcome) -> None:  # after every poll: written when it changed
+        data = {"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()}
+        if json.dumps(data, sort_keys=True) != written[0]:
+            written[0] = write_json(result, data)
 
     runner = LocalTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID"))
     outcome = recorded(result)

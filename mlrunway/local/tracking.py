@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import sqlite3
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 
 _MLFLOW_STATUS = {"Completed": "FINISHED", "Failed": "FAILED", "Canceled": "KILLED"}
 SCHEMA_REVISION = "dc11669786a5"  # the store's alembic revision under the pinned MLflow; the SQL below is for it
+KEPT_CONNECTIONS = 4  # per thread: the stores it used last
+_kept = threading.local()
 
 
 @functools.cache
@@ -72,21 +77,33 @@ def start_run(workspace: Workspace, job_name: str, experiment: str, parent_run_i
 @contextlib.contextmanager
 def _store(workspace: Workspace) -> Iterator[sqlite3.Connection | None]:
     """A connection to the store when it exists at :data:`SCHEMA_REVISION` (one transaction, committed on exit),
-    else None."""
+    else None. Kept open for the next call from this thread (a sweep's controller reads each running trial's
+    metric several times a second; opening a connection parses MLflow's schema each time): by the file's
+    identity, so a store deleted and created again gets a new one, and by process, so none crosses a fork."""
     db = workspace.root / "mlflow.db"
-    if not db.exists():
+    try:
+        st = os.stat(db)
+    except FileNotFoundError:
         yield None
         return
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+    key = (str(db), st.st_dev, st.st_ino, os.getpid())
+    kept: OrderedDict[tuple[str, int, int, int], sqlite3.Connection] = _kept.__dict__.setdefault("conns", OrderedDict())
+    conn = kept.pop(key, None)
+    if conn is None:
+        conn = sqlite3.connect(db, timeout=30)
         try:
             revision = conn.execute("SELECT version_num FROM alembic_version").fetchone()
         except sqlite3.Error:  # created but not yet migrated
             revision = None
         if revision is None or revision[0] != SCHEMA_REVISION:
+            conn.close()
             yield None
             return
-        with conn:
-            yield conn
+    kept[key] = conn
+    while len(kept) > KEPT_CONNECTIONS:
+        kept.popitem(last=False)[1].close()
+    with conn:
+        yield conn
 
 
 def _start_run_quickly(workspace: Workspace, job_name: str, experiment: str,
