@@ -82,7 +82,7 @@ def run_sweep(root: Path, code: Path, n: int, c: int, watch: bool) -> dict[str, 
     sampler = threading.Thread(target=_sample_rss, args=(jobs, n, rss), daemon=True) if watch else None
     if sampler:
         sampler.start()
-    info = jobs.wait("overhead")  # sees the end within 50 ms, at a stat's cost (its polls would cost the sweep CPU)
+    info = jobs.wait("overhead")  # sees the end within 20 ms, at a stat's cost (its polls would cost the sweep CPU)
     wall = time.perf_counter() - started
     if info.status is not JobStatus.COMPLETED or len(jobs.sweep_result("overhead").trials) != n:
         raise SystemExit(f"the sweep ended {info.status.value} ({info.error}): no measurement")

@@ -24,7 +24,7 @@ class LocalBackend:
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
-    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=1.0, rollout=True)
+    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=0.25, rollout=True)
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)

@@ -38,7 +38,7 @@ from mlrunway.specs.sweep import SweepSpec
 SWEEP_TIMEOUT_MARGIN_S = 120.0
 # A supervisor sees a cancel within its poll (0.2 s); one that has not within this is stopped or frozen.
 CANCEL_ANSWER_S = 10.0
-WAIT_WATCH_S = 0.05
+WAIT_WATCH_S = 0.02
 
 
 class LocalJobs:
@@ -311,7 +311,7 @@ class LocalJobs:
         run_id = self.get(name).mlflow_run_id
         if not run_id:
             raise NotFound(f"job {name}: has no MLflow run to keep artifacts in")
-        tracking.client(self.workspace).log_artifacts(run_id, str(folder), artifact_path)
+        tracking.log_artifacts(self.workspace, run_id, Path(folder), artifact_path)
 
     def sweep_result(self, name: str) -> SweepResult:
         """The sweep's record so far, from the controller's ``sweep.json`` (empty until its first write)."""

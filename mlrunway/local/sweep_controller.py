@@ -32,7 +32,7 @@ from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
 SWEEP_RESULT = "sweep.json"
-WATCH_S = 0.05  # how often the controller looks for a change while it waits: a stat of a few files
+WATCH_S = 0.02  # how often the controller looks for a change while it waits: a stat of a few files (20 us)
 MIN_REFRESH_S = 0.25  # the least time between two refreshes, however often the trials log
 
 

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import math
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -23,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 from mlrunway.local.files import locked
 from mlrunway.local.workspace import Workspace
@@ -155,6 +157,20 @@ def end_run_quickly(workspace: Workspace, run_id: str, status: str) -> None:
                                (_MLFLOW_STATUS.get(status, "FAILED"), int(time.time() * 1000), run_id)).rowcount
     if changed != 1:
         raise LookupError(f"MLflow run {run_id} is not in {workspace.root / 'mlflow.db'}")
+
+
+def log_artifacts(workspace: Workspace, run_id: str, folder: Path, artifact_path: str) -> None:
+    """Copy ``folder``'s files under ``artifact_path`` among the run's artifacts, as ``MlflowClient.log_artifacts``
+    does for a run whose artifacts are local files (``LocalArtifactRepository``: a copy into the run's
+    ``artifact_uri``); through MLflow for any other store or location."""
+    with _store(workspace) as conn:
+        found = None if conn is None else conn.execute("SELECT artifact_uri FROM runs WHERE run_uuid = ?",
+                                                       (run_id,)).fetchone()
+    if found is not None and found[0].startswith("file://"):
+        target = Path(unquote(urlparse(found[0]).path)) / artifact_path
+        shutil.copytree(folder, target, dirs_exist_ok=True)
+        return
+    client(workspace).log_artifacts(run_id, str(folder), artifact_path)
 
 
 def metric_history(workspace: Workspace, run_id: str, key: str) -> list[float]:

@@ -102,3 +102,27 @@ def test_the_pinned_mlflow_migrates_a_store_to_the_revision_the_sql_was_checked_
     tracking.client(workspace)
     with sqlite3.connect(workspace.root / "mlflow.db") as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (tracking.SCHEMA_REVISION,)
+
+
+def test_artifacts_kept_without_mlflow_read_back_as_mlflows_own(workspace, tmp_path):
+    store = tracking.client(workspace)
+    _, ours = tracking.start_run(workspace, "ours", "artifacts", None)
+    _, theirs = tracking.start_run(workspace, "theirs", "artifacts", None)
+    folder = tmp_path / "report"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "report.html").write_text("<html></html>")
+    (folder / "sub" / "curves.png").write_bytes(b"\x89PNG")
+    tracking.log_artifacts(workspace, ours, folder, "report")
+    store.log_artifacts(theirs, str(folder), "report")
+
+    def listed(run: str, path: str = "report") -> list[tuple[str, bool, int | None]]:
+        found = []
+        for item in store.list_artifacts(run, path):
+            found.append((item.path, item.is_dir, item.file_size))
+            if item.is_dir:
+                found += listed(run, item.path)
+        return found
+
+    assert listed(ours) == listed(theirs) and len(listed(ours)) == 3
+    local = store.download_artifacts(ours, "report/sub/curves.png", str(tmp_path))
+    assert open(local, "rb").read() == b"\x89PNG"
