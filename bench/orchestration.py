@@ -7,7 +7,7 @@ About 11 minutes with the defaults (each repeat: the plain run and the DAG run, 
 
 - **Pipeline**: the same steps with the same settings (by default the DAG's own, what ``make demo`` runs) twice
   on the local backend: once as plain calls into ``mlrunway`` (submit and wait for train, the sweep, pick the
-  best, export, deploy blue, clean up) and once as ``airflow dags test train_sweep_deploy`` (XComs, deferral to
+  best, export, deploy blue, save the sweep's report and clean up) and once as ``airflow dags test train_sweep_deploy`` (XComs, deferral to
   a trigger, the task runner's bookkeeping). Two overheads:
   - **over the jobs** (the issue's measure): wall time against the train and sweep jobs' own run times, the
     jobs on the critical path (from the start to the end of their processes). What is not a job counts as
@@ -58,6 +58,7 @@ def plain_run(workspace: Path, data: Path, args: argparse.Namespace) -> float:
     from mlrunway.local.backend import LocalBackend
     from mlrunway.onnx_export.registered import export_registered
     from mlrunway.pipeline import RunNames, cleanup, deploy_blue, pick_best
+    from mlrunway.report import save_run_report
     from mlrunway.specs import BanditPolicy
     from training.tutorial import train_job, tutorial_sweep
 
@@ -75,6 +76,7 @@ def plain_run(workspace: Path, data: Path, args: argparse.Namespace) -> float:
     onnx, _ = export_registered(backend.models, best["model_name"], best["model_version"], data_dir=data)
     deploy_blue(backend, names.endpoint, DeploymentSettings(model=f"{onnx.name}:{onnx.version}",
                                                             code_dir=str(REPO / "training")), data)
+    save_run_report(backend, names, workspace / "reports")  # the cleanup task saves the run's report first
     cleanup(backend, names)
     return time.perf_counter() - started
 
