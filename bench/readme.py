@@ -218,10 +218,24 @@ def report_page(doc: Doc) -> str:
                         provenance(doc, "python bench/report_page.py")])
 
 
+def samplers(doc: Doc) -> str:
+    trials = doc["args"]["trials"]
+    rows = [[name, of(doc, f"{name}: best of {trials}"), of(doc, f"{name}: sweep wall")] for name in ("random", "bayesian")]
+    best: dict[int, dict[str, float]] = {}
+    for row in doc["results"]:
+        best.setdefault(row["repeat"], {})[row["sampling"]] = row["best"]
+    won = sum(b["bayesian"] < b["random"] for b in best.values())
+    gap = of(doc, "random's best minus bayesian's")
+    said = (f"Random's best minus bayesian's: {gap}; bayesian found the lower "
+            f"minimum on {won} of {len(best)} seeds.")
+    return "\n\n".join([md_table(["sampling", f"best of {trials} (Hartmann-4, minimum about -3.73)", "sweep wall s"],
+                                  rows), said, targets(doc), provenance(doc, "python bench/samplers.py")])
+
+
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
-                                           "report_page": report_page}
+                                           "report_page": report_page, "samplers": samplers}
 
 
 def render(text: str, results: Path = RESULTS) -> str:
