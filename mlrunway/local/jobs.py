@@ -8,6 +8,7 @@ the process that submitted it and is found again by name.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import fcntl
 import os
 import secrets
@@ -39,6 +40,7 @@ SWEEP_TIMEOUT_MARGIN_S = 120.0
 # A supervisor sees a cancel within its poll (0.2 s); one that has not within this is stopped or frozen.
 CANCEL_ANSWER_S = 10.0
 WAIT_WATCH_S = 0.02
+SUPERVISOR_EXIT_S = 5.0
 
 
 class LocalJobs:
@@ -261,7 +263,24 @@ class LocalJobs:
             while (left := until - time.monotonic()) > 0 and stamp(status_file) == before:
                 time.sleep(min(WAIT_WATCH_S, left))
 
-        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll, sleep=sleep)
+        info = wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll, sleep=sleep)
+        self._await_supervisors(name, info.kind == "sweep")
+        return info
+
+    def _await_supervisors(self, name: str, sweep: bool) -> None:
+        """A job's supervisor records its end, then ends its MLflow run and exits, a few ms later; a sweep's
+        trials' the same. Wait for them (up to SUPERVISOR_EXIT_S): when ``wait`` returns, nothing of the job runs."""
+        names = [name, *(p.name for p in self.workspace.jobs.iterdir() if p.name.startswith(f"{name}_trial_"))] \
+            if sweep else [name]
+        pending = []
+        for job in names:
+            with contextlib.suppress(OSError, ValueError):
+                status = JobState(self.workspace.job_dir(job)).status()
+                if (supervisor := Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))):
+                    pending.append(supervisor)
+        deadline = time.monotonic() + SUPERVISOR_EXIT_S
+        while (pending := [p for p in pending if p.alive()]) and time.monotonic() < deadline:
+            time.sleep(WAIT_WATCH_S / 2)
 
     def logs(self, name: str, stream: str = "stdout", *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
         """Yield the job's log lines; with ``follow``, keep yielding until the job ends."""

@@ -76,7 +76,8 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
     workspace = tmp_path / "ws"
     stack = AirflowStack(tmp_path / "home", database, broker, {
         "MLRUNWAY_WORKSPACE": str(workspace), "MLRUNWAY_DATA_DIR": str(digits),
-        "MLRUNWAY_SCHEDULE": "none"})  # only the run the form triggers
+        "MLRUNWAY_SCHEDULE": "none",  # only the run the form triggers
+        "MLRUNWAY_DEFER_AFTER_S": "2"})  # the sweep defers (the demo's ends within the default 20 s)
     try:
         stack.up(workers=2)
         with sync_playwright() as playwright:
