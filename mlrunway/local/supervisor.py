@@ -258,7 +258,7 @@ def run(job_dir: Path) -> str:
         state.update(**outcome, run_open=True)  # readers see the end now (a sweep refills the slot)
     except OSError as exc:  # the outcome stays in outcome.json; the next read records it from there
         _log().error("the job's outcome (%s) could not be written to its status: %s; it is kept in %s", status, exc,
-                  state.outcome_file)
+                     state.outcome_file)
     try:
         tracking.end_run_quickly(workspace, run_id, status)
         state.update(run_open=False)
