@@ -7,8 +7,8 @@ About 11 minutes with the defaults (each repeat: the plain run and the DAG run, 
 
 - **Pipeline**: the same steps with the same settings (by default the DAG's own, what ``make demo`` runs) twice
   on the local backend: once as plain calls into ``mlrunway`` (submit and wait for train, the sweep, pick the
-  best, export, deploy blue, save the sweep's report and clean up) and once as ``airflow dags test train_sweep_deploy`` (XComs, deferral to
-  a trigger, the task runner's bookkeeping). Two overheads:
+  best, export, deploy blue, save the sweep's report and clean up) and once as ``airflow dags test
+  train_sweep_deploy`` (XComs, deferral to a trigger, the task runner's bookkeeping). Two overheads:
   - **over the jobs** (the issue's measure): wall time against the train and sweep jobs' own run times, the
     jobs on the critical path (from the start to the end of their processes). What is not a job counts as
     overhead here: the CLI's start-up, each job's start-up in the backend, picking, the ONNX export, the deployment;

@@ -131,9 +131,9 @@ def plot_curves(report: SweepReport) -> bytes:
         chosen = trial.name == report.best_trial
         decided = len(trial.judged)  # a stopped trial: the interval it was stopped at; it may have run on
         note = " (chosen)" if chosen else f" (stopped at {decided}, ran {len(trial.history)})" if trial.stopped_early else ""
-        label = _short(trial.name, index) + note if trial.name in named else "_unnamed"
-        (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4 if trial.name in named else 0.6,
-                          label=label, alpha=1.0 if trial.name in named else 0.5)
+        shown = trial.name in named
+        (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4 if shown else 0.6,
+                          label=_short(trial.name, index) + note if shown else "_unnamed", alpha=1.0 if shown else 0.5)
         if trial.stopped_early and decided:
             ax.plot(decided, trial.history[decided - 1], "x", color=line.get_color(), markersize=10,
                     markeredgewidth=2)

@@ -12,14 +12,22 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json(path: Path, data: Any) -> str:
-    """Write ``data`` so that readers see the old file or the new one, never half of one; return the text. A
-    write that fails (a full disk) leaves no temporary file behind and raises an OSError naming ``path``.
+def dumps(data: Any) -> str:
+    """``data`` as the workspace's files hold it: one line, keys sorted. ``json.dumps`` without indentation is
+    json's C encoder, ``json.dump`` and any ``indent`` its Python one, 15 to 20 times slower (a sweep's record,
+    rewritten as its trials log, took a sweep's controller more CPU than all else it does). ``python -m json.tool``
+    shows a file indented."""
+    return json.dumps(data, sort_keys=True)
 
-    One line, keys sorted: ``json.dumps`` without indentation is json's C encoder, ``json.dump`` and any
-    ``indent`` its Python one, 15 to 20 times slower (a sweep's record, rewritten as its trials log, took a
-    sweep's controller more CPU than all else it does). ``python -m json.tool`` shows a file indented."""
-    text = json.dumps(data, sort_keys=True)
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` (:func:`dumps`) so that readers see the old file or the new one (:func:`write_text`)."""
+    write_text(path, dumps(data))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that readers see the old file or the new one, never half of one. A write that fails (a
+    full disk) leaves no temporary file behind and raises an OSError naming ``path``."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     except OSError as exc:
@@ -32,7 +40,6 @@ def write_json(path: Path, data: Any) -> str:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise OSError(exc.errno, f"could not write {path}: {exc.strerror}", str(path)) from exc
-    return text
 
 
 Stamp = tuple[int, int] | None  # a file's mtime and size, None while it does not exist

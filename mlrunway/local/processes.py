@@ -22,8 +22,8 @@ POLL_S = 0.2
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
 _SETPRIV = shutil.which("setpriv")
 
-__all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "free_port", "group_alive", "kill_marked", "marked",
-           "reap", "signal_name", "terminate_group", "wait_port_free"]
+__all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "free_port", "group_alive", "kill_marked",
+           "marked", "reap", "signal_name", "terminate_group", "wait_port_free"]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ sweep on from that record: it adopts the trials still running, judges them, and 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -23,7 +22,7 @@ from typing import Any
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import tracking
-from mlrunway.local.files import Stamp, read_json, stamp, write_json
+from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
@@ -140,9 +139,10 @@ def main(job_dir: Path) -> int:
     written = [""]
 
     def record(outcome: SweepOutcome) -> None:  # after every poll: written when it changed
-        data = {"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()}
-        if json.dumps(data, sort_keys=True) != written[0]:
-            written[0] = write_json(result, data)
+        text = dumps({"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()})
+        if text != written[0]:
+            write_text(result, text)
+            written[0] = text
 
     runner = LocalTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID"))
     outcome = recorded(result)
