@@ -7,7 +7,9 @@ points, under the same rules (choice, uniform and quniform only, no early termin
 them on both backends). The study lives in the workspace's ``optuna.db`` (SQLite, Optuna's RDB storage; not in
 ``mlflow.db``, whose ``alembic_version`` table Optuna's migrations would share), one study per sweep, so a
 controller started again by ``recover`` or a retry takes it on: trials it had told stay learnt, a running trial
-adopted from the record is told when it ends, and a trial asked for but never started is marked failed.
+adopted from the record is told when it ends, and a trial asked for but not in the record (the controller died
+between asking and writing its record, perhaps after submitting the trial's job) runs with the parameters it was
+asked with, not with a second ask.
 """
 
 from __future__ import annotations
@@ -40,20 +42,27 @@ class OptunaSearch:
         storage = optuna.storages.RDBStorage(f"sqlite:///{workspace.root / 'optuna.db'}",
                                              engine_kwargs={"connect_args": {"timeout": 60}})
         with locked(workspace.root / ".optuna.lock"):  # two sweeps must not create the schema at once
-            self.study = optuna.create_study(
-                study_name=sweep_name, storage=storage, load_if_exists=True, direction=spec.objective.goal,
-                sampler=optuna.samplers.TPESampler(seed=spec.seed, multivariate=True),
-            )
+            self.study = optuna.create_study(study_name=sweep_name, storage=storage, load_if_exists=True,
+                                             direction=spec.objective.goal)
+        # The sampler's generator starts again with each controller: seeded as the sweep says at the start, and
+        # with the trials already asked mixed in when a controller takes a study on (the seed alone would draw
+        # the first trials' points again while TPE still samples at random).
+        asked = len(self.study.trials)
+        seed = spec.seed if spec.seed is None or not asked else (spec.seed * 1_000_003 + asked) % 2**32
+        self.study.sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True)
         started = {trial_index(name) for name in recorded}
-        for trial in self._running():  # asked by a controller that died before it started the trial
-            if trial.user_attrs.get("index") not in started:
-                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-                log.info("Optuna trial %d was asked for but never started: marked failed", trial.number)
+        # Asked by a controller that died before its record named the trial: index -> the asked trial.
+        self.unrecorded = {t.user_attrs.get("index"): t for t in self._running()
+                           if t.user_attrs.get("index") not in started}
 
     def params(self, index: int) -> dict[str, Any]:
-        trial = self.study.ask(self.distributions)
-        trial.set_user_attr("index", index)
-        return {name: _value(self.spec.search_space[name], trial.params[name]) for name in self.distributions}
+        if (asked := self.unrecorded.pop(index, None)) is not None:
+            log.info("Optuna trial %d was asked for trial %d before the controller died: its parameters stand",
+                     asked.number, index)
+        else:
+            asked = self.study.ask(self.distributions)
+            asked.set_user_attr("index", index)
+        return {name: _value(self.spec.search_space[name], asked.params[name]) for name in self.distributions}
 
     def ended(self, trial: TrialInfo, score: float | None) -> None:
         """Tell the study how trial ``trial`` ended: its score if it completed with one, failed otherwise."""

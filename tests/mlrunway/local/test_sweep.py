@@ -181,4 +181,23 @@ def test_bayesian_sampling_asks_optuna_as_trials_end_and_a_recovered_controller_
         assert t.value == recorded[name].history[-1]
         assert {"x": t.params["x"], "width": t.params["width"] * 5, "kind": ["a", "b"][t.params["kind"]]} == \
             recorded[name].params
-    assert len(study.trials) - len(told) <= 1  # at most one asked by the killed controller and never started
+    assert len(study.trials) == len(told)  # a trial asked by the killed controller ran with what it was asked
+
+
+def test_a_trial_asked_by_a_controller_that_died_before_recording_it_keeps_its_parameters(workspace):
+    """The controller may die between asking Optuna for trial i and writing the record that names it (perhaps
+    after submitting trial i's job). The next controller runs trial i with what was asked, not with a new ask."""
+    from mlrunway.local.bayesian import OptunaSearch
+
+    spec = SweepSpec(trial=CommandJobSpec(code=".", command="python x.py --x ${{inputs.x}} --kind ${{inputs.kind}}",
+                                                  inputs={"x": 0.0, "kind": "a"}),
+                     search_space={"x": Uniform(min_value=0, max_value=1), "kind": Choice(values=["a", "b", "c"])},
+                     objective=Objective(primary_metric="score"), sampling_algorithm="bayesian", seed=5,
+                     limits=SweepLimits(max_total_trials=4, max_concurrent_trials=2))
+    died = OptunaSearch(workspace, "s", spec)
+    first, second, lost = died.params(0), died.params(1), died.params(2)
+    taken_on = OptunaSearch(workspace, "s", spec, recorded=["s_trial_0", "s_trial_1"])
+    assert taken_on.params(2) == lost
+    fresh = taken_on.params(3)
+    assert fresh not in (first, second, lost)
+    assert [t.user_attrs["index"] for t in taken_on.study.trials] == [0, 1, 2, 3]  # none asked twice
