@@ -77,15 +77,14 @@ def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, 
     mark(f"gate ({r.gate['samples']} images, both deployments)")
     if not better:
         return stable.conclude(backend, r, "held", "not better"), stages
+    wait = stable.next_phase(backend, r)
     while True:
-        window = stable.next_phase(backend, r)
-        time.sleep(window)
-        verdict = stable.check_window(backend, r)
-        mark(f"window at {r.windows[-1]['phase']}")
-        if not verdict.ok:
-            return stable.conclude(backend, r, "rolled_back", verdict.reason), stages
-        if stable.done(r):
-            return stable.conclude(backend, r, "promoted", "every window within bounds"), stages
+        time.sleep(wait)
+        after = stable.after_window(backend, r)
+        mark(f"window at {r.windows[-1]['phase']}" if r.windows else "window extended")
+        if after.decision:
+            return stable.conclude(backend, r, after.decision, after.reason), stages
+        wait = after.wait_s
 
 
 def champion(backend: LocalBackend, endpoint: str, data: Path) -> None:

@@ -204,12 +204,16 @@ with DAG(
                 "goal": {"enum": ["maximize", "minimize"]}}, required=["file", "metric"], additionalProperties=False),
         "rollout": Param(None, type=["null", "object"], section=DEPLOY, description=(
             'Stable endpoint: {"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
-            '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50}; empty: these defaults.'),
+            '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '
+            '"max_extension_s": null}; empty: these defaults. A window with fewer than min_requests challenger '
+            'requests is extended up to max_extension_s (null: one more window_s), then the run ends held.'),
             properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
                                   "minItems": 1},
                         **{k: {"type": "number", "minimum": 0} for k in (
                             "window_s", "mirror_window_s", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms")},
-                        "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50}},
+                        "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50},
+                        "min_requests": {"type": "integer", "minimum": 0},
+                        "max_extension_s": {"type": ["null", "number"], "minimum": 0}},
             additionalProperties=False),
         "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", section=DEPLOY,
                                description="Azure: VM size of the blue deployment (empty: the connection's)."),

@@ -104,15 +104,15 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
                 raise EndpointError(f"deployment {r.endpoint}/{r.slot}: {event['error']}")
             return self.provisioned(context, r, ProvisioningState(event["status"]), event.get("error"),
                                     event.get("operation"))
-        verdict = stable.check_window(self.backend, r)
-        if not verdict.ok:
-            self.conclude(context, r, "rolled_back", verdict.reason)
+        after = stable.after_window(self.backend, r)
+        if after.decision == "rolled_back":
+            self.conclude(context, r, "rolled_back", after.reason)
             assert r.champion is not None
             raise EndpointError(f"rolled_back: the challenger {r.model} went back to 0% and {r.champion['model']} "
-                                f"serves 100% again, at the {r.windows[-1]['phase']} window: {verdict.reason}")
-        if stable.done(r):
-            return self.conclude(context, r, "promoted", f"{r.gate['summary']}; every rollout window within bounds")
-        return self.wait_window(context, r, stable.next_phase(self.backend, r))
+                                f"serves 100% again, at the {r.windows[-1]['phase']} window: {after.reason}")
+        if after.decision:
+            return self.conclude(context, r, after.decision, after.reason)
+        return self.wait_window(context, r, after.wait_s)
 
     def provisioned(self, context: Context, r: Rollout, state: ProvisioningState, error: str | None,
                     operation: str | None) -> dict[str, Any]:

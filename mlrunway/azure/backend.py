@@ -664,17 +664,19 @@ class AzureEndpoints:
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
         """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
         metrics (per minute): ``RequestsPerMinute`` split by ``statusCode`` and ``modelStatusCode`` (an error is
-        a 5xx, a 408, or a 424 whose model status is 500 or more) and ``RequestLatency_P99`` (the worst minute)."""
+        a 5xx, a 408, or a 424 whose model status is 500 or more) and ``RequestLatency_P99`` (the worst minute).
+        Each is asked for with the aggregation its definition documents, Average: at a one-minute grain, a
+        minute's average of requests per minute is that minute's count."""
         resource = self.ml.online_endpoints.get(endpoint).id
         timespan = (datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(max(end, start + 1), UTC))
         only = f"deployment eq '{deployment}'"
         counts = self.backend.monitor.query_resource(
             resource, ["RequestsPerMinute"], timespan=timespan, granularity=timedelta(minutes=1),
-            aggregations=["Total"], filter=f"{only} and statusCode eq '*' and modelStatusCode eq '*'")
+            aggregations=["Average"], filter=f"{only} and statusCode eq '*' and modelStatusCode eq '*'")
         requests = errors = 0
         for series in counts.metrics[0].timeseries if counts.metrics else []:
             dims = {k.lower(): v for k, v in series.metadata_values.items()}
-            total = int(sum(point.total or 0 for point in series.data))
+            total = round(sum(point.average or 0 for point in series.data))
             requests += total
             status, model = dims.get("statuscode") or "0", dims.get("modelstatuscode")
             errors += total if deployment_error(int(status) if status.isdigit() else 0, model) else 0

@@ -2,6 +2,11 @@
 move traffic in steps (10 -> 50 -> 100 by default), each held for a window while the challenger's error rate and
 p99 latency are compared with the champion's over the same window. Past a bound, traffic goes back to the
 champion at 100%. After every change, traffic and each deployment's model are read back.
+
+The evidence rule fails closed: a window in which the challenger served fewer than ``min_requests`` requests
+judges nothing. It is extended (up to ``max_extension_s``), then the rollout ends held, traffic on the champion.
+A window whose metrics cannot be read counts as failed. Only ``min_requests: 0`` lets a window without requests
+pass, and the decision then says it was promoted without live evidence.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ class RolloutPolicy:
     :param max_error_rate_increase: how far the challenger's error rate may exceed the champion's (0.01: one point).
     :param max_p99_ratio: how many times the champion's p99 latency the challenger's may reach...
     :param p99_slack_ms: ...or this many ms above it, whichever is larger (a 2 ms p99 is noise at 4 ms).
+    :param min_requests: the challenger's requests a window needs to be judged at all (0: judge empty windows,
+        which then pass: promoted without live evidence).
+    :param max_extension_s: how long a window short of ``min_requests`` may be extended (None: one more
+        ``window_s``) before the rollout ends held.
     """
 
     steps: tuple[int, ...] = (10, 50, 100)
@@ -34,6 +43,8 @@ class RolloutPolicy:
     max_error_rate_increase: float = 0.01
     max_p99_ratio: float = 2.0
     p99_slack_ms: float = 50.0
+    min_requests: int = 20
+    max_extension_s: float | None = None
 
     @classmethod
     def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
@@ -57,9 +68,14 @@ class RolloutPolicy:
                              "write e.g. [10, 50, 100], or [100] to switch at once")
         numbers: dict[str, Any] = {}
         for name, value_ in raw.items():
+            if value_ is None and name == "max_extension_s":
+                continue
             if isinstance(value_, bool) or not isinstance(value_, int | float) or value_ < 0:
                 raise check.fail(f"{field}.{name}", f"{value_!r} is not a number >= 0", "write a number")
             numbers[name] = value_
+        if int(numbers.get("min_requests", 0)) != numbers.get("min_requests", 0):
+            raise check.fail(f"{field}.min_requests", f"{numbers['min_requests']!r} is not a whole number",
+                             "write a count of requests, e.g. 20 (0 promotes without live evidence)")
         policy = cls(steps=tuple(steps), **numbers)
         if not 0 <= policy.mirror_percent <= 50 or int(policy.mirror_percent) != policy.mirror_percent:
             raise check.fail(f"{field}.mirror_percent", f"{policy.mirror_percent!r} is over Azure's limit",
@@ -72,25 +88,38 @@ class RolloutPolicy:
                                  f"give at least {2 * metrics_lag_s:g} s")
         return policy
 
+    @property
+    def extension_s(self) -> float:
+        return self.window_s if self.max_extension_s is None else self.max_extension_s
+
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "steps": list(self.steps)}
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """A window's judgement. ``short``: too few requests to judge (not ``ok``, and not a failure of the
+    challenger); ``extend_s``: how much longer the window is held to gather them (0: the rollout ends held)."""
+
     ok: bool
     reason: str
     challenger: dict[str, Any]
     champion: dict[str, Any]
+    short: bool = False
+    extend_s: float = 0.0
 
 
 def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> Verdict:
     """Whether the challenger stays within the policy's bounds over a window, against the champion's figures (of
     the same window, or of the window before the rollout when the champion has no traffic left)."""
     figures = challenger.to_dict(), champion.to_dict()
-    if not challenger.requests:  # fail closed: no evidence is never a pass (a quiet endpoint, a frozen worker)
-        return Verdict(False, "no request reached the challenger in the window: no evidence, and no evidence is "
-                              "never a pass", *figures)
+    if challenger.requests < policy.min_requests:  # fail closed: a quiet endpoint, a frozen worker
+        return Verdict(False, f"{challenger.requests} request{'' if challenger.requests == 1 else 's'} reached the "
+                              f"challenger in the window, fewer than rollout.min_requests={policy.min_requests}: "
+                              "too little evidence to judge, and no evidence is never a pass", *figures, short=True)
+    if not challenger.requests:
+        return Verdict(True, "promoted without live evidence: no request reached the challenger, and "
+                             "rollout.min_requests is 0", *figures)
     allowed = champion.error_rate + policy.max_error_rate_increase
     if challenger.error_rate > allowed:
         return Verdict(False, f"error rate {challenger.error_rate:.1%} ({challenger.errors} of {challenger.requests}) "

@@ -14,7 +14,7 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SLOTS = ("blue", "green")
 DECISIONS = ("created", "promoted", "held", "rolled_back", "skipped")
+METRICS_TRIES, METRICS_RETRY_S = 3, 2.0  # a metrics read that fails is tried again after 2 s, then 4 s
 ALIAS_TAG = "mlrunway.alias.{}"  # a version's tag; its value is when the alias was given (the newest holder wins)
 
 
@@ -48,6 +49,7 @@ class Rollout:
     started: float = 0.0
     baseline: dict[str, Any] | None = None
     windows: list[dict[str, Any]] = field(default_factory=list)
+    extended_s: float = 0.0  # how long the current window was extended for want of requests
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,8 +148,7 @@ def next_phase(backend: Backend, r: Rollout) -> float:
     policy = r.rollout_policy
     now = time.time()
     if r.baseline is None:  # the champion alone, over the window before the rollout: the reference at 100%
-        r.baseline = backend.endpoints.deployment_metrics(r.endpoint, r.champion["deployment"],
-                                                          now - policy.window_s, now).to_dict()
+        r.baseline = read_metrics(backend, r.endpoint, r.champion["deployment"], now - policy.window_s, now).to_dict()
     mirror = policy.mirror_percent and policy.mirror_window_s and r.step == -1 and not r.windows
     if mirror:
         traffic, mirrored, window = {r.champion["deployment"]: 100, r.slot: 0}, {r.slot: int(policy.mirror_percent)}, \
@@ -158,29 +159,91 @@ def next_phase(backend: Backend, r: Rollout) -> float:
         mirrored, window = {}, policy.window_s
     rollout.apply(backend, r.endpoint, traffic, mirrored, _models(r))
     r.started = time.time()  # the window opens once the change is live (on Azure an update takes a while)
+    r.extended_s = 0.0
     log.info("endpoint %s: traffic %s, mirror %s, for %gs", r.endpoint, traffic, mirrored or "none", window)
     return float(window)
 
 
 def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
-    """Judge the window that has just ended; on a failure, traffic goes back to the champion at 100%."""
+    """Judge the window that has just ended. Too few challenger requests: the window is extended (the verdict's
+    ``extend_s``) while ``max_extension_s`` allows, then the rollout ends held. A failure, a held end or metrics
+    that cannot be read send traffic back to the champion at 100%."""
     assert r.champion is not None
+    policy = r.rollout_policy
     end = time.time() - backend.capabilities.metrics_lag_s
-    challenger = backend.endpoints.deployment_metrics(r.endpoint, r.slot, r.started, end)
-    champion = backend.endpoints.deployment_metrics(r.endpoint, r.champion["deployment"], r.started, end)
-    if not champion.requests:  # at 100% the champion serves nothing: compare with its last window that served
-        earlier = [w["champion"] for w in r.windows if w["champion"]["requests"]] or [r.baseline]
-        if earlier[-1]:
-            champion = DeploymentMetrics(**{k: v for k, v in earlier[-1].items() if k != "error_rate"})
-    verdict = rollout.judge(challenger, champion, r.rollout_policy)
-    phase = f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
-    r.windows.append({"phase": phase, "ok": verdict.ok, "reason": verdict.reason,
-                      "challenger": verdict.challenger, "champion": verdict.champion})
-    log.info("endpoint %s, %s window: %s (%s)", r.endpoint, phase, "within bounds" if verdict.ok else "OUT OF BOUNDS",
+    try:
+        challenger = read_metrics(backend, r.endpoint, r.slot, r.started, end)
+        champion = read_metrics(backend, r.endpoint, r.champion["deployment"], r.started, end)
+    except EndpointError as exc:  # fail closed: a window nobody can read is a failed window
+        verdict = rollout.Verdict(False, str(exc), {}, {})
+    else:
+        if not champion.requests:  # at 100% the champion serves nothing: compare with its last window that served
+            earlier = [w["champion"] for w in r.windows if w["champion"].get("requests")] or [r.baseline]
+            if earlier[-1]:
+                champion = DeploymentMetrics(**{k: v for k, v in earlier[-1].items() if k != "error_rate"})
+        verdict = rollout.judge(challenger, champion, policy)
+        if verdict.short and (left := policy.extension_s - r.extended_s) > 1e-6:
+            extend = min(policy.window_s, left) if policy.window_s > 0 else left
+            r.extended_s += extend
+            log.info("endpoint %s: %s; the window is extended by %gs (%gs of rollout.max_extension_s=%gs)",
+                     r.endpoint, verdict.reason, extend, r.extended_s, policy.extension_s)
+            return replace(verdict, extend_s=extend)
+    phase = f"{policy.steps[r.step]}%" if r.step >= 0 else "mirror"
+    r.windows.append({"phase": phase, "ok": verdict.ok, "reason": verdict.reason, "challenger": verdict.challenger,
+                      "champion": verdict.champion, "extended_s": r.extended_s, "short": verdict.short})
+    log.info("endpoint %s, %s window: %s (%s)", r.endpoint, phase,
+             "within bounds" if verdict.ok else "too little evidence" if verdict.short else "OUT OF BOUNDS",
              verdict.reason)
     if not verdict.ok:
         rollout.apply(backend, r.endpoint, {r.champion["deployment"]: 100, r.slot: 0}, {}, _models(r))
     return verdict
+
+
+@dataclass(frozen=True)
+class Next:
+    """What a rollout does after a window: wait ``wait_s`` more (the next phase's window, or an extension), or
+    end with ``decision`` (promoted, held, rolled_back) for ``reason``."""
+
+    wait_s: float = 0.0
+    decision: str | None = None
+    reason: str = ""
+
+
+def after_window(backend: Backend, r: Rollout) -> Next:
+    """Judge the window that has just ended (:func:`check_window`) and say what comes next; a next phase has
+    already begun when this returns a wait."""
+    verdict = check_window(backend, r)
+    gate_summary = r.gate.get("summary", "the gate passed")
+    if verdict.extend_s:
+        return Next(wait_s=verdict.extend_s)
+    if verdict.short:  # too little evidence even after the extension: traffic is back on the champion
+        return Next(decision="held", reason=f"{gate_summary}; but at the {r.windows[-1]['phase']} window "
+                                            f"{verdict.reason}; the champion serves 100%")
+    if not verdict.ok:
+        return Next(decision="rolled_back", reason=verdict.reason)
+    if done(r):
+        unseen = [w["phase"] for w in r.windows if not w["challenger"].get("requests")]
+        evidence = (f"promoted without live evidence (rollout.min_requests=0; no request in the "
+                    f"{', '.join(unseen)} window)" if unseen else "every rollout window within bounds")
+        return Next(decision="promoted", reason=f"{gate_summary}; {evidence}")
+    return Next(wait_s=next_phase(backend, r))
+
+
+def read_metrics(backend: Backend, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+    """A deployment's metrics, read up to METRICS_TRIES times; an EndpointError naming the cause when they cannot
+    be read (never figures made up: a rollout counts that window as failed)."""
+    for attempt in range(1, METRICS_TRIES + 1):
+        try:
+            return backend.endpoints.deployment_metrics(endpoint, deployment, start, end)
+        except Exception as exc:  # noqa: BLE001 - whatever the backend raised, the window has no evidence
+            if attempt == METRICS_TRIES:
+                raise EndpointError(f"the metrics of {endpoint}/{deployment} could not be read ({attempt} tries, "
+                                    f"the last: {type(exc).__name__}: {exc}): a window without evidence counts as "
+                                    "failed") from exc
+            log.warning("endpoint %s: reading %s's metrics failed (%s); again in %gs", endpoint, deployment, exc,
+                        METRICS_RETRY_S * attempt)
+            time.sleep(METRICS_RETRY_S * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def done(r: Rollout) -> bool:

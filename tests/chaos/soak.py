@@ -74,6 +74,7 @@ ENDPOINT, MODEL = "soak-prod", "soak"
 ORPHAN_GRACE_S = 20.0  # a supervisor SIGTERMs its script, waits 10 s, then SIGKILLs it and exits
 SETTLE_S = 1.0  # after the fault ends: a supervisor's poll, then the reads
 MAX_ATTEMPTS = 3
+MIN_REQUESTS = 5  # a rollout window's evidence: the client sends about 20 a second, half to the challenger at 50%
 UNFINISHED = 3  # the exit status of a chunk that stopped before the last fault: run it again
 
 TRAIN = """
@@ -220,7 +221,7 @@ class Rollouts(threading.Thread):
         version is left."""
         broken = []
         if result["decision"] == "promoted":
-            short = [w["phase"] for w in result["windows"] if not w["challenger"]["requests"]]
+            short = [w["phase"] for w in result["windows"] if w["challenger"].get("requests", 0) < MIN_REQUESTS]
             if not result["gate"] or short:
                 broken.append(f"evidence: {result['model']} promoted with no challenger request in the {short} "
                               f"window(s)" if short else f"evidence: {result['model']} promoted with no gate")
@@ -242,7 +243,7 @@ class Rollouts(threading.Thread):
         version = self.backend.models.register(MODEL, folder)
         settings = DeploymentSettings(model=f"{MODEL}:{version.version}", code_dir=str(self.code))
         b = self.backend
-        policy = RolloutPolicy.parse({"steps": [50, 100], "window_s": 4.0},
+        policy = RolloutPolicy.parse({"steps": [50, 100], "window_s": 4.0, "min_requests": MIN_REQUESTS},
                                      metrics_lag_s=b.capabilities.metrics_lag_s)
         r = stable.begin(b, ENDPOINT, f"soak-run-{count}", settings, policy, lease_s=120.0)
         deadline = time.monotonic() + 60
@@ -258,13 +259,13 @@ class Rollouts(threading.Thread):
         evaluation = team_set(self.code, {"file": "eval.jsonl", "metric": "metrics.py:quality"})
         if not stable.judge_challenger(b, r, evaluation, 0.0):
             return stable.conclude(b, r, "held", "not better")
+        wait = stable.next_phase(b, r)
         while True:
-            self.stopping.wait(stable.next_phase(b, r))
-            verdict = stable.check_window(b, r)
-            if not verdict.ok:
-                return stable.conclude(b, r, "rolled_back", verdict.reason)
-            if stable.done(r):
-                return stable.conclude(b, r, "promoted", "every window within bounds")
+            self.stopping.wait(wait)
+            after = stable.after_window(b, r)
+            if after.decision:
+                return stable.conclude(b, r, after.decision, after.reason)
+            wait = after.wait_s
 
 
 class Soak:

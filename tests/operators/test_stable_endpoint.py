@@ -70,8 +70,8 @@ def run(fake, team, version: int, run_id: str, *, run_type: str = "manual", **kw
                               model_version=version, code_dir=str(team), sample_request="sample.json",
                               endpoint_name=ENDPOINT, evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse",
                                                                   "goal": "minimize"},
-                              rollout={"steps": [10, 50, 100], "window_s": 0}, deferrable=False,
-                              poll_interval_s=0.001, **kwargs)
+                              deferrable=False, poll_interval_s=0.001,
+                              **{"rollout": {"steps": [10, 50, 100], "window_s": 0}, **kwargs})
     try:
         result = task.execute(context)
     finally:
@@ -140,6 +140,65 @@ def test_a_challenger_out_of_bounds_at_a_step_is_rolled_back_and_the_task_fails_
     assert fake.endpoints.traffic_log[-1] == ({"blue": 100, "green": 0}, {})  # back after the 10% step
     assert deployments(fake) == ["blue"] and stable.aliased(fake, "m", "production").version == 1
     assert fake.models.get("m", 4).tags["mlrunway.decision"] == "rolled_back"
+
+
+def test_a_quiet_challenger_proves_nothing_and_the_run_ends_held_with_the_champion_serving(registered, team):
+    """Issue 29, 3: a window with fewer challenger requests than rollout.min_requests (20) is no evidence: held,
+    traffic back on the champion, the slot deleted by cleanup; the task succeeds (nothing failed)."""
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    fake.endpoints.metrics = lambda d, s, e: DeploymentMetrics(deployment=d, start=s, end=e, errors=0, p99_ms=9.0,
+                                                               requests=3 if d == "green" else 40)
+    result, events, _ = run(fake, team, 4, "manual__2")
+    assert result["decision"] == "held" and "3 requests reached the challenger" in result["reason"]
+    assert "fewer than rollout.min_requests=20" in result["reason"] and "the champion serves 100%" in result["reason"]
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
+    assert stable.aliased(fake, "m", "production").version == 1 and not events.added
+    assert fake.models.get("m", 4).tags["mlrunway.decision"] == "held"
+
+
+def test_a_short_window_is_extended_and_judged_once_the_requests_came(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    reads = []
+
+    def metrics(deployment: str, start: float, end: float) -> DeploymentMetrics:
+        reads.append(deployment)
+        quiet = deployment == "green" and reads.count("green") == 1  # the first 10% window: 5 requests
+        return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=5 if quiet else 40, errors=0,
+                                 p99_ms=9.0)
+
+    fake.endpoints.metrics = metrics
+    result, _, _ = run(fake, team, 4, "manual__2", rollout={"window_s": 0, "max_extension_s": 0.01})
+    assert result["decision"] == "promoted" and "every rollout window within bounds" in result["reason"]
+    assert [(w["phase"], w["extended_s"]) for w in result["windows"]] == [("10%", 0.01), ("50%", 0), ("100%", 0)]
+
+
+def test_min_requests_0_promotes_without_evidence_and_says_so(registered, team):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    fake.endpoints.metrics = lambda d, s, e: DeploymentMetrics(deployment=d, start=s, end=e, requests=0, errors=0,
+                                                               p99_ms=None)
+    result, _, _ = run(fake, team, 4, "manual__2", rollout={"window_s": 0, "min_requests": 0})
+    assert result["decision"] == "promoted" and fake.endpoints.get(ENDPOINT).traffic == {"green": 100}
+    assert "promoted without live evidence (rollout.min_requests=0; no request in the 10%, 50%, 100% window)" in \
+        result["reason"]
+
+
+def test_metrics_that_cannot_be_read_fail_the_window_and_roll_back(registered, team, monkeypatch):
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    monkeypatch.setattr(stable, "METRICS_RETRY_S", 0.0)
+
+    def unreadable(deployment: str, start: float, end: float) -> DeploymentMetrics:
+        if deployment == "green":  # the champion's baseline was read before traffic moved
+            raise OSError("metrics store unreachable")
+        return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=40, errors=0, p99_ms=9.0)
+
+    fake.endpoints.metrics = unreadable
+    with pytest.raises(EndpointError, match=r"rolled_back: .*could not be read \(3 tries, the last: OSError"):
+        run(fake, team, 4, "manual__2")
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
 
 
 def test_a_slow_challenger_is_rolled_back_on_p99(registered, team):

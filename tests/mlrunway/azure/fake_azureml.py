@@ -49,6 +49,9 @@ BLOB_HOST = f"{STORAGE}.blob.core.windows.net"
 WS_PATH = (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/"
            f"Microsoft.MachineLearningServices/workspaces/{WORKSPACE}")
 OPERATIONS = (f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.MachineLearningServices/locations/{REGION}")
+# Azure Monitor's definitions of the online endpoint metrics the backend reads: the aggregations each allows.
+METRIC_AGGREGATIONS = {"RequestsPerMinute": {"Average", "Minimum", "Maximum"},
+                       "RequestLatency_P99": {"Average", "Minimum", "Maximum"}}
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
              "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments"}
 
@@ -189,6 +192,7 @@ class FakeAzureML(HttpTransport):
         self.job_final: dict[str, str] = {}  # job name -> final status (default Completed)
         self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
+        self.metrics_lag_s = 0.0  # how long after a request Azure Monitor's answers count it
         self.runs: dict[str, dict[str, Any]] = {}  # MLflow / Run History runs by id
         self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
                      "secondaryKey": base64.b64encode(b"secondary-key").decode()}
@@ -723,12 +727,19 @@ class FakeAzureML(HttpTransport):
     def _metrics(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
         """Azure Monitor's metrics of an online endpoint (monitor spec 2024-02-01, ``GetMetric.json``'s shape),
         from what the fake scored: ``RequestsPerMinute`` by ``statusCode``/``statusCodeClass``/
-        ``modelStatusCode`` (aggregation Total) and ``RequestLatency_P99`` (Average), per minute, for the
-        deployment the filter names."""
+        ``modelStatusCode`` and ``RequestLatency_P99``, per minute, for the deployment the filter names, in the
+        aggregations their definitions allow (Average, Minimum, Maximum; anything else is Azure Monitor's 400).
+        ``metrics_lag_s``: a request is in the answer only that long after it was served."""
         q = recorded.query
+        for metric in q["metricnames"].split(","):
+            refused = set(q.get("aggregation", "Average").split(",")) - METRIC_AGGREGATIONS.get(metric, set())
+            if refused:
+                return _response(request, 400, {"code": "BadRequest", "message": f"Metric: {metric} does not "
+                                 f"support requested aggregation: {sorted(refused)[0]}"})
         start, end = (datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for t in q["timespan"].split("/"))
         deployment = re.search(r"deployment eq '([^']+)'", q.get("$filter", ""))
-        rows = [r for r in self.served if r[1] == name and start <= r[0] < end
+        arrived = time.time() - self.metrics_lag_s
+        rows = [r for r in self.served if r[1] == name and start <= r[0] < end and r[0] <= arrived
                 and (deployment is None or r[2] == deployment[1])]
         value = []
         for metric in q["metricnames"].split(","):
@@ -745,7 +756,7 @@ class FakeAzureML(HttpTransport):
                 for minute, latencies in sorted(minutes.items()):
                     stamp = datetime.fromtimestamp(minute, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                     ordered = sorted(latencies)
-                    data.append({"timeStamp": stamp, "total": float(len(latencies))} if metric == "RequestsPerMinute"
+                    data.append({"timeStamp": stamp, "average": float(len(latencies))} if metric == "RequestsPerMinute"
                                 else {"timeStamp": stamp, "average": ordered[min(len(ordered) - 1,
                                                                                   int(0.99 * len(ordered)))]})
                 series.append({"metadatavalues": [{"name": {"value": k.lower(), "localizedValue": k}, "value": v}

@@ -59,7 +59,7 @@ def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_o
     assert live_traffic(fake)["traffic"] == {"blue": 100}
     assert json.loads(fake.resource("onlineEndpoints", ENDPOINT)["tags"]["mlrunway.lease"] if "mlrunway.lease" in
                       fake.resource("onlineEndpoints", ENDPOINT).get("tags", {}) else "null") is None  # released
-    policy = RolloutPolicy(steps=(50, 100), window_s=0, mirror_percent=50, mirror_window_s=1)
+    policy = RolloutPolicy(steps=(50, 100), window_s=0, mirror_percent=50, mirror_window_s=1, min_requests=4)
     r = stable.begin(azure, ENDPOINT, "run-2", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")),
                      policy, 3600)
     assert r.slot == "green" and r.champion == {"deployment": "blue", "model": "digits:1"}
@@ -85,7 +85,7 @@ def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_o
                                                    "/metrics$")]
     query = next(q for q in queries if "'green'" in q["$filter"])
     assert query["api-version"] == "2024-02-01" and query["interval"] == "PT1M"
-    assert query["metricnames"] == "RequestsPerMinute" and query["aggregation"] == "Total"
+    assert query["metricnames"] == "RequestsPerMinute" and query["aggregation"] == "Average"
     assert query["$filter"] == "deployment eq 'green' and statusCode eq '*' and modelStatusCode eq '*'"
     latency = [q for q in queries if q["metricnames"] == "RequestLatency_P99" and "'green'" in q["$filter"]]
     assert latency and latency[0]["aggregation"] == "Average" and latency[0]["$filter"] == "deployment eq 'green'"
@@ -107,7 +107,8 @@ def test_a_challenger_failing_live_requests_is_rolled_back_from_azure_monitors_f
     faulty = shutil.copytree(REPO / "training", tmp_path / "faulty")
     (faulty / "faulty_score.py").write_text(FAULTY)
     settings = DeploymentSettings(model="digits:2", code_dir=str(faulty), scoring_script="faulty_score.py")
-    r = stable.begin(azure, ENDPOINT, "run-2", settings, RolloutPolicy(steps=(50, 100), window_s=0), 3600)
+    r = stable.begin(azure, ENDPOINT, "run-2", settings, RolloutPolicy(steps=(50, 100), window_s=0, min_requests=10),
+                     3600)
     provisioned(azure, "green")
     assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, faulty, digits, None), 0)
     stable.next_phase(azure, r)
@@ -123,3 +124,45 @@ def test_a_challenger_failing_live_requests_is_rolled_back_from_azure_monitors_f
     assert live_traffic(fake) == {"traffic": {"blue": 100}, "mirror": {}}  # rolled back, read back
     assert stable.clean_up(azure, ENDPOINT, "run-2") == ["green"]
     assert stable.serving(azure, ENDPOINT) == {"deployment": "blue", "model": "digits:1"}
+
+
+def challenger_at_50(azure, digits, policy: RolloutPolicy):
+    r = stable.begin(azure, ENDPOINT, "run-2", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")),
+                     policy, 3600)
+    provisioned(azure, "green")
+    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, REPO / "training", digits, None), 0)
+    stable.next_phase(azure, r)
+    return r
+
+
+def test_metrics_azure_monitor_refuses_fail_the_window_and_the_champion_serves_again(fake, production, digits,
+                                                                                      monkeypatch):
+    """Issue 29, 3: a metrics read the service refuses (here: every aggregation refused) is tried again, then the
+    window counts as failed: traffic goes back to the champion, never a pass."""
+    import tests.mlrunway.azure.fake_azureml as service
+
+    r = challenger_at_50(production, digits, RolloutPolicy(steps=(50, 100), window_s=0))
+    assert live_traffic(fake)["traffic"] == {"blue": 50, "green": 50}
+    for _ in range(40):
+        production.endpoints.invoke(ENDPOINT, payload=ONE_IMAGE)
+    monkeypatch.setattr(stable, "METRICS_RETRY_S", 0.0)
+    monkeypatch.setattr(service, "METRIC_AGGREGATIONS", {})
+    after = stable.after_window(production, r)
+    assert after.decision == "rolled_back" and "could not be read (3 tries" in after.reason
+    assert "does not support requested aggregation" in after.reason
+    assert live_traffic(fake)["traffic"] == {"blue": 100}
+
+
+def test_a_quiet_challenger_is_extended_then_held_with_the_champion_at_100(fake, production, digits):
+    """Issue 29, 3: fewer challenger requests than rollout.min_requests judge nothing: the window is extended
+    up to max_extension_s, then the rollout ends held, traffic on the champion."""
+    r = challenger_at_50(production, digits, RolloutPolicy(steps=(50, 100), window_s=0.05, max_extension_s=0.1))
+    for _ in range(6):  # 3 to the challenger: short of the default 20
+        production.endpoints.invoke(ENDPOINT, payload=ONE_IMAGE)
+    waits = []
+    while (after := stable.after_window(production, r)).decision is None:
+        waits.append(after.wait_s)
+    assert waits == [0.05, 0.05]  # extended twice, up to max_extension_s
+    assert after.decision == "held" and "fewer than rollout.min_requests=20" in after.reason
+    assert live_traffic(fake)["traffic"] == {"blue": 100}
+    assert r.windows[-1]["short"] and r.windows[-1]["extended_s"] == 0.1
