@@ -511,6 +511,7 @@ class AzureModels:
 
 
 LEASE_TAG = "mlrunway.lease"
+AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
 
 
 def _operation_url(poller: Any) -> str | None:
@@ -546,6 +547,7 @@ class AzureEndpoints:
         self.backend = backend
         self.ml = backend.client
         self.poll_s = poll_s
+        self._auth: dict[str, tuple[str, float]] = {}  # endpoint -> (Authorization header, renew it after)
 
     def _info(self, endpoint: Any) -> EndpointInfo:
         return EndpointInfo(name=endpoint.name, scoring_uri=endpoint.scoring_uri, traffic=dict(endpoint.traffic or {}),
@@ -553,8 +555,30 @@ class AzureEndpoints:
                             provisioning_state=ProvisioningState.parse(endpoint.provisioning_state))
 
     def get_keys(self, name: str) -> dict[str, str]:
-        keys = self.ml.online_endpoints.get_keys(name)
-        return {"primary": keys.primary_key, "secondary": keys.secondary_key}
+        """Key auth: ``primary`` and ``secondary``. Token auth (AMLToken: the service's token route; AADToken: a
+        token of the credential for ml.azure.com): ``token``, ``token_type`` and ``expires`` (epoch seconds)."""
+        credentials = self.ml.online_endpoints.get_keys(name)
+        if hasattr(credentials, "primary_key"):
+            return {"primary": credentials.primary_key, "secondary": credentials.secondary_key}
+        return {"token": credentials.access_token, "token_type": getattr(credentials, "token_type", None) or "Bearer",
+                "expires": str(credentials.expiry_time_utc or 0)}
+
+    def _authorization(self, endpoint: str, *, fresh: bool = False) -> str:
+        """The scoring request's Authorization header, kept until it needs renewing: a token until its refresh
+        time (AMLToken's ``refreshAfterTimeUtc``, else 5 minutes before it expires), keys for 5 minutes (a
+        regenerated key is picked up)."""
+        cached = self._auth.get(endpoint)
+        if cached and not fresh and time.time() < cached[1]:
+            return cached[0]
+        credentials = self.ml.online_endpoints.get_keys(endpoint)
+        if hasattr(credentials, "primary_key"):
+            header, renew = f"Bearer {credentials.primary_key}", time.time() + AUTH_RENEW_S
+        else:
+            expires = float(credentials.expiry_time_utc or 0)
+            refresh = float(getattr(credentials, "refresh_after_time_utc", 0) or 0)
+            header, renew = f"Bearer {credentials.access_token}", refresh or expires - AUTH_RENEW_S
+        self._auth[endpoint] = (header, renew)
+        return header
 
     def get(self, name: str) -> EndpointInfo:
         try:
@@ -563,16 +587,19 @@ class AzureEndpoints:
             raise NotFound(f"endpoint {name} does not exist") from exc
 
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
-        """Send a ``ManagedOnlineEndpoint`` with key auth (an existing one keeps its traffic); don't wait.
+        """A new endpoint is a ``ManagedOnlineEndpoint`` with key auth; an existing one (a team's production
+        endpoint) is never rebuilt: it is read and, only if it lacks the ``mlrunway`` tag, written back as read,
+        so its auth mode, identity, network access, description, tags, traffic and mirror stay. Doesn't wait.
         ``settings.workers`` sizes a local server: an Azure endpoint sizes each deployment instead."""
         check.endpoint_name(name)
-        endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
-        try:  # an existing one keeps its traffic, mirror and tags (a stable endpoint's rollout lease)
-            current = self.ml.online_endpoints.get(name)
-            endpoint.traffic, endpoint.mirror_traffic = current.traffic, current.mirror_traffic
-            endpoint.tags = {**(current.tags or {}), "mlrunway": "1"}
+        try:
+            endpoint = self.ml.online_endpoints.get(name)
         except ResourceNotFoundError:
-            pass
+            endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
+        else:
+            if (endpoint.tags or {}).get("mlrunway") == "1":
+                return self._info(endpoint)
+            endpoint.tags = {**(endpoint.tags or {}), "mlrunway": "1"}
         self.ml.online_endpoints.begin_create_or_update(endpoint)
         return self.get(name)
 
@@ -734,12 +761,14 @@ class AzureEndpoints:
         if (request_file is None) == (payload is None):
             raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
         body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
-        headers = {"Content-Type": "application/json",
-                   "Authorization": f"Bearer {self.ml.online_endpoints.get_keys(endpoint).primary_key}"}
+        headers = {"Content-Type": "application/json", "Authorization": self._authorization(endpoint)}
         if deployment:
             headers["azureml-model-deployment"] = deployment
-        response = self.backend.plain.send_request(HttpRequest("POST", self.get(endpoint).scoring_uri, content=body,
-                                                               headers=headers))
+        uri = self.get(endpoint).scoring_uri
+        response = self.backend.plain.send_request(HttpRequest("POST", uri, content=body, headers=headers))
+        if response.status_code == 401:  # a key regenerated, a token revoked: once more with fresh credentials
+            headers["Authorization"] = self._authorization(endpoint, fresh=True)
+            response = self.backend.plain.send_request(HttpRequest("POST", uri, content=body, headers=headers))
         if response.status_code != 200:
             original = response.headers.get("ms-azureml-model-error-statuscode")
             reason = response.headers.get("ms-azureml-model-error-reason")

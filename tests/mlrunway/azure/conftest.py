@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from mlrunway.backend.types import DeploymentSettings
+from mlrunway.pipeline import promote_blue
+from mlrunway.production import stable
+from mlrunway.production.rollout import RolloutPolicy
+from tests.conftest import REPO
 from tests.mlrunway.azure.fake_azureml import (
     RESOURCE_GROUP,
     SUBSCRIPTION,
@@ -14,7 +20,9 @@ from tests.mlrunway.azure.fake_azureml import (
     FakeCredential,
     route_blob_storage,
 )
+from tests.production.test_stable_endpoint_local import perturbed
 
+ENDPOINT = "digits-prod"
 CONNECTION = {"subscription_id": SUBSCRIPTION, "resource_group": RESOURCE_GROUP, "workspace_name": WORKSPACE,
               "compute": "gpu-cluster", "instance_type": "Standard_F2s_v2", "instance_count": "2"}
 
@@ -35,3 +43,25 @@ def azure(fake: FakeAzureML, tmp_path: Path):
                                            credential=FakeCredential(), transport=fake)
     backend.jobs.poll_s = backend.endpoints.poll_s = 0.0
     return backend
+
+
+@pytest.fixture
+def production(fake, azure, onnx_model, digits, tmp_path):
+    """Azure with models digits:1 (fair) and digits:2 (better), digits:1 live as blue at 100%."""
+    azure.capabilities = dataclasses.replace(azure.capabilities, metrics_lag_s=0.0)  # the fake's metrics are current
+    for noise in (0.6, 0.0):
+        azure.models.register("digits", str(perturbed(onnx_model, tmp_path / f"noise-{noise}", noise)))
+    first = stable.begin(azure, ENDPOINT, "run-1", DeploymentSettings(model="digits:1", code_dir=str(REPO / "training")),
+                         RolloutPolicy(), 3600)
+    provisioned(azure, "blue")
+    promote_blue(azure, ENDPOINT, "digits", 1, digits)
+    stable.conclude(azure, first, "created", "the endpoint's first model")
+    stable.clean_up(azure, ENDPOINT, "run-1")
+    return azure
+
+
+def provisioned(azure, slot: str) -> None:
+    for _ in range(50):
+        if azure.endpoints.get_deployment(ENDPOINT, slot).provisioning_state.is_terminal():
+            return
+    raise AssertionError(f"{slot} never provisioned")

@@ -35,6 +35,8 @@ from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest._http_response_impl import HttpResponseImpl
 from azure.core.utils import CaseInsensitiveDict
 
+from tests.mlrunway.azure.spec_validator import SpecValidator
+
 SUBSCRIPTION = "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40"
 RESOURCE_GROUP = "rg-mlrunway"
 WORKSPACE = "ws-mlrunway"
@@ -52,6 +54,7 @@ OPERATIONS = (f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.MachineLearnin
 # Azure Monitor's definitions of the online endpoint metrics the backend reads: the aggregations each allows.
 METRIC_AGGREGATIONS = {"RequestsPerMinute": {"Average", "Minimum", "Maximum"},
                        "RequestLatency_P99": {"Average", "Minimum", "Maximum"}}
+SPEC = SpecValidator()
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
              "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments"}
 
@@ -80,11 +83,13 @@ def route_blob_storage(fake: FakeAzureML, monkeypatch: Any) -> None:
 class FakeCredential:
     """A credential that hands out a far-future token (azure-core's bearer policy asks for nothing else)."""
 
+    TOKEN = "fake-aad-token"
+
     def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
-        return AccessToken("fake-aad-token", int(time.time()) + 3600)
+        return AccessToken(self.TOKEN, int(time.time()) + 3600)
 
     def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
-        return AccessTokenInfo("fake-aad-token", int(time.time()) + 3600)
+        return AccessTokenInfo(self.TOKEN, int(time.time()) + 3600)
 
 
 @dataclass
@@ -148,6 +153,12 @@ def _response(request: Any, status: int, body: Any = None, headers: dict[str, st
     return response
 
 
+def _at(body: dict[str, Any], field: str) -> Any:
+    for key in field.split("."):
+        body = body.get(key) if isinstance(body, dict) else None
+    return body
+
+
 def _error(request: Any, status: int, code: str, message: str) -> HttpResponseImpl:
     return _response(request, status, {"error": {"code": code, "message": message}})
 
@@ -179,6 +190,7 @@ class FakeAzureML(HttpTransport):
         self.deployment_failure_code = "DeploymentFailed"
         self.storage_log: list[str] = ["Downloading model files", "Model files downloaded"]
         self.requests: list[Recorded] = []
+        self.refused: list[tuple[str, str, list[str]]] = []  # (method, path, problems) of every body refused
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
         self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
         self.operations: dict[str, dict[str, Any]] = {}
@@ -193,6 +205,8 @@ class FakeAzureML(HttpTransport):
         self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
         self.metrics_lag_s = 0.0  # how long after a request Azure Monitor's answers count it
+        self.tokens: dict[str, float] = {}  # AMLToken scoring tokens handed out -> when each expires
+        self.token_lifetime_s = 3600
         self.runs: dict[str, dict[str, Any]] = {}  # MLflow / Run History runs by id
         self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
                      "secondaryKey": base64.b64encode(b"secondary-key").decode()}
@@ -264,10 +278,50 @@ class FakeAzureML(HttpTransport):
         recorded = Recorded(request.method, url.netloc, unquote(url.path),
                             {k: v[0] for k, v in parse_qs(url.query).items()}, dict(request.headers), body)
         self.requests.append(recorded)
+        if (refused := self._validate(request, recorded)) is not None:
+            return refused
         for method, pattern, handler in self._routes:
             if method == request.method and (match := pattern.fullmatch(f"{url.netloc}{recorded.path}")):
                 return handler(request, recorded, **match.groupdict())
         return _error(request, 404, "NoRoute", f"the fake has no route for {request.method} {request.url}")
+
+    def _validate(self, request: Any, recorded: Recorded) -> HttpResponseImpl | None:
+        """The service's 400 for a body its api-version's definitions refuse (``spec_validator``), and for what
+        the service refuses beyond them: traffic not summing to 100 (or 0), mirror traffic over 50, a changed
+        identity (the docs call it immutable) or create-only field (``x-ms-mutability`` without update)."""
+        if recorded.host != ARM or recorded.method not in ("PUT", "PATCH", "POST") or not recorded.body:
+            return None
+        version, body = recorded.query.get("api-version", ""), recorded.json()
+        problems = SPEC.check_request(recorded.method, recorded.path, version, body)
+        if recorded.method == "PUT" and isinstance(body, dict) and SPEC.operation("PUT", recorded.path, version):
+            problems += self._refused_change(recorded, version, body)
+        if not problems:
+            return None
+        self.refused.append((recorded.method, recorded.path, problems))
+        return _response(request, 400, {"error": {
+            "code": "UserError", "message": f"The request is invalid: {'; '.join(problems)}",
+            "details": [{"code": "BadArgument", "message": problem} for problem in problems]}})
+
+    def _refused_change(self, recorded: Recorded, version: str, body: dict[str, Any]) -> list[str]:
+        props = body.get("properties") or {}
+        problems = []
+        if "/deployments/" not in recorded.path and "/onlineEndpoints/" in recorded.path:
+            traffic, mirror = props.get("traffic") or {}, props.get("mirrorTraffic") or {}
+            if sum(traffic.values()) not in (0, 100):
+                problems.append(f"properties.traffic: {traffic} must sum to 100")
+            if sum(mirror.values()) > 50:
+                problems.append(f"properties.mirrorTraffic: {mirror} must sum to at most 50")
+        stored = self.resources.get(recorded.path.lower())
+        if stored is None:
+            return problems
+        if "identity" in stored and (body.get("identity") or {}).get("type") != stored["identity"].get("type"):
+            problems.append(f"identity: the {stored['identity'].get('type')} identity of {recorded.path.rsplit('/', 1)[1]} "
+                            f"cannot be changed to {(body.get('identity') or {}).get('type')}")
+        for field in SPEC.create_only_fields(recorded.method, recorded.path, version, body):
+            if field.count(".") == 1 and _at(body, field) != _at(stored, field):  # a whole top-level property
+                problems.append(f"{field}: cannot be changed after creation ({_at(stored, field)!r} -> "
+                                f"{_at(body, field)!r})")
+        return problems
 
     # -- what the tests ask ------------------------------------------------------------------------
     def sent(self, method: str, path_pattern: str) -> list[Recorded]:
@@ -298,6 +352,7 @@ class FakeAzureML(HttpTransport):
             ("GET", f"{ws}/models/(?P<name>[^/]+)/versions", self._list_versions),
             ("PUT", f"{ws}/models/(?P<name>[^/]+)/versions/(?P<version>[^/]+)", self._put_model),
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/listKeys", self._list_keys),
+            ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/token", self._token),
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/deployments/(?P<dep>[^/]+)/getLogs", self._get_logs),
             ("PUT", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._put_online),
             ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
@@ -663,6 +718,27 @@ class FakeAzureML(HttpTransport):
             return _error(request, 404, "UserError", f"endpoint {name} not found")
         return _response(request, 200, self.keys)
 
+    def _token(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        """An AMLToken endpoint's scoring token (``EndpointAuthToken``: epoch seconds), valid for
+        ``token_lifetime_s``, to be refreshed after half of it."""
+        if self.resource("onlineEndpoints", name) is None:
+            return _error(request, 404, "UserError", f"endpoint {name} not found")
+        token, now = uuid.uuid4().hex, int(time.time())
+        self.tokens[token] = now + self.token_lifetime_s
+        return _response(request, 200, {"accessToken": token, "expiryTimeUtc": now + self.token_lifetime_s,
+                                        "refreshAfterTimeUtc": now + self.token_lifetime_s // 2, "tokenType": "Bearer"})
+
+    def _authorized(self, endpoint: dict[str, Any], header: str) -> bool:
+        """The scoring URI's check, by the endpoint's auth mode: a key, an unexpired token of the endpoint's token
+        route (AMLToken), or a Microsoft Entra token of the caller (AADToken: the fake credential's)."""
+        token = header.removeprefix("Bearer ")
+        mode = str(endpoint["properties"].get("authMode", "Key")).lower()
+        if mode == "amltoken":
+            return self.tokens.get(token, 0) > time.time()
+        if mode == "aadtoken":
+            return token == FakeCredential.TOKEN
+        return token in self.keys.values()
+
     def _get_logs(self, request: Any, recorded: Recorded, name: str, dep: str) -> HttpResponseImpl:
         tail = recorded.json().get("tail", 100)
         if recorded.json().get("containerType") == "StorageInitializer":
@@ -676,8 +752,7 @@ class FakeAzureML(HttpTransport):
         resource = self.resource("onlineEndpoints", endpoint)
         if resource is None:
             return _error(request, 404, "NotFound", f"no endpoint {endpoint}")
-        auth = recorded.headers.get("Authorization", "")
-        if auth.removeprefix("Bearer ") not in self.keys.values():
+        if not self._authorized(resource, recorded.headers.get("Authorization", "")):
             return _response(request, 401, b"Unauthorized", content_type="text/plain")
         deployment = recorded.headers.get("azureml-model-deployment")
         if not deployment:

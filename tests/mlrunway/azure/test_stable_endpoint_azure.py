@@ -6,44 +6,18 @@ holds."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
-import pytest
-
 from mlrunway.backend.types import DeploymentSettings
-from mlrunway.pipeline import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO
+from tests.mlrunway.azure.conftest import ENDPOINT, provisioned
 from tests.mlrunway.azure.fake_azureml import WS_PATH
-from tests.production.test_stable_endpoint_local import FAULTY, perturbed
+from tests.production.test_stable_endpoint_local import FAULTY
 
-ENDPOINT = "digits-prod"
 ONE_IMAGE = {"data": [[[[0.0] * 8] * 8]]}
-
-
-@pytest.fixture
-def production(fake, azure, onnx_model, digits, tmp_path):
-    """Azure with models digits:1 (fair) and digits:2 (better), digits:1 live as blue at 100%."""
-    azure.capabilities = dataclasses.replace(azure.capabilities, metrics_lag_s=0.0)  # the fake's metrics are current
-    for noise in (0.6, 0.0):
-        azure.models.register("digits", str(perturbed(onnx_model, tmp_path / f"noise-{noise}", noise)))
-    first = stable.begin(azure, ENDPOINT, "run-1", DeploymentSettings(model="digits:1", code_dir=str(REPO / "training")),
-                         RolloutPolicy(), 3600)
-    provisioned(azure, "blue")
-    promote_blue(azure, ENDPOINT, "digits", 1, digits)
-    stable.conclude(azure, first, "created", "the endpoint's first model")
-    stable.clean_up(azure, ENDPOINT, "run-1")
-    return azure
-
-
-def provisioned(azure, slot: str) -> None:
-    for _ in range(50):
-        if azure.endpoints.get_deployment(ENDPOINT, slot).provisioning_state.is_terminal():
-            return
-    raise AssertionError(f"{slot} never provisioned")
 
 
 def live_traffic(fake) -> dict:
