@@ -44,25 +44,37 @@ def _required(fields: Mapping[str, Any], kind: str, *names: str) -> list[str]:
     return [fields[n] for n in names]
 
 
+def authority(cloud: str) -> str:
+    """The Microsoft Entra host a cloud signs in at (login.microsoftonline.com, .us, login.chinacloudapi.cn),
+    from azure-ai-ml's own table of each cloud's hosts."""
+    from azure.ai.ml._azure_environments import _get_cloud_details
+
+    return str(_get_cloud_details(cloud)["active_directory"]).rstrip("/")
+
+
 def credential(fields: Mapping[str, Any], secret: str | None = None) -> Any:
-    """Build the azure-identity credential the connection asks for (no token is requested here)."""
+    """Build the azure-identity credential the connection asks for (no token is requested here), signing in at
+    the authority of the connection's ``cloud`` (a sovereign cloud's tenants are not at the public one)."""
     import azure.identity as identity
 
     kind = fields.get("credential") or "default"
     check.one_of("azure_ml connection.credential", kind, KINDS)
     client_id = fields.get("client_id") or None
+    at = authority(fields.get("cloud") or "AzureCloud")
     if kind == "default":
-        return identity.DefaultAzureCredential(managed_identity_client_id=client_id)
-    if kind == "managed_identity":
+        return identity.DefaultAzureCredential(managed_identity_client_id=client_id, authority=at)
+    if kind == "managed_identity":  # the instance's own endpoint (IMDS) issues its tokens: no authority
         return identity.ManagedIdentityCredential(client_id=client_id)
     if kind == "workload_identity":
         tenant, client, token_file = _required(fields, kind, "tenant_id", "client_id", "token_file_path")
-        return identity.WorkloadIdentityCredential(tenant_id=tenant, client_id=client, token_file_path=token_file)
+        return identity.WorkloadIdentityCredential(tenant_id=tenant, client_id=client, token_file_path=token_file,
+                                                   authority=at)
     tenant, client = _required(fields, kind, "tenant_id", "client_id")
     if kind == "client_secret":
         if not secret:
             raise check.fail("azure_ml connection.password", "holds no client secret",
                               "put the service principal's secret in the connection's password")
-        return identity.ClientSecretCredential(tenant_id=tenant, client_id=client, client_secret=secret)
+        return identity.ClientSecretCredential(tenant_id=tenant, client_id=client, client_secret=secret, authority=at)
     (path,) = _required(fields, kind, "certificate_path")
-    return identity.CertificateCredential(tenant_id=tenant, client_id=client, certificate_path=path, password=secret or None)
+    return identity.CertificateCredential(tenant_id=tenant, client_id=client, certificate_path=path,
+                                          password=secret or None, authority=at)

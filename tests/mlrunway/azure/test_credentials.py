@@ -76,3 +76,20 @@ def test_the_secret_never_appears_in_an_error():
     with pytest.raises(SpecError) as caught:
         credential({"credential": "client_secret", "client_id": SP["client_id"]}, "do-not-print-me")
     assert "do-not-print-me" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("cloud", "host"), [
+    (None, "https://login.microsoftonline.com"), ("AzureUSGovernment", "https://login.microsoftonline.us"),
+    ("AzureChinaCloud", "https://login.chinacloudapi.cn"),
+])
+def test_a_service_principal_signs_in_at_its_clouds_authority(cloud, host, tmp_path):
+    """Issue 29, 8: a sovereign cloud's tenant is not at the public authority."""
+    fields = {**SP, **({"cloud": cloud} if cloud else {})}
+    assert credential({**fields, "credential": "client_secret"}, "s3cret")._authority == host
+    certificate = {**fields, "credential": "certificate", "certificate_path": self_signed_pem(tmp_path / "sp.pem")}
+    assert credential(certificate)._authority == host
+    default = credential({**fields, "credential": "default"})
+    shared = next(c for c in default.credentials if type(c).__name__ == "SharedTokenCacheCredential")
+    assert shared._credential._authority == host  # DefaultAzureCredential hands the authority down its chain
+    workload = credential({**fields, "credential": "workload_identity", "token_file_path": str(tmp_path / "t")})
+    assert workload._client._authority == host
