@@ -14,12 +14,12 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from azure.ai.ml import MLClient
 from azure.ai.ml._azure_environments import _get_cloud_details
@@ -32,6 +32,7 @@ from azure.core.rest import HttpRequest
 
 from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import is_gpu_size, scoring_environment, training_environment
+from mlrunway.azure.lease import BlobLease, LeaseUnavailable
 from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import (
@@ -56,20 +57,21 @@ from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 
 # Every JobStatus of the REST spec (mfe.json) onto ours: before the script runs is Queued; running and winding
-# down is Running; the SDK's terminal set (Completed, Failed, Canceled, NotResponding, Paused) is terminal here
-# too: a job that stopped answering or was paused will not finish by itself, and a wait must not outlast it.
+# down is Running; Completed, Failed, Canceled and Paused (which will not finish by itself) are terminal.
+# NotResponding is not: the spec says such a run "can go from NotResponding to any of the previous states" (the
+# SDK lists it as terminal), so it is waited for, up to NOT_RESPONDING_S, then canceled (see AzureJobs._info).
 _STATUS = {
     "NotStarted": JobStatus.QUEUED, "Starting": JobStatus.QUEUED, "Provisioning": JobStatus.QUEUED,
     "Preparing": JobStatus.QUEUED, "Queued": JobStatus.QUEUED,
     "Running": JobStatus.RUNNING, "Finalizing": JobStatus.RUNNING, "CancelRequested": JobStatus.RUNNING,
-    "Unknown": JobStatus.RUNNING,
+    "Unknown": JobStatus.RUNNING, "NotResponding": JobStatus.RUNNING,
     "Completed": JobStatus.COMPLETED, "Failed": JobStatus.FAILED, "Canceled": JobStatus.CANCELED,
-    "NotResponding": JobStatus.FAILED, "Paused": JobStatus.FAILED,
+    "Paused": JobStatus.FAILED,
 }
 _WHY = {
-    "NotResponding": "NotResponding on Azure ML: the job stopped sending heartbeats; a retry submits a new attempt",
     "Paused": "Paused on Azure ML: resume it in the studio, or a retry submits a new attempt",
 }
+NOT_RESPONDING_S = 1800.0  # how long a job may stay NotResponding (no heartbeat) before it is canceled
 CLOUDS = ("AzureCloud", "AzureChinaCloud", "AzureUSGovernment")
 log = logging.getLogger(__name__)
 
@@ -227,10 +229,12 @@ class AzureJobs:
     """
 
     def __init__(self, backend: AzureBackend, *, cancel_wait_s: float = 300.0, poll_s: float = 5.0,
-                 refresh_s: float = 60.0) -> None:
+                 refresh_s: float = 60.0, not_responding_s: float = NOT_RESPONDING_S) -> None:
         self.backend = backend
         self.ml = backend.client
         self.cancel_wait_s, self.poll_s, self.refresh_s = cancel_wait_s, poll_s, refresh_s
+        self.not_responding_s = not_responding_s
+        self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
         self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
         self._vm_sizes: dict[str, str | None] = {}  # compute name -> its VM size
 
@@ -242,7 +246,12 @@ class AzureJobs:
 
     def _info(self, job: Any) -> JobInfo:
         status = job_status(job.status)
-        error = _WHY.get(str(getattr(job.status, "value", job.status)))
+        azure_status = str(getattr(job.status, "value", job.status))
+        error = _WHY.get(azure_status)
+        if azure_status == "NotResponding" and self._silent_too_long(job.name):
+            status, error = JobStatus.FAILED, self._give_up(job.name)
+        elif azure_status != "NotResponding":
+            self._silent.pop(job.name, None)
         if status is JobStatus.FAILED and error is None:
             details = self.backend.run_history(job.name) or {}
             error = ((details.get("error") or {}).get("error") or {}).get("message") or "failed on Azure ML"
@@ -250,6 +259,25 @@ class AzureJobs:
                        outputs=self.backend.job_outputs(job.name), mlflow_run_id=job.name,
                        properties={"studio_url": job.studio_url,
                                    "azure_status": getattr(job.status, "value", job.status), **(job.properties or {})})
+
+    def _silent_too_long(self, name: str) -> bool:
+        """A NotResponding job may come back: it reads Running until it has been silent ``not_responding_s``."""
+        first = self._silent.setdefault(name, time.monotonic())
+        if time.monotonic() - first < self.not_responding_s:
+            log.warning("job %s is NotResponding on Azure ML (no heartbeat for %.0f s of the %.0f s allowed); it may "
+                        "come back", name, time.monotonic() - first, self.not_responding_s)
+            return False
+        return True
+
+    def _give_up(self, name: str) -> str:
+        """Cancel a job that stayed NotResponding, so that a retry never runs a new attempt beside it."""
+        try:
+            self.ml.jobs.begin_cancel(name).result()
+            canceled = "canceled it, so a retry runs no attempt beside it"
+        except HttpResponseError as exc:
+            canceled = f"its cancel failed ({exc.message}): cancel it in the studio before a retry"
+        return (f"NotResponding on Azure ML for over {self.not_responding_s:.0f} s (no heartbeat from the job); "
+                f"{canceled}")
 
     def validate(self, spec: CommandJobSpec) -> None:
         """The compute exists in the workspace (one ARM read) and local input paths exist; serverless (no
@@ -511,6 +539,17 @@ class AzureModels:
 
 
 LEASE_TAG = "mlrunway.lease"
+WRITE_BACKOFF_S = 1.0  # the first wait after a 409 or 429 without Retry-After; doubled each time, up to 60 s
+T = TypeVar("T")
+
+
+def _retry_after(exc: HttpResponseError) -> float | None:
+    """The service's Retry-After (seconds), if its answer had one."""
+    try:
+        return float(exc.response.headers["Retry-After"])  # type: ignore[union-attr]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
 AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
 
 
@@ -543,11 +582,33 @@ def _model_ref(model: Any) -> str:
 
 
 class AzureEndpoints:
-    def __init__(self, backend: AzureBackend, *, poll_s: float = 10.0) -> None:
+    """:param write_retry_s: how long a write the service answers 409 (another operation on the endpoint is
+        running: a deployment still updating) or 429 (throttled) is tried again, with backoff, before it fails."""
+
+    def __init__(self, backend: AzureBackend, *, poll_s: float = 10.0, write_retry_s: float = 600.0) -> None:
         self.backend = backend
         self.ml = backend.client
-        self.poll_s = poll_s
+        self.poll_s, self.write_retry_s = poll_s, write_retry_s
         self._auth: dict[str, tuple[str, float]] = {}  # endpoint -> (Authorization header, renew it after)
+
+    def _write(self, what: str, send: Callable[[], T]) -> T:
+        """``send()``, again after 409 Conflict and 429 Too Many Requests (the service's ``Retry-After``, else
+        1, 2, 4... s) until ``write_retry_s`` has passed; then the last error, naming what was being written."""
+        deadline, backoff = time.monotonic() + self.write_retry_s, WRITE_BACKOFF_S
+        while True:
+            try:
+                return send()
+            except HttpResponseError as exc:
+                if exc.status_code not in (409, 429):
+                    raise
+                wait = _retry_after(exc) or backoff
+                said = getattr(exc.error, "message", None) or exc.message
+                if time.monotonic() + wait > deadline:
+                    raise EndpointError(f"{what}: still refused after {self.write_retry_s:g} s of retries "
+                                        f"(HTTP {exc.status_code}: {said})") from exc
+                log.warning("%s: HTTP %s (%s); again in %.1f s", what, exc.status_code, said, wait)
+                time.sleep(wait)
+                backoff = min(backoff * 2, 60.0)
 
     def _info(self, endpoint: Any) -> EndpointInfo:
         return EndpointInfo(name=endpoint.name, scoring_uri=endpoint.scoring_uri, traffic=dict(endpoint.traffic or {}),
@@ -600,7 +661,7 @@ class AzureEndpoints:
             if (endpoint.tags or {}).get("mlrunway") == "1":
                 return self._info(endpoint)
             endpoint.tags = {**(endpoint.tags or {}), "mlrunway": "1"}
-        self.ml.online_endpoints.begin_create_or_update(endpoint)
+        self._write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
         return self.get(name)
 
     def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
@@ -620,11 +681,31 @@ class AzureEndpoints:
             instance_count=settings.instance_count or self.backend.instance_count,
             environment_variables=dict(settings.environment_variables),
         )
+        self._delete_if_failed(endpoint, name)
         try:
-            poller = self.ml.online_deployments.begin_create_or_update(deployment)
+            poller = self._write(f"deployment {endpoint}/{name}",
+                                 lambda: self.ml.online_deployments.begin_create_or_update(deployment))
         except HttpResponseError as exc:
             raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
         return self.get_deployment(endpoint, name, operation=_operation_url(poller))
+
+    def _delete_if_failed(self, endpoint: str, name: str) -> None:
+        """A deployment left Failed (its first provisioning failed: the service refuses to update it) is deleted so
+        that it can be made again; one that still has traffic is never deleted."""
+        try:
+            current = self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
+        except ResourceNotFoundError:
+            return
+        if ProvisioningState.parse(current.provisioning_state) is not ProvisioningState.FAILED:
+            return
+        live = self.ml.online_endpoints.get(endpoint)
+        if (live.traffic or {}).get(name) or (live.mirror_traffic or {}).get(name):
+            raise EndpointError(f"deployment {endpoint}/{name} is Failed and still has traffic ({live.traffic}, "
+                                f"mirror {live.mirror_traffic}): move its traffic away before deploying to it")
+        log.warning("deployment %s/%s is Failed (the service updates no deployment whose provisioning failed): "
+                    "deleted, to be made again", endpoint, name)
+        self._write(f"deletion of {endpoint}/{name}",
+                    lambda: self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result())
 
     def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
                                     timeout_s: float = 3600.0) -> DeploymentInfo:
@@ -646,6 +727,9 @@ class AzureEndpoints:
         except ResourceNotFoundError as exc:
             raise NotFound(f"deployment {name} of endpoint {endpoint} does not exist") from exc
         state = ProvisioningState.parse(deployment.provisioning_state)
+        # A PUT answered 200 declares no Azure-AsyncOperation header (the spec); the resource's free-form
+        # properties carry the URL of its last operation, through restarts and triggers.
+        operation = operation or (deployment.properties or {}).get("AzureAsyncOperationUri")
         error = None
         if state in (ProvisioningState.FAILED, ProvisioningState.CANCELED):
             error = "\n".join([f"deployment {endpoint}/{name} {state.value.lower()}: {self._why(operation)}",
@@ -677,7 +761,8 @@ class AzureEndpoints:
             self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
         except ResourceNotFoundError:
             return False
-        self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result()
+        self._write(f"deletion of {endpoint}/{name}",
+                    lambda: self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result())
         return True
 
     def set_traffic(self, endpoint: str, traffic: dict[str, int],
@@ -686,7 +771,8 @@ class AzureEndpoints:
         current.traffic = dict(traffic)
         if mirror_traffic is not None:
             current.mirror_traffic = dict(mirror_traffic)
-        return self._info(self.ml.online_endpoints.begin_create_or_update(current).result())
+        return self._info(self._write(f"traffic {traffic} of endpoint {endpoint}",
+                                      lambda: self.ml.online_endpoints.begin_create_or_update(current).result()))
 
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
         """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
@@ -715,25 +801,58 @@ class AzureEndpoints:
         return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=requests, errors=errors,
                                  p99_ms=max(p99s) if p99s else None)
 
+    @cached_property
+    def blob_lease(self) -> BlobLease | None:
+        """The atomic lease in the workspace's default storage (``mlrunway.azure.lease``); None once refused."""
+        return BlobLease.for_workspace(self.ml, self.backend.credential, **self.backend.transport)
+
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
-        """The rollout lease is a tag of the endpoint (``mlrunway.lease``: holder and expiry), written with the
-        endpoint's update. A missing endpoint has nothing to interleave with: it is granted unwritten (the
-        caller creates the endpoint and leases again). Read, then write: two runs starting in the same seconds
-        could both take it; the DAG's ``max_active_runs`` and the per-step renewal narrow that, not close it."""
+        """The rollout lease: a blob lease in the workspace's default storage (atomic: of two runs starting in
+        the same second, one proceeds), recorded as the endpoint's ``mlrunway.lease`` tag for anyone reading the
+        endpoint. Without the Storage Blob Data Contributor role there, the tag alone, with a warning."""
+        try:
+            if self.blob_lease is not None and (held := self.blob_lease.lease(endpoint, holder, ttl_s)) is not None:
+                return held
+        except LeaseUnavailable as exc:
+            self._tag_only(exc)
+        held = self._tag_lease(endpoint, holder, ttl_s)
+        if held is not None and self.blob_lease is not None:  # a run of an earlier mlrunway holds the tag alone
+            self.blob_lease.release(endpoint, holder)
+        return held
+
+    def release(self, endpoint: str, holder: str) -> None:
+        try:
+            if self.blob_lease is not None:
+                self.blob_lease.release(endpoint, holder)
+        except LeaseUnavailable as exc:
+            self._tag_only(exc)
+        self._tag_release(endpoint, holder)
+
+    def _tag_only(self, exc: LeaseUnavailable) -> None:
+        log.warning("%s; until then the rollout lease is the endpoint's tag alone, which two runs starting in the "
+                    "same seconds can both take", exc)
+        self.blob_lease = None
+
+    def _tag_lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """The lease as the endpoint's tag (``mlrunway.lease``: holder and expiry), written with the endpoint's
+        update. A missing endpoint has nothing to interleave with: granted unwritten (the caller creates the
+        endpoint and leases again). Read, then write: not atomic (the spec has no ETag on endpoints)."""
         current, held = self._lease_of(endpoint)
         if current is None:
             return None
         if held and held.get("holder") != holder and float(held.get("until", 0)) > time.time():
             return f"{held['holder']} (until {datetime.fromtimestamp(float(held['until']), UTC):%H:%M:%S} UTC)"
         current.tags = {**(current.tags or {}), LEASE_TAG: json.dumps({"holder": holder, "until": time.time() + ttl_s})}
-        self.ml.online_endpoints.begin_create_or_update(current).result()
+        self._write(f"the lease of endpoint {endpoint}",
+                    lambda: self.ml.online_endpoints.begin_create_or_update(current).result())
         return None
 
-    def release(self, endpoint: str, holder: str) -> None:
+    def _tag_release(self, endpoint: str, holder: str) -> None:
         current, held = self._lease_of(endpoint)
         if current is not None and held and held.get("holder") == holder:
             current.tags = {k: v for k, v in (current.tags or {}).items() if k != LEASE_TAG}
-            self.ml.online_endpoints.begin_create_or_update(current).result()
+            self._write(f"the lease of endpoint {endpoint}",
+                        lambda: self.ml.online_endpoints.begin_create_or_update(current).result())
 
     def _lease_of(self, endpoint: str) -> tuple[Any, dict[str, Any] | None]:
         """The endpoint (None when it does not exist) and the lease its tag holds (None when there is none)."""

@@ -195,8 +195,24 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
              "within bounds" if verdict.ok else "too little evidence" if verdict.short else "OUT OF BOUNDS",
              verdict.reason)
     if not verdict.ok:
-        rollout.apply(backend, r.endpoint, {r.champion["deployment"]: 100, r.slot: 0}, {}, _models(r))
+        roll_back(backend, r)
     return verdict
+
+
+def roll_back(backend: Backend, r: Rollout) -> None:
+    """The champion at 100%, the challenger at 0% (the backend retries a busy endpoint within its bound); if even
+    that fails, an error that says so loudly, with the traffic left live."""
+    assert r.champion is not None
+    try:
+        rollout.apply(backend, r.endpoint, {r.champion["deployment"]: 100, r.slot: 0}, {}, _models(r))
+    except Exception as exc:
+        try:
+            left = f"traffic is still {backend.endpoints.get(r.endpoint).traffic}"
+        except Exception as read:  # noqa: BLE001 - the error below must be raised whatever this read does
+            left = f"its traffic could not be read either ({read})"
+        raise EndpointError(f"ROLLBACK FAILED on endpoint {r.endpoint}: {left}, and the challenger {r.slot} "
+                            f"({r.model}) may be serving; set {r.champion['deployment']} to 100% by hand "
+                            f"(cause: {exc})") from exc
 
 
 @dataclass(frozen=True)

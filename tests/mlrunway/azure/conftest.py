@@ -39,8 +39,10 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeAzureML:
 def azure(fake: FakeAzureML, tmp_path: Path):
     from mlrunway.azure.backend import AzureBackend
 
+    # polling_interval: the SDK's pollers wait 30 s between reads of a resource whose update (a PUT answered 200,
+    # which carries no operation header) is still Updating; the fake's updates finish within a read or two.
     backend = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache")},
-                                           credential=FakeCredential(), transport=fake)
+                                           credential=FakeCredential(), transport=fake, polling_interval=0)
     backend.jobs.poll_s = backend.endpoints.poll_s = 0.0
     return backend
 

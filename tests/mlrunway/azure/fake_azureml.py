@@ -35,6 +35,7 @@ from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest._http_response_impl import HttpResponseImpl
 from azure.core.utils import CaseInsensitiveDict
 
+from tests.mlrunway.azure.fake_blob_lease import BlobLeases
 from tests.mlrunway.azure.spec_validator import SpecValidator
 
 SUBSCRIPTION = "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40"
@@ -206,6 +207,9 @@ class FakeAzureML(HttpTransport):
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
         self.metrics_lag_s = 0.0  # how long after a request Azure Monitor's answers count it
         self.tokens: dict[str, float] = {}  # AMLToken scoring tokens handed out -> when each expires
+        self.leases = BlobLeases()  # Blob Storage's leases, containers and metadata (fake_blob_lease.py)
+        self.conflict_writes = 0  # the next N endpoint or deployment PUTs answer 409 Conflict (an operation runs)
+        self.failed_creations: set[str] = set()  # deployments whose first provisioning failed: a PUT is a 400
         self.token_lifetime_s = 3600
         self.runs: dict[str, dict[str, Any]] = {}  # MLflow / Run History runs by id
         self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
@@ -280,6 +284,8 @@ class FakeAzureML(HttpTransport):
         self.requests.append(recorded)
         if (refused := self._validate(request, recorded)) is not None:
             return refused
+        if recorded.host == BLOB_HOST and (leased := self.leases.handle(request, recorded, self.blobs)) is not None:
+            return leased
         for method, pattern, handler in self._routes:
             if method == request.method and (match := pattern.fullmatch(f"{url.netloc}{recorded.path}")):
                 return handler(request, recorded, **match.groupdict())
@@ -670,6 +676,13 @@ class FakeAzureML(HttpTransport):
     # -- online endpoints and deployments ------------------------------------------------------------
     def _put_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
         path = self._arm(request)
+        if self.conflict_writes:  # another operation on the endpoint is still running
+            self.conflict_writes -= 1
+            return _error(request, 409, "Conflict", f"Endpoint {name} is busy: another operation (a deployment "
+                          "update) is in progress. Try again once it has finished.")
+        if path.lower() in self.failed_creations:
+            return _error(request, 400, "BadArgument", f"Deployment {dep} failed its creation and cannot be updated: "
+                          "delete it and create it again.")
         body = recorded.json()
         props = body["properties"]
         if dep is None:
@@ -689,6 +702,8 @@ class FakeAzureML(HttpTransport):
 
         def finish() -> dict[str, Any] | None:
             resource["properties"]["provisioningState"] = "Failed" if failure else "Succeeded"
+            if failure and created:
+                self.failed_creations.add(path.lower())
             if failure:
                 return {"code": self.deployment_failure_code, "message": failure}
             if dep is not None:
@@ -699,7 +714,11 @@ class FakeAzureML(HttpTransport):
         self.provisioning[path.lower()] = op_id = urlparse(op).path.rsplit("/", 1)[1]
         if dep is not None and not created and self.scaling:  # an update scales the deployment out on its way
             self.operations[op_id]["during"] = lambda: resource["properties"].update(provisioningState="Scaling")
-        return _response(request, 201 if created else 200, resource, {"Azure-AsyncOperation": op, **self._wait_header()})
+        # The resource's free-form properties carry its last operation's URL (azureml-examples' deploy-rest.sh
+        # reads it there); the spec declares Azure-AsyncOperation on 201 only, so an update answered 200 has none.
+        resource["properties"].setdefault("properties", {})["AzureAsyncOperationUri"] = op
+        headers = {"Azure-AsyncOperation": op, **self._wait_header()} if created else {}
+        return _response(request, 201 if created else 200, resource, headers)
 
     def _delete_online(self, request: Any, recorded: Recorded, name: str, dep: str | None = None) -> HttpResponseImpl:
         path = self._arm(request).lower()
@@ -709,6 +728,7 @@ class FakeAzureML(HttpTransport):
         def gone() -> None:
             for key in [k for k in self.resources if k == path or k.startswith(path + "/")]:
                 del self.resources[key]
+                self.failed_creations.discard(key)
 
         return _response(request, 202, None, {"Location": self._new_operation(then=gone, results=True),
                                               **self._wait_header()})

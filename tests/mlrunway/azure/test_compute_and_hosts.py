@@ -25,7 +25,7 @@ def backend(fake, tmp_path: Path, **fields: str):
     from mlrunway.azure.backend import AzureBackend
 
     azure = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache"), **fields},
-                                         credential=FakeCredential(), transport=fake)
+                                         credential=FakeCredential(), transport=fake, polling_interval=0)
     azure.jobs.poll_s = azure.endpoints.poll_s = 0.0
     return azure
 
@@ -124,11 +124,24 @@ def test_a_running_trials_metrics_are_read_again_only_after_refresh_s(fake, azur
     assert len(fake.sent("GET", history)) > read
 
 
-def test_a_job_that_stops_responding_ends_the_wait_with_the_reason(fake, azure, small_digits):
-    fake.job_final["nr-1"] = "NotResponding"
+def test_a_job_that_stops_responding_and_comes_back_is_waited_for(fake, azure, small_digits):
+    """Issue 29, 7: the spec says a NotResponding run may go back to any earlier state: not terminal here."""
     azure.jobs.submit("nr-1", train_job(str(CODE), str(small_digits)))
-    info = azure.jobs.wait("nr-1", timeout=30, poll_s=0)
-    assert info.status is JobStatus.FAILED and "NotResponding on Azure ML" in info.error
+    fake.job_script["nr-1"] = ["Running", "NotResponding", "NotResponding", "Running", "Completed"]
+    seen = []
+    info = azure.jobs.wait("nr-1", timeout=30, poll_s=0, on_poll=lambda i: seen.append(i.properties["azure_status"]))
+    assert info.status is JobStatus.COMPLETED and "NotResponding" in seen
+    assert not fake.sent("POST", "/jobs/nr-1/cancel$")
+
+
+def test_a_job_silent_past_the_bound_is_canceled_before_a_retry_runs_another(fake, azure, small_digits):
+    fake.job_final["nr-2"] = "NotResponding"
+    azure.jobs.submit("nr-2", train_job(str(CODE), str(small_digits)))
+    azure.jobs.not_responding_s = 0.2
+    info = azure.jobs.wait("nr-2", timeout=30, poll_s=0.05)
+    assert info.status is JobStatus.FAILED and "NotResponding on Azure ML for over 0 s" in info.error
+    assert "canceled it, so a retry runs no attempt beside it" in info.error
+    assert fake.sent("POST", "/jobs/nr-2/cancel$")
 
 
 def test_the_trials_torch_and_the_scorings_onnxruntime_are_the_projects():
