@@ -10,7 +10,8 @@ Run with ``pytest -m azure tests/azure_live`` after setting:
 It creates jobs, two models and an endpoint in that workspace, and deletes the endpoint at the end; it costs
 a few minutes of compute and of one ``Standard_DS3_v2`` instance. The second test covers what the fake can only
 imitate: a model registered from a trial's outputs downloads from the artifact store, and a deployment update
-(a second instance) passes through the service's own states, Scaling among them, to Succeeded.
+(a second instance) passes through the service's own states, Scaling among them, to Succeeded. The third: a
+team's AMLToken endpoint comes through a rollout's writes and the blob lease unchanged, and gives a token.
 """
 
 from __future__ import annotations
@@ -87,3 +88,36 @@ def test_artifact_store_download_and_an_update_through_scaling(tmp_path, digits)
         assert states[-1] is ProvisioningState.SUCCEEDED
     finally:
         azure.endpoints.delete(name[:32])
+
+
+@pytest.mark.skipif(not all(os.environ.get(v) for v in NEEDED), reason=f"set {', '.join(NEEDED)} to run on Azure")
+def test_a_teams_token_endpoint_is_kept_as_it_is_and_gives_a_token() -> None:
+    """Issue 29: an endpoint a team made (AMLToken auth, its own description and tags) goes through what a rollout
+    does to it (the endpoint's create-or-update, the lease taken and given back), and comes out as it was; its
+    credentials are a token with an expiry. No deployment: an endpoint alone costs nothing."""
+    import time
+
+    from azure.ai.ml.entities import ManagedOnlineEndpoint
+
+    from mlrunway.azure.backend import AzureBackend
+
+    azure = AzureBackend.from_connection({
+        "subscription_id": os.environ["MLRUNWAY_AZURE_SUBSCRIPTION"],
+        "resource_group": os.environ["MLRUNWAY_AZURE_RESOURCE_GROUP"],
+        "workspace_name": os.environ["MLRUNWAY_AZURE_WORKSPACE"]})
+    name = f"mlrtok-{int(time.time())}"[:32]
+    team = ManagedOnlineEndpoint(name=name, auth_mode="aml_token", description="the team's own endpoint",
+                                 tags={"cost-center": "4711"})
+    azure.client.online_endpoints.begin_create_or_update(team).result()
+    try:
+        azure.endpoints.create_or_update(name)
+        assert azure.endpoints.lease(name, "live-run", 600) is None
+        assert azure.endpoints.lease(name, "another-run", 600) is not None  # the blob lease (or the tag) holds
+        azure.endpoints.release(name, "live-run")
+        kept = azure.client.online_endpoints.get(name)
+        assert kept.auth_mode == "aml_token" and kept.description == "the team's own endpoint"
+        assert kept.tags["cost-center"] == "4711" and "mlrunway.lease" not in kept.tags
+        keys = azure.endpoints.get_keys(name)
+        assert keys["token"] and float(keys["expires"]) > time.time()
+    finally:
+        azure.endpoints.delete(name)

@@ -174,6 +174,10 @@ class FakeAzureML(HttpTransport):
     Nth read gets ARM's 429 with ``Retry-After``), ``unavailable_every`` (every Nth call gets a transient 503),
     ``scaling`` (a deployment update passes through ``Scaling``). What the service does in each comes from
     the REST spec (machinelearningservices ``mfe.json``) and ARM's async-operation contract.
+
+    Faster than the service on purpose: its waits (``x-ms-retry-after-ms: 1``, or ``Retry-After: 1`` s where
+    the spec's range for a PATCH or a cancel is 10 to 600 s) keep a lifecycle within seconds; a backend that
+    obeys whatever wait it is told is what the tests hold.
     """
 
     def __init__(self, root: Path, *, steps: int = 1) -> None:
@@ -800,7 +804,8 @@ class FakeAzureML(HttpTransport):
             response = self._run_scorer(request, recorded, endpoint, deployment)
         except Exception as exc:  # noqa: BLE001 - as the scoring server: the script's exception is a 500, a 424 here
             response = _response(request, 424, json.dumps({"message": str(exc)}).encode(), {
-                "azureml-model-deployment": deployment, "ms-azureml-model-error-statuscode": "500"})
+                "azureml-model-deployment": deployment, "ms-azureml-model-error-statuscode": "500",
+                "ms-azureml-model-error-reason": "model_error"})
         self.served.append((time.time(), endpoint, deployment, response.status_code,
                             response.headers.get("ms-azureml-model-error-statuscode"),
                             (time.monotonic() - started) * 1000))
@@ -813,7 +818,7 @@ class FakeAzureML(HttpTransport):
             message = result.message if isinstance(result.message, str) else json.dumps(result.message)
             if int(result.status_code) != 200:  # Azure: any non-200 of score.py is a 424, the original in headers
                 headers |= {"ms-azureml-model-error-statuscode": str(result.status_code),
-                            "ms-azureml-model-error-reason": message[:200]}
+                            "ms-azureml-model-error-reason": "model_error"}  # Azure's word; the message is the body
                 return _response(request, 424, message.encode(), headers)
             return _response(request, 200, message.encode(), headers)
         text = result if isinstance(result, str) else json.dumps(result)
