@@ -140,3 +140,14 @@ def test_a_quiet_challenger_is_extended_then_held_with_the_champion_at_100(fake,
     assert after.decision == "held" and "fewer than rollout.min_requests=20" in after.reason
     assert live_traffic(fake)["traffic"] == {"blue": 100}
     assert r.windows[-1]["short"] and r.windows[-1]["extended_s"] == 0.1
+
+
+def test_metrics_that_arrive_late_are_no_evidence_yet_and_the_rollout_holds(fake, production, digits):
+    """Azure Monitor publishes a minute's figures minutes late: requests served but not yet counted judge nothing."""
+    fake.metrics_lag_s = 3600
+    r = challenger_at_50(production, digits, RolloutPolicy(steps=(50, 100), window_s=0, min_requests=5))
+    for _ in range(40):
+        production.endpoints.invoke(ENDPOINT, payload=ONE_IMAGE)
+    after = stable.after_window(production, r)
+    assert after.decision == "held" and "0 requests reached the challenger" in after.reason
+    assert live_traffic(fake)["traffic"] == {"blue": 100}
