@@ -83,7 +83,9 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
 
     def lease_s(self, policy: RolloutPolicy) -> float:
         approval = self.approval_timeout_s if self.approval_required else 0.0
-        return self.max_wait_s + approval + policy.mirror_window_s + len(policy.steps) * policy.window_s + LEASE_MARGIN_S
+        windows = policy.mirror_window_s + len(policy.steps) * policy.window_s + (len(policy.steps) + 1) * \
+            policy.extension_s  # each phase, the mirror's too, may be extended for want of requests
+        return self.max_wait_s + approval + windows + LEASE_MARGIN_S
 
     @property
     def approval_required(self) -> bool:
