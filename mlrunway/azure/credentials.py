@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlrunway.azure.clouds import hosts
 from mlrunway.specs import check
 
 KINDS = ("default", "client_secret", "certificate", "managed_identity", "workload_identity")
@@ -46,10 +47,8 @@ def _required(fields: Mapping[str, Any], kind: str, *names: str) -> list[str]:
 
 def authority(cloud: str) -> str:
     """The Microsoft Entra host a cloud signs in at (login.microsoftonline.com, .us, login.chinacloudapi.cn),
-    from azure-ai-ml's own table of each cloud's hosts."""
-    from azure.ai.ml._azure_environments import _get_cloud_details
-
-    return str(_get_cloud_details(cloud)["active_directory"]).rstrip("/")
+    from azure-ai-ml's own table of each cloud's hosts (``mlrunway.azure.clouds``)."""
+    return hosts(cloud).authority
 
 
 def credential(fields: Mapping[str, Any], secret: str | None = None) -> Any:

@@ -7,29 +7,36 @@ lease past its ``until`` is broken and taken by the next run; the break is condi
 of the runs that saw it expired only one takes it (a later write of the metadata moves the ETag on).
 
 It needs the Storage Blob Data Contributor role on the workspace's storage account: without it the service
-answers 403 and :class:`LeaseUnavailable` says so, for the backend to fall back to the endpoint's tag.
+answers 403 and :class:`LeaseUnavailable` says so, and :class:`RolloutLease` falls back to the endpoint's tag.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
+from azure.ai.ml import MLClient
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, BlobServiceClient
 
+from mlrunway.azure.writes import RetriedWrites
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["CONTAINER", "ROLE", "BlobLease", "LeaseUnavailable", "lease_id"]
+__all__ = ["CONTAINER", "LEASE_TAG", "ROLE", "BlobLease", "LeaseUnavailable", "RolloutLease", "lease_id"]
 
 CONTAINER = "mlrunway-leases"
+LEASE_TAG = "mlrunway.lease"
 ROLE = "Storage Blob Data Contributor"
 _HOLDERS = uuid.UUID("8f6d3c2e-5b1a-4e7f-9c0d-2a4b6e8f1c3d")  # the namespace of the holders' lease ids
+log = logging.getLogger(__name__)
 
 
 class LeaseUnavailable(MlrunwayError):
@@ -147,3 +154,81 @@ class BlobLease:
             raise LeaseUnavailable(
                 f"storage account {self.service.account_name} refused the rollout lease ({code}): "
                 f"give the azure_ml connection's identity the {ROLE} role on it (and network access to it)") from exc
+
+
+class RolloutLease:
+    """The rollout lease: a blob lease in the workspace's default storage (atomic: of two runs starting in the
+    same second, one proceeds), recorded as the endpoint's ``mlrunway.lease`` tag for anyone reading the
+    endpoint. Without the Storage Blob Data Contributor role there, the tag alone, with a warning.
+
+    :param ml: the workspace's ``MLClient`` (its endpoints, and its default datastore's storage account).
+    :param credential: the workspace's credential, for the storage account.
+    :param write: an endpoint's write, tried again while the endpoint is busy.
+    :param transport: azure-core's transport, when given (tests pass the fake service).
+    """
+
+    def __init__(self, ml: MLClient, credential: Any, write: RetriedWrites, **transport: Any) -> None:
+        self.ml, self.credential, self.write, self.transport = ml, credential, write, transport
+
+    @cached_property
+    def blob_lease(self) -> BlobLease | None:
+        """The atomic lease in the workspace's default storage; None once refused."""
+        return BlobLease.for_workspace(self.ml, self.credential, **self.transport)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """Take or renew the endpoint's lease for ``holder``: None, or who else holds it."""
+        try:
+            if self.blob_lease is not None and (held := self.blob_lease.lease(endpoint, holder, ttl_s)) is not None:
+                return held
+        except LeaseUnavailable as exc:
+            self._tag_only(exc)
+        held = self._tag_lease(endpoint, holder, ttl_s)
+        if held is not None and self.blob_lease is not None:  # a run of an earlier mlrunway holds the tag alone
+            self.blob_lease.release(endpoint, holder)
+        return held
+
+    def release(self, endpoint: str, holder: str) -> None:
+        try:
+            if self.blob_lease is not None:
+                self.blob_lease.release(endpoint, holder)
+        except LeaseUnavailable as exc:
+            self._tag_only(exc)
+        self._tag_release(endpoint, holder)
+
+    def _tag_only(self, exc: LeaseUnavailable) -> None:
+        log.warning("%s; until then the rollout lease is the endpoint's tag alone, which two runs starting in the "
+                    "same seconds can both take", exc)
+        self.blob_lease = None
+
+    def _tag_lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """The lease as the endpoint's tag (``mlrunway.lease``: holder and expiry), written with the endpoint's
+        update. A missing endpoint has nothing to interleave with: granted unwritten (the caller creates the
+        endpoint and leases again). Read, then write: not atomic (the spec has no ETag on endpoints)."""
+        current, held = self._lease_of(endpoint)
+        if current is None:
+            return None
+        if held and held.get("holder") != holder and float(held.get("until", 0)) > time.time():
+            return f"{held['holder']} (until {datetime.fromtimestamp(float(held['until']), UTC):%H:%M:%S} UTC)"
+        current.tags = {**(current.tags or {}), LEASE_TAG: json.dumps({"holder": holder, "until": time.time() + ttl_s})}
+        self.write(f"the lease of endpoint {endpoint}",
+                   lambda: self.ml.online_endpoints.begin_create_or_update(current).result())
+        return None
+
+    def _tag_release(self, endpoint: str, holder: str) -> None:
+        current, held = self._lease_of(endpoint)
+        if current is not None and held and held.get("holder") == holder:
+            current.tags = {k: v for k, v in (current.tags or {}).items() if k != LEASE_TAG}
+            self.write(f"the lease of endpoint {endpoint}",
+                       lambda: self.ml.online_endpoints.begin_create_or_update(current).result())
+
+    def _lease_of(self, endpoint: str) -> tuple[Any, dict[str, Any] | None]:
+        """The endpoint (None when it does not exist) and the lease its tag holds (None when there is none)."""
+        try:
+            current = self.ml.online_endpoints.get(endpoint)
+        except ResourceNotFoundError:
+            return None, None
+        try:
+            held = json.loads((current.tags or {}).get(LEASE_TAG, ""))
+        except (TypeError, ValueError):  # no tag (""), or one that is not ours to read
+            held = None
+        return current, held if isinstance(held, dict) else None

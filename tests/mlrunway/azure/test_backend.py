@@ -289,7 +289,7 @@ def test_a_canceled_trial_is_the_policys_decision_only_where_the_policy_applies(
     """The service does not say why a trial was canceled: the evidence is the interval it reached."""
     from azure.ai.ml.sweep import BanditPolicy, SweepJobLimits
 
-    from mlrunway.azure.backend import _why_canceled
+    from mlrunway.azure.jobs import _why_canceled
 
     class Sweep:  # the two attributes of the SDK's SweepJob that the label reads, as the SDK's own entities
         early_termination = BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=delay)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import mlrunway.azure.backend as azure_backend
+import mlrunway.azure.writes as azure_writes
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError
 from mlrunway.production import stable
@@ -59,7 +59,7 @@ def test_a_failed_update_answered_200_names_its_reason_from_the_resources_operat
 def test_409s_on_the_rollbacks_traffic_update_are_retried_and_a_rollback_that_cannot_land_says_so(
         fake, production, digits, monkeypatch):
     azure = production
-    monkeypatch.setattr(azure_backend, "WRITE_BACKOFF_S", 0.01)
+    monkeypatch.setattr(azure_writes, "WRITE_BACKOFF_S", 0.01)
     r = stable.begin(azure, ENDPOINT, "run-2", SETTINGS, RolloutPolicy(steps=(50, 100), window_s=0), 3600)
     provisioned(azure, "green")
     stable.next_phase(azure, r)
@@ -70,7 +70,7 @@ def test_409s_on_the_rollbacks_traffic_update_are_retried_and_a_rollback_that_ca
     assert after.decision == "held" and live_traffic(fake)["traffic"] == {"blue": 100}
 
     stable.next_phase(azure, r)  # the next step, 100%, and now the endpoint stays busy past the bound
-    azure.endpoints.write_retry_s = 0.05
+    azure.endpoints.write.retry_s = 0.05
     fake.conflict_writes = 10**6
     with pytest.raises(EndpointError, match=r"ROLLBACK FAILED on endpoint digits-prod: traffic is still "
                                             r"\{'green': 100, 'blue': 0\}.*set blue to 100% by hand.*HTTP 409: Endpoint digits-prod "

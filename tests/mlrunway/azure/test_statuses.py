@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from mlrunway.azure.backend import job_status
+from mlrunway.azure.jobs import job_status
 from mlrunway.backend.types import JobStatus, ProvisioningState
 
 # The spec's JobStatus values; terminal as in the SDK's RunHistoryConstants.TERMINAL_STATUSES, but for

@@ -1,0 +1,198 @@
+"""Online endpoints on Azure ML, through the SDK's ``online_endpoints`` operations, and the protocol's whole
+``Endpoints`` over them: their deployments (``mlrunway.azure.deployments``), the rollout's lease
+(``mlrunway.azure.lease``) and metrics (``mlrunway.azure.monitor``), and scoring in the endpoint's own auth.
+
+A team's endpoint is read and written back, never rebuilt; every write is tried again while the endpoint is
+busy (``mlrunway.azure.writes``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from azure.ai.ml import MLClient
+from azure.ai.ml.entities import ManagedOnlineEndpoint
+from azure.core.exceptions import ResourceNotFoundError
+from azure.core.rest import HttpRequest
+
+from mlrunway.azure.deployments import AzureDeployments
+from mlrunway.azure.lease import RolloutLease
+from mlrunway.azure.monitor import DeploymentMonitor
+from mlrunway.azure.rest import WorkspaceRest
+from mlrunway.azure.writes import RetriedWrites
+from mlrunway.backend.types import (
+    DeploymentInfo,
+    DeploymentMetrics,
+    DeploymentSettings,
+    EndpointInfo,
+    EndpointSettings,
+    ProvisioningState,
+)
+from mlrunway.backend.waiting import wait_provisioned
+from mlrunway.errors import EndpointError, NotFound
+from mlrunway.specs import check
+
+__all__ = ["AUTH_RENEW_S", "AzureEndpoints"]
+
+AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
+
+
+class AzureEndpoints:
+    """:param ml: the workspace's ``MLClient``; ``rest``: its REST pipelines (``plain`` carries the scoring).
+    :param deployments: the endpoints' deployments; ``monitor``: their metrics; ``lease``: the rollout lease.
+    :param write: an endpoint's write, tried again while the endpoint is busy (the one ``deployments`` uses).
+    :param poll_s: between reads of an endpoint or a deployment being provisioned.
+    """
+
+    def __init__(self, ml: MLClient, rest: WorkspaceRest, *, deployments: AzureDeployments,
+                 monitor: DeploymentMonitor, lease: RolloutLease, write: RetriedWrites, poll_s: float = 10.0) -> None:
+        self.ml, self.rest, self.write, self.poll_s = ml, rest, write, poll_s
+        self.deployments, self.monitor, self.rollout_lease = deployments, monitor, lease
+        self._auth: dict[str, tuple[str, float]] = {}  # endpoint -> (Authorization header, renew it after)
+
+    def _info(self, endpoint: Any) -> EndpointInfo:
+        return EndpointInfo(name=endpoint.name, scoring_uri=endpoint.scoring_uri, traffic=dict(endpoint.traffic or {}),
+                            mirror_traffic=dict(endpoint.mirror_traffic or {}), auth_mode=endpoint.auth_mode or "key",
+                            provisioning_state=ProvisioningState.parse(endpoint.provisioning_state))
+
+    def get_keys(self, name: str) -> dict[str, str]:
+        """Key auth: ``primary`` and ``secondary``. Token auth (AMLToken: the service's token route; AADToken: a
+        token of the credential for ml.azure.com): ``token``, ``token_type`` and ``expires`` (epoch seconds)."""
+        credentials = self.ml.online_endpoints.get_keys(name)
+        if hasattr(credentials, "primary_key"):
+            return {"primary": credentials.primary_key, "secondary": credentials.secondary_key}
+        return {"token": credentials.access_token, "token_type": getattr(credentials, "token_type", None) or "Bearer",
+                "expires": str(credentials.expiry_time_utc or 0)}
+
+    def _authorization(self, endpoint: str, *, fresh: bool = False) -> str:
+        """The scoring request's Authorization header, kept until it needs renewing: a token until its refresh
+        time (AMLToken's ``refreshAfterTimeUtc``, else 5 minutes before it expires), keys for 5 minutes (a
+        regenerated key is picked up)."""
+        cached = self._auth.get(endpoint)
+        if cached and not fresh and time.time() < cached[1]:
+            return cached[0]
+        credentials = self.ml.online_endpoints.get_keys(endpoint)
+        if hasattr(credentials, "primary_key"):
+            header, renew = f"Bearer {credentials.primary_key}", time.time() + AUTH_RENEW_S
+        else:
+            expires = float(credentials.expiry_time_utc or 0)
+            refresh = float(getattr(credentials, "refresh_after_time_utc", 0) or 0)
+            header, renew = f"Bearer {credentials.access_token}", refresh or expires - AUTH_RENEW_S
+        self._auth[endpoint] = (header, renew)
+        return header
+
+    def get(self, name: str) -> EndpointInfo:
+        try:
+            return self._info(self.ml.online_endpoints.get(name))
+        except ResourceNotFoundError as exc:
+            raise NotFound(f"endpoint {name} does not exist") from exc
+
+    def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        """A new endpoint is a ``ManagedOnlineEndpoint`` with key auth; an existing one (a team's production
+        endpoint) is never rebuilt: it is read and, only if it lacks the ``mlrunway`` tag, written back as read,
+        so its auth mode, identity, network access, description, tags, traffic and mirror stay. Doesn't wait.
+        ``settings.workers`` sizes a local server: an Azure endpoint sizes each deployment instead."""
+        check.endpoint_name(name)
+        try:
+            endpoint = self.ml.online_endpoints.get(name)
+        except ResourceNotFoundError:
+            endpoint = ManagedOnlineEndpoint(name=name, auth_mode="key", description="mlrunway", tags={"mlrunway": "1"})
+        else:
+            if (endpoint.tags or {}).get("mlrunway") == "1":
+                return self._info(endpoint)
+            endpoint.tags = {**(endpoint.tags or {}), "mlrunway": "1"}
+        self.write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
+        return self.get(name)
+
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
+        self.begin_create_or_update(name)
+        return self._info(wait_provisioned(lambda: self.ml.online_endpoints.get(name), f"endpoint {name}",
+                                           poll_s=self.poll_s))
+
+    def set_traffic(self, endpoint: str, traffic: dict[str, int],
+                    mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
+        current = self.ml.online_endpoints.get(endpoint)
+        current.traffic = dict(traffic)
+        if mirror_traffic is not None:
+            current.mirror_traffic = dict(mirror_traffic)
+        return self._info(self.write(f"traffic {traffic} of endpoint {endpoint}",
+                                     lambda: self.ml.online_endpoints.begin_create_or_update(current).result()))
+
+    def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
+               deployment: str | None = None) -> str:
+        """POST to the scoring URI with the endpoint's key, and with ``azureml-model-deployment`` when a
+        deployment is named (else traffic decides). A non-200 raises EndpointError with the status and Azure's
+        ``ms-azureml-model-error-statuscode`` and ``-reason`` headers (the SDK's own ``invoke`` turns an error
+        body into an AttributeError)."""
+        if (request_file is None) == (payload is None):
+            raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
+        body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json", "Authorization": self._authorization(endpoint)}
+        if deployment:
+            headers["azureml-model-deployment"] = deployment
+        uri = self.get(endpoint).scoring_uri
+        response = self.rest.plain.send_request(HttpRequest("POST", uri, content=body, headers=headers))
+        if response.status_code == 401:  # a key regenerated, a token revoked: once more with fresh credentials
+            headers["Authorization"] = self._authorization(endpoint, fresh=True)
+            response = self.rest.plain.send_request(HttpRequest("POST", uri, content=body, headers=headers))
+        if response.status_code != 200:
+            original = response.headers.get("ms-azureml-model-error-statuscode")
+            reason = response.headers.get("ms-azureml-model-error-reason")
+            scored = f" (score.py answered {original}: {reason})" if original else ""
+            raise EndpointError(f"endpoint {endpoint}: HTTP {response.status_code}{scored}: {response.text()[:500]}")
+        return str(response.text())
+
+    def delete(self, name: str) -> bool:
+        """``online_endpoints.begin_delete`` and wait; an endpoint already gone is success (False)."""
+        try:
+            self.ml.online_endpoints.get(name)
+        except ResourceNotFoundError:
+            return False
+        self.ml.online_endpoints.begin_delete(name).result()
+        return True
+
+    # -- deployments, the rollout's metrics and lease: each in its own module -------------------------
+    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
+                                    timeout_s: float = 3600.0) -> DeploymentInfo:
+        """As ``begin_create_or_update_deployment``, then wait; a failure raises with the deployment's log."""
+        info = self.begin_create_or_update_deployment(endpoint, name, settings)
+        if not info.provisioning_state.is_terminal():
+            info = wait_provisioned(lambda: self.get_deployment(endpoint, name, operation=info.operation),
+                                    f"deployment {endpoint}/{name}", timeout=timeout_s, poll_s=self.poll_s)
+        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
+        return info
+
+    def begin_create_or_update_deployment(self, endpoint: str, name: str,
+                                          settings: DeploymentSettings) -> DeploymentInfo:
+        return self.deployments.begin_create_or_update(endpoint, name, settings)
+
+    def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
+        return self.deployments.get(endpoint, name, operation=operation)
+
+    def list_deployments(self, endpoint: str) -> list[DeploymentInfo]:
+        return self.deployments.list(endpoint)
+
+    def delete_deployment(self, endpoint: str, name: str) -> bool:
+        return self.deployments.delete(endpoint, name)
+
+    def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
+        return self.deployments.get_logs(endpoint, deployment, lines, container=container)
+
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
+        metrics (``mlrunway.azure.monitor``)."""
+        resource = self.ml.online_endpoints.get(endpoint).id
+        return self.monitor.deployment_metrics(resource, deployment, start, end)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """The rollout lease: a blob lease in the workspace's default storage, recorded as the endpoint's
+        ``mlrunway.lease`` tag; the tag alone without the storage role (``mlrunway.azure.lease``)."""
+        return self.rollout_lease.lease(endpoint, holder, ttl_s)
+
+    def release(self, endpoint: str, holder: str) -> None:
+        self.rollout_lease.release(endpoint, holder)

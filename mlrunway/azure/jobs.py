@@ -1,0 +1,256 @@
+"""Command jobs and sweeps on Azure ML: the SDK's ``jobs`` operations for the jobs themselves, the workspace's
+own REST services (``mlrunway.azure.rest``) for their metrics, params, logs, errors and a sweep's trials."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from azure.ai.ml import MLClient
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+from mlrunway.azure.entities import command_job, sweep_job
+from mlrunway.azure.environments import is_gpu_size, training_environment
+from mlrunway.azure.outputs import job_outputs
+from mlrunway.azure.rest import WorkspaceRest
+from mlrunway.backend.snapshot import check_size, snapshot_files
+from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
+from mlrunway.backend.waiting import wait_for_job
+from mlrunway.early_termination import applies_at
+from mlrunway.errors import JobFailed, NotFound, NotSupportedOnBackend
+from mlrunway.specs import check
+from mlrunway.specs.job import CommandJobSpec
+from mlrunway.specs.sweep import Objective, SweepSpec
+
+__all__ = ["NOT_RESPONDING_S", "AzureJobs", "job_status"]
+
+# Every JobStatus of the REST spec (mfe.json) onto ours: before the script runs is Queued; running and winding
+# down is Running; Completed, Failed, Canceled and Paused (which will not finish by itself) are terminal.
+# NotResponding is not: the spec says such a run "can go from NotResponding to any of the previous states" (the
+# SDK lists it as terminal), so it is waited for, up to NOT_RESPONDING_S, then canceled (see AzureJobs._info).
+_STATUS = {
+    "NotStarted": JobStatus.QUEUED, "Starting": JobStatus.QUEUED, "Provisioning": JobStatus.QUEUED,
+    "Preparing": JobStatus.QUEUED, "Queued": JobStatus.QUEUED,
+    "Running": JobStatus.RUNNING, "Finalizing": JobStatus.RUNNING, "CancelRequested": JobStatus.RUNNING,
+    "Unknown": JobStatus.RUNNING, "NotResponding": JobStatus.RUNNING,
+    "Completed": JobStatus.COMPLETED, "Failed": JobStatus.FAILED, "Canceled": JobStatus.CANCELED,
+    "Paused": JobStatus.FAILED,
+}
+_WHY = {
+    "Paused": "Paused on Azure ML: resume it in the studio, or a retry submits a new attempt",
+}
+NOT_RESPONDING_S = 1800.0  # how long a job may stay NotResponding (no heartbeat) before it is canceled
+log = logging.getLogger(__name__)
+
+
+def job_status(azure_status: object) -> JobStatus:
+    """Our status of an Azure ML job status (a string or the SDK's enum); an unknown one is logged, still running."""
+    text = str(getattr(azure_status, "value", azure_status) or "NotStarted")
+    if text not in _STATUS:
+        log.warning("Unknown Azure ML job status %r: treated as still running", text)
+    return _STATUS.get(text, JobStatus.RUNNING)
+
+
+class AzureJobs:
+    """:param ml: the workspace's ``MLClient``; ``rest``: its own REST services.
+    :param compute: compute cluster for jobs and sweep trials; None runs them on serverless compute.
+    :param job_instance_type: VM size of a serverless job (None: the service's default).
+    :param environment: the jobs' environment; None picks ours for the compute's VM size.
+    :param cancel_wait_s: how long ``cancel`` waits for a canceled job to reach Canceled; ``poll_s`` between.
+    :param refresh_s: how old a running trial's metrics may be before ``sweep_result`` reads them again (an
+        ended trial's are read once; a trial whose status changed is read at once).
+    """
+
+    def __init__(self, ml: MLClient, rest: WorkspaceRest, *, compute: str | None = None,
+                 job_instance_type: str | None = None, environment: str | None = None, cancel_wait_s: float = 300.0,
+                 poll_s: float = 5.0, refresh_s: float = 60.0, not_responding_s: float = NOT_RESPONDING_S) -> None:
+        self.ml, self.rest = ml, rest
+        self.compute, self.job_instance_type, self.environment = compute, job_instance_type, environment
+        self.cancel_wait_s, self.poll_s, self.refresh_s = cancel_wait_s, poll_s, refresh_s
+        self.not_responding_s = not_responding_s
+        self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
+        self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
+        self._vm_sizes: dict[str, str | None] = {}  # compute name -> its VM size
+
+    def _find(self, name: str) -> JobInfo | None:
+        try:
+            return self._info(self.ml.jobs.get(name))
+        except ResourceNotFoundError:
+            return None
+
+    def _info(self, job: Any) -> JobInfo:
+        status = job_status(job.status)
+        azure_status = str(getattr(job.status, "value", job.status))
+        error = _WHY.get(azure_status)
+        if azure_status == "NotResponding" and self._silent_too_long(job.name):
+            status, error = JobStatus.FAILED, self._give_up(job.name)
+        elif azure_status != "NotResponding":
+            self._silent.pop(job.name, None)
+        if status is JobStatus.FAILED and error is None:
+            error = self.rest.error(job.name)
+        return JobInfo(name=job.name, kind="sweep" if job.type == "sweep" else "command", status=status, error=error,
+                       outputs=job_outputs(job.name), mlflow_run_id=job.name,
+                       properties={"studio_url": job.studio_url,
+                                   "azure_status": getattr(job.status, "value", job.status), **(job.properties or {})})
+
+    def _silent_too_long(self, name: str) -> bool:
+        """A NotResponding job may come back: it reads Running until it has been silent ``not_responding_s``."""
+        first = self._silent.setdefault(name, time.monotonic())
+        if time.monotonic() - first < self.not_responding_s:
+            log.warning("job %s is NotResponding on Azure ML (no heartbeat for %.0f s of the %.0f s allowed); it may "
+                        "come back", name, time.monotonic() - first, self.not_responding_s)
+            return False
+        return True
+
+    def _give_up(self, name: str) -> str:
+        """Cancel a job that stayed NotResponding, so that a retry never runs a new attempt beside it."""
+        try:
+            self.ml.jobs.begin_cancel(name).result()
+            canceled = "canceled it, so a retry runs no attempt beside it"
+        except HttpResponseError as exc:
+            canceled = f"its cancel failed ({exc.message}): cancel it in the studio before a retry"
+        return (f"NotResponding on Azure ML for over {self.not_responding_s:.0f} s (no heartbeat from the job); "
+                f"{canceled}")
+
+    def validate(self, spec: CommandJobSpec) -> None:
+        """The compute exists in the workspace (one ARM read) and local input paths exist; serverless (no
+        compute) needs nothing."""
+        self._vm_size(spec.compute or self.compute)
+        if Path(spec.code).is_dir():  # the SDK uploads what .amlignore / .gitignore leave: check its size first
+            check_size("command_job.code", spec.code, snapshot_files(spec.code))
+        for key, value in spec.inputs.items():
+            path = getattr(value, "path", "")
+            if path and "://" not in path and not Path(path).exists():
+                raise check.fail(f"command_job.inputs.{key}", f"{path!r} does not exist here",
+                                 "pass an existing local path (it is uploaded) or an azureml:// URI")
+
+    def _vm_size(self, compute: str | None) -> str | None:
+        """The VM size of a named compute (read once per backend), or the serverless job's instance type."""
+        if compute is None:
+            return self.job_instance_type
+        if compute not in self._vm_sizes:
+            try:
+                target = self.ml.compute.get(compute)
+            except ResourceNotFoundError as exc:
+                raise check.fail("azure_ml connection.compute", f"{compute!r} is not a compute of workspace "
+                                 f"{self.ml.workspace_name}", "name an existing compute cluster, or leave compute "
+                                 "empty to run on serverless compute") from exc
+            self._vm_sizes[compute] = getattr(target, "size", None)
+        return self._vm_sizes[compute]
+
+    def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
+        """Create job ``name``, or return the job already under that name (a retried task re-attaches)."""
+        return self._create(name, command_job, spec, spec)
+
+    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo:
+        return self._create(name, sweep_job, sweep, sweep.trial)
+
+    def _create(self, name: str, entity: Any, spec: Any, trial: CommandJobSpec) -> JobInfo:
+        check.job_name("job.name", name)
+        if (existing := self._find(name)) is not None:
+            return existing
+        compute = trial.compute or self.compute
+        environment = self.environment or training_environment(is_gpu_size(self._vm_size(compute)))
+        job = entity(spec, name=name, compute=compute, environment=environment, instance_type=self.job_instance_type)
+        try:
+            return self._info(self.ml.jobs.create_or_update(job))
+        except HttpResponseError as exc:
+            raise JobFailed(f"job {name} was refused by Azure ML: {exc.message}") from exc
+
+    def get(self, name: str) -> JobInfo:
+        info = self._find(name)
+        if info is None:
+            raise NotFound(f"job {name!r} does not exist in workspace {self.ml.workspace_name}")
+        return info
+
+    def recover(self, name: str) -> JobInfo:
+        """Azure ML runs its own sweeps' controllers: nothing to restart."""
+        return self.get(name)
+
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]:
+        """The workspace's jobs whose names start with ``prefix``."""
+        return [self._info(job) for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)]
+
+    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
+        """``jobs.begin_cancel``, then wait until the job has stopped; a job already ended is left as it is."""
+        info = self.get(name)
+        if info.status.is_terminal():
+            return info
+        self.ml.jobs.begin_cancel(name).result()
+        deadline = time.monotonic() + self.cancel_wait_s
+        while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
+        return info
+
+    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 10.0, on_poll: Any = None) -> JobInfo:
+        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
+
+    def logs(self, name: str, stream: str = "stdout") -> builtins.list[str]:
+        """The job's ``user_logs/std_log.txt`` so far (what the script printed)."""
+        return self.rest.std_log(name)
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """The latest value of each metric the job logged to MLflow."""
+        return self.rest.run_data(name)[1]
+
+    def params(self, name: str) -> dict[str, Any]:
+        """The params the job logged to MLflow (numbers where they are)."""
+        return self.rest.run_data(name)[0]
+
+    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
+        """Not on Azure ML (``Capabilities.artifacts`` is False): files stay where they were written."""
+        raise NotSupportedOnBackend(f"job {name}: keeping files as run artifacts is not supported on Azure ML; "
+                                    "check backend.capabilities.artifacts first")
+
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
+        """Every value the job logged of ``metric``, in step order (a job's MLflow run id is its name)."""
+        return self.rest.metric_history(name, metric)
+
+    def sweep_result(self, name: str) -> SweepResult:
+        """The sweep's trials from the service (child jobs, their MLflow params and metric histories)."""
+        try:
+            sweep = self.ml.jobs.get(name)
+        except ResourceNotFoundError as exc:
+            raise NotFound(f"sweep {name!r} does not exist in the workspace") from exc
+        if sweep.type != "sweep":
+            raise NotFound(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
+        objective = Objective(primary_metric=sweep.objective.primary_metric, goal=sweep.objective.goal.lower())
+        swept_status = job_status(sweep.status)
+        trials = []
+        for child in self.rest.children(name):
+            status = job_status(child["status"])
+            read_at, known = self._read.get((name, child["runId"]), (0.0, None))
+            fresh = status.is_terminal() or time.monotonic() - read_at < self.refresh_s
+            if known is not None and known.status is status and fresh and status is not JobStatus.CANCELED:
+                trials.append(known)  # an ended trial's metrics never change; a running one's are recent enough
+                continue
+            params, metrics = self.rest.run_data(child["runId"])
+            history = self.rest.metric_history(child["runId"], objective.primary_metric)
+            stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
+                else (None, None)
+            trial = TrialInfo(name=child["runId"], params=params, status=status, history=history, metrics=metrics,
+                              early_termination=stop, error=error)
+            self._read[(name, child["runId"])] = (time.monotonic(), trial)
+            trials.append(trial)
+        best = (sweep.properties or {}).get("best_child_run_id")
+        return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
+                           stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)
+
+
+def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int) -> tuple[dict[str, Any] | None, str | None]:
+    """A canceled trial's label, from the evidence the service leaves: stopped by the policy only when it was
+    canceled at an interval where the policy applies in a sweep that was not itself canceled."""
+    policy = sweep.early_termination
+    if swept_status is JobStatus.CANCELED:
+        return None, "canceled: the sweep was canceled"
+    if policy is not None and intervals and applies_at(policy.evaluation_interval or 1, policy.delay_evaluation or 0,
+                                                       intervals):
+        return {"reason": f"canceled by the sweep's {policy.type} policy at interval {intervals}",
+                "interval": intervals}, None
+    timeout = getattr(sweep.limits, "trial_timeout", None)
+    cause = f"the trial timeout ({timeout} s), the sweep's timeout or a user" if timeout else \
+        "the sweep's timeout or a user"
+    return None, f"canceled after {intervals} intervals, where no early-termination policy applies: {cause}"

@@ -1,0 +1,44 @@
+"""Where a job's outputs are on Azure ML, and how they come down to this machine.
+
+``output_folder`` holds the one private import of azure-ai-ml's artifact download: the SDK has no public call
+that downloads a datastore path (``jobs.download`` takes a job's named outputs, ``models.download`` a model),
+and this is the function ``models.download`` itself uses, with the same credentials and datastores.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["job_outputs", "named_output", "output_folder"]
+
+
+def job_outputs(job_name: str) -> str:
+    """Where a job's ``./outputs`` files are: the artifact store's own path. A model registered from it
+    downloads whether or not the service rewrites the URI (``azureml://jobs/<name>/outputs/artifacts/...``
+    would be read back as a datastore named ``artifacts`` if the service kept it)."""
+    return f"azureml://datastores/workspaceartifactstore/paths/ExperimentRun/dcid.{job_name}/outputs/"
+
+
+def named_output(job_name: str, output: str) -> str:
+    """A named output's default place: ``azureml/<job>/<output>/`` in the workspace's default datastore."""
+    return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/{output}/"
+
+
+@contextmanager
+def output_folder(datastores: Any, cache_dir: Path, base: str, path: str) -> Iterator[Path]:
+    """A job's outputs downloaded from their datastore into a scratch folder of ``cache_dir`` for the context
+    (through the SDK's own artifact download, the one ``models.download`` uses), then removed.
+
+    :param datastores: the workspace's ``MLClient.datastores``.
+    """
+    # private: the SDK's only download of a datastore path (see the module's docstring)
+    from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
+
+    with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
+        uri = f"{base.rstrip('/')}/{path}".rstrip("/") + "/"
+        download_artifact_from_aml_uri(uri, scratch, datastores)
+        yield Path(scratch)

@@ -1,0 +1,58 @@
+"""Writes to endpoints and deployments, tried again while the service answers 409 or 429.
+
+An endpoint takes one operation at a time: while a deployment is still updating, a traffic update or another
+deployment's write is answered 409 Conflict; a busy subscription is throttled with 429. Both pass, so a write
+is retried with the service's ``Retry-After`` (else backoff) for a bounded time, then fails naming what it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from azure.core.exceptions import HttpResponseError
+
+from mlrunway.errors import EndpointError
+
+__all__ = ["WRITE_BACKOFF_S", "RetriedWrites"]
+
+WRITE_BACKOFF_S = 1.0  # the first wait after a 409 or 429 without Retry-After; doubled each time, up to 60 s
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class RetriedWrites:
+    """:param retry_s: how long a write the service answers 409 (another operation on the endpoint is running: a
+        deployment still updating) or 429 (throttled) is tried again, with backoff, before it fails."""
+
+    def __init__(self, retry_s: float = 600.0) -> None:
+        self.retry_s = retry_s
+
+    def __call__(self, what: str, send: Callable[[], T]) -> T:
+        """``send()``, again after 409 Conflict and 429 Too Many Requests (the service's ``Retry-After``, else
+        1, 2, 4... s) until ``retry_s`` has passed; then the last error, naming what was being written."""
+        deadline, backoff = time.monotonic() + self.retry_s, WRITE_BACKOFF_S
+        while True:
+            try:
+                return send()
+            except HttpResponseError as exc:
+                if exc.status_code not in (409, 429):
+                    raise
+                wait = _retry_after(exc) or backoff
+                said = getattr(exc.error, "message", None) or exc.message
+                if time.monotonic() + wait > deadline:
+                    raise EndpointError(f"{what}: still refused after {self.retry_s:g} s of retries "
+                                        f"(HTTP {exc.status_code}: {said})") from exc
+                log.warning("%s: HTTP %s (%s); again in %.1f s", what, exc.status_code, said, wait)
+                time.sleep(wait)
+                backoff = min(backoff * 2, 60.0)
+
+
+def _retry_after(exc: HttpResponseError) -> float | None:
+    """The service's Retry-After (seconds), if its answer had one."""
+    try:
+        return float(exc.response.headers["Retry-After"])  # type: ignore[union-attr]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
