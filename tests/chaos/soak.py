@@ -223,8 +223,9 @@ class Rollouts(threading.Thread):
         if result["decision"] == "promoted":
             short = [w["phase"] for w in result["windows"] if w["challenger"].get("requests", 0) < MIN_REQUESTS]
             if not result["gate"] or short:
-                broken.append(f"evidence: {result['model']} promoted with no challenger request in the {short} "
-                              f"window(s)" if short else f"evidence: {result['model']} promoted with no gate")
+                broken.append(f"evidence: {result['model']} promoted with fewer than {MIN_REQUESTS} challenger "
+                              f"requests in the {short} window(s)" if short else
+                              f"evidence: {result['model']} promoted with no gate")
         live = stable.serving(self.backend, ENDPOINT)
         alias = stable.aliased(self.backend, MODEL, "production")
         named = f"{alias.name}:{alias.version}" if alias else None
