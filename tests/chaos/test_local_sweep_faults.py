@@ -201,12 +201,14 @@ def test_after_a_reboot_mid_sweep_the_lost_trials_run_again_and_the_sweep_comple
         time.sleep(0.2)
     tokens = [json.loads((jobs.workspace.job_dir(n) / "job.json").read_text())["token"]
               for n in ("boot", *(t.name for t in trials))]
-    for proc in [p for token in tokens for p in marked(token)]:  # the power goes: everything at once
-        proc.kill()
     deadline = time.monotonic() + 15
-    while any(marked(token) for token in tokens):
+    while procs := [p for token in tokens for p in marked(token)]:  # the power goes: everything at once
         assert time.monotonic() < deadline
-        time.sleep(0.1)
+        for proc in procs:
+            proc.kill()
+        # gone, not only unmarked: an exiting process no longer shows its environment before it is a zombie,
+        # and a reader that saw it then would rightly call it alive
+        assert not psutil.wait_procs(procs, timeout=10)[1]
     backend = LocalBackend.at(jobs.workspace.root)  # after the reboot: a fresh reader
     assert backend.jobs.get("boot").status is JobStatus.FAILED
     backend.jobs.recover("boot")
