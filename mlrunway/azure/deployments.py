@@ -72,8 +72,7 @@ class AzureDeployments:
                                 f"mirror {live.mirror_traffic}): move its traffic away before deploying to it")
         log.warning("deployment %s/%s is Failed (the service updates no deployment whose provisioning failed): "
                     "deleted, to be made again", endpoint, name)
-        self.write(f"deletion of {endpoint}/{name}",
-                   lambda: self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result())
+        self._delete(endpoint, name)
 
     def get(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         """The deployment's provisioning state. A failure carries why: the code and message of its operation
@@ -118,9 +117,13 @@ class AzureDeployments:
             self.ml.online_deployments.get(name=name, endpoint_name=endpoint)
         except ResourceNotFoundError:
             return False
+        self._delete(endpoint, name)
+        return True
+
+    def _delete(self, endpoint: str, name: str) -> None:
+        """Delete and wait, tried again while the endpoint is busy."""
         self.write(f"deletion of {endpoint}/{name}",
                    lambda: self.ml.online_deployments.begin_delete(name=name, endpoint_name=endpoint).result())
-        return True
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100, *, container: str | None = None) -> str:
         """The tail of a deployment's log: its inference server's, or ``container="storage-initializer"``."""

@@ -61,28 +61,30 @@ class AzureEndpoints:
     def get_keys(self, name: str) -> dict[str, str]:
         """Key auth: ``primary`` and ``secondary``. Token auth (AMLToken: the service's token route; AADToken: a
         token of the credential for ml.azure.com): ``token``, ``token_type`` and ``expires`` (epoch seconds)."""
-        credentials = self.ml.online_endpoints.get_keys(name)
-        if hasattr(credentials, "primary_key"):
-            return {"primary": credentials.primary_key, "secondary": credentials.secondary_key}
-        return {"token": credentials.access_token, "token_type": getattr(credentials, "token_type", None) or "Bearer",
-                "expires": str(credentials.expiry_time_utc or 0)}
+        return self._credentials(name)[0]
 
     def _authorization(self, endpoint: str, *, fresh: bool = False) -> str:
-        """The scoring request's Authorization header, kept until it needs renewing: a token until its refresh
-        time (AMLToken's ``refreshAfterTimeUtc``, else 5 minutes before it expires), keys for 5 minutes (a
-        regenerated key is picked up)."""
+        """The scoring request's Authorization header, kept until it needs renewing (see ``_credentials``)."""
         cached = self._auth.get(endpoint)
         if cached and not fresh and time.time() < cached[1]:
             return cached[0]
-        credentials = self.ml.online_endpoints.get_keys(endpoint)
-        if hasattr(credentials, "primary_key"):
-            header, renew = f"Bearer {credentials.primary_key}", time.time() + AUTH_RENEW_S
-        else:
-            expires = float(credentials.expiry_time_utc or 0)
-            refresh = float(getattr(credentials, "refresh_after_time_utc", 0) or 0)
-            header, renew = f"Bearer {credentials.access_token}", refresh or expires - AUTH_RENEW_S
+        _, header, renew = self._credentials(endpoint)
         self._auth[endpoint] = (header, renew)
         return header
+
+    def _credentials(self, name: str) -> tuple[dict[str, str], str, float]:
+        """The endpoint's credentials as ``get_keys`` gives them, the Authorization header they make, and when
+        to read them again: a token at its refresh time (AMLToken's ``refreshAfterTimeUtc``, else 5 minutes
+        before it expires), keys after 5 minutes (a regenerated key is picked up)."""
+        credentials = self.ml.online_endpoints.get_keys(name)
+        if hasattr(credentials, "primary_key"):
+            keys = {"primary": credentials.primary_key, "secondary": credentials.secondary_key}
+            return keys, f"Bearer {credentials.primary_key}", time.time() + AUTH_RENEW_S
+        expires = float(credentials.expiry_time_utc or 0)
+        refresh = float(getattr(credentials, "refresh_after_time_utc", 0) or 0)
+        token = {"token": credentials.access_token, "token_type": getattr(credentials, "token_type", None) or "Bearer",
+                 "expires": str(credentials.expiry_time_utc or 0)}
+        return token, f"Bearer {credentials.access_token}", refresh or expires - AUTH_RENEW_S
 
     def get(self, name: str) -> EndpointInfo:
         try:
