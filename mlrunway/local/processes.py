@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 POLL_S = 0.2
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
@@ -26,16 +26,14 @@ __all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "fre
            "marked", "reap", "signal_name", "terminate_group", "wait_port_free"]
 
 
-@dataclass(frozen=True)
-class ProcessLaunch:
+class ProcessLaunch(NamedTuple):
     """One process of a job: its command line and environment (:func:`mlrunway.local.launch.plan`)."""
 
     argv: list[str]
     env: dict[str, str]
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     """A process as it was recorded: its PID and start time (``psutil``'s ``create_time``)."""
 
     pid: int
@@ -43,7 +41,7 @@ class Identity:
 
     @classmethod
     def of(cls, pid: int) -> Identity:
-        return cls(pid, psutil.Process(pid).create_time())
+        return cls(pid, create_time(pid))
 
     @classmethod
     def recorded(cls, pid: object, started: object) -> Identity | None:
@@ -54,6 +52,8 @@ class Identity:
 
     def alive(self) -> bool:
         """True while this very process runs: same PID, same start time, not a zombie."""
+        import psutil
+
         try:
             proc = psutil.Process(self.pid)
             return abs(proc.create_time() - self.started) < 1 and proc.status() != psutil.STATUS_ZOMBIE
@@ -61,8 +61,26 @@ class Identity:
             return False
 
 
+def create_time(pid: int) -> float:
+    """``psutil.Process(pid).create_time()``, read on Linux as psutil reads it (the process's start in clock ticks
+    after boot, plus the boot time) without importing psutil: a supervisor records its own before every trial's
+    script starts, and psutil's import is a sixth of that start. Raises ``psutil.NoSuchProcess`` for no process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            after_name = stat.read().rpartition(b")")[2].split()  # the name, in parentheses, may hold spaces
+        with open("/proc/stat", "rb") as system:
+            boot = next(float(line.split()[1]) for line in system if line.startswith(b"btime"))
+        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot  # field 22, starttime
+    except (OSError, StopIteration, IndexError, ValueError):  # not Linux, or no such process: psutil says which
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+
+
 def marked(token: str) -> list[psutil.Process]:
     """The live processes whose environment carries ``JOB_TOKEN_ENV=token``: a job's own, wherever they are."""
+    import psutil
+
     found = []
     for proc in psutil.process_iter(["status"]):
         try:
@@ -75,6 +93,8 @@ def marked(token: str) -> list[psutil.Process]:
 
 def kill_marked(token: str, sig: int = signal.SIGKILL) -> int:
     """Send ``sig`` to every process marked with ``token``; return how many there were. Never blocks."""
+    import psutil
+
     procs = marked(token)
     for proc in procs:
         try:
@@ -136,6 +156,8 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
+    import psutil
+
     for proc in psutil.process_iter(["status"]):
         try:
             if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
@@ -147,6 +169,8 @@ def group_alive(pgid: int) -> bool:
 
 def reap(pid: int, timeout_s: float = 5.0) -> None:
     """Wait for ``pid`` to exit (and collect it when it is our child); gone already is fine."""
+    import psutil
+
     try:
         psutil.Process(pid).wait(timeout=timeout_s)
     except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
@@ -155,6 +179,8 @@ def reap(pid: int, timeout_s: float = 5.0) -> None:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -163,6 +189,8 @@ def free_port() -> int:
 
 def wait_port_free(port: int, timeout_s: float = 10.0) -> bool:
     """Wait until nothing listens on ``port``; False when something still does after ``timeout_s``."""
+    import psutil
+
     deadline = time.monotonic() + timeout_s
     while any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
               for c in psutil.net_connections("tcp")):

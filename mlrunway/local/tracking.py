@@ -19,12 +19,10 @@ import shutil
 import sqlite3
 import threading
 import time
-import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 from mlrunway.local.files import locked
 from mlrunway.local.workspace import Workspace
@@ -125,6 +123,8 @@ def _start_run_quickly(workspace: Workspace, job_name: str, experiment: str,
         if found is None:
             return None
         experiment_id, location = found
+        import uuid  # here: a supervisor that only ends its run does not pay its import
+
         run_id = uuid.uuid4().hex
         conn.execute("INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, "
                      "start_time, end_time, source_version, lifecycle_stage, artifact_uri, experiment_id, "
@@ -167,6 +167,8 @@ def log_artifacts(workspace: Workspace, run_id: str, folder: Path, artifact_path
         found = None if conn is None else conn.execute("SELECT artifact_uri FROM runs WHERE run_uuid = ?",
                                                        (run_id,)).fetchone()
     if found is not None and found[0].startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
         target = Path(unquote(urlparse(found[0]).path)) / artifact_path
         shutil.copytree(folder, target, dirs_exist_ok=True)
         return
@@ -175,13 +177,25 @@ def log_artifacts(workspace: Workspace, run_id: str, folder: Path, artifact_path
 
 def metric_history(workspace: Workspace, run_id: str, key: str) -> list[float]:
     """Values of ``key`` in logging order (step, then time), as ``MlflowClient.get_metric_history`` reads them."""
+    return metric_histories(workspace, [run_id], key)[run_id]
+
+
+def metric_histories(workspace: Workspace, run_ids: Collection[str], key: str) -> dict[str, list[float]]:
+    """:func:`metric_history` of each run, in one query (a sweep's controller reads every running trial's at
+    each wake)."""
+    histories: dict[str, list[float]] = {run_id: [] for run_id in run_ids}
     with _store(workspace) as conn:
         if conn is not None:
-            rows = conn.execute("SELECT value, is_nan FROM metrics WHERE run_uuid = ? AND key = ? "
-                                "ORDER BY step, timestamp", (run_id, key)).fetchall()
-            return [math.nan if is_nan else float(value) for value, is_nan in rows]
-    metrics = client(workspace).get_metric_history(run_id, key)
-    return [m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))]
+            marks = ", ".join("?" * len(histories))
+            rows = conn.execute(f"SELECT run_uuid, value, is_nan FROM metrics WHERE run_uuid IN ({marks}) AND key = ? "
+                                "ORDER BY run_uuid, step, timestamp", (*histories, key))
+            for run_id, value, is_nan in rows:
+                histories[run_id].append(math.nan if is_nan else float(value))
+            return histories
+    for run_id in histories:
+        metrics = client(workspace).get_metric_history(run_id, key)
+        histories[run_id] = [m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))]
+    return histories
 
 
 def latest_metrics(workspace: Workspace, run_id: str) -> dict[str, float]:

@@ -155,8 +155,10 @@ class SweepController:
 
     def _refresh(self, running: list[str]) -> list[str]:
         """Read each running trial's status and metric, apply the policy, return who still runs."""
+        # Every status, then every history: a runner may read them all at once, each still after its status.
+        polled = {name: self.runner.poll(name) for name in running}
         for name in running:
-            status, error = self.runner.poll(name)
+            status, error = polled[name]
             trial = self.outcome.trials[name]
             history = tuple(self.runner.history(name))  # all it logged, past a decision too: what ran
             stop = trial.early_termination

@@ -76,6 +76,16 @@ def test_job_runs_with_inputs_outputs_logs_and_mlflow_metrics(jobs, tmp_path):
     assert store.get_experiment(run.info.experiment_id).name == "exp"
 
 
+def test_the_supervisor_starts_without_site_and_the_script_with_it(jobs, tmp_path):
+    """The supervisor (before every trial's script) skips site's start-up; the script it runs must not."""
+    code = write_script(tmp_path / "code", "import os, sys\n"
+                                           "print(open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[1])\n"
+                                           "print(sys.flags.no_site, 'site' in sys.modules, __import__('psutil').__name__)")
+    info = jobs.wait(jobs.submit("site", CommandJobSpec(code=str(code), command="python script.py")).name, poll_s=0.2)
+    assert info.status is JobStatus.COMPLETED, info.error
+    assert list(jobs.logs("site")) == ["-S", "0 True psutil"]  # the supervisor's flag; the script's site-packages
+
+
 def test_code_is_snapshotted_at_submit(jobs, tmp_path):
     code = write_script(tmp_path / "code", "print('original')")
     jobs.submit("snap", CommandJobSpec(code=str(code), command="python script.py"))

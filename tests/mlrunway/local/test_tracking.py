@@ -25,6 +25,8 @@ def test_concurrent_writers_lose_no_metric(workspace):
     ]
     assert [p.wait(timeout=120) for p in procs] == [0] * 6
     store = tracking.client(workspace)
+    assert tracking.metric_histories(workspace, [*runs, "no-such-run"], "m") == {
+        **{run: [float(i) for i in range(40)] for run in runs}, "no-such-run": []}
     for run in runs:
         assert tracking.metric_history(workspace, run, "m") == [float(i) for i in range(40)]
         assert [m.value for m in store.get_metric_history(run, "m")] == [float(i) for i in range(40)]

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import psutil
+import pytest
+
+from mlrunway.local.processes import Identity, create_time
+
+
+def test_a_process_start_is_read_as_psutil_reads_it(tmp_path):
+    """A supervisor records its start without importing psutil; readers compare it with psutil's."""
+    odd = tmp_path / "a (b) c"  # the name in /proc/<pid>/stat is in parentheses and may hold both
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", odd)
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        for pid in (os.getpid(), child.pid):
+            assert create_time(pid) == pytest.approx(psutil.Process(pid).create_time(), abs=1e-6)
+        assert Identity.of(child.pid).alive()
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(psutil.NoSuchProcess):
+        create_time(child.pid)
