@@ -13,10 +13,12 @@ DEMO_CONF ?= {}
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/fake_backend/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure]"
+	# The fake backend as a connection type, for the tests only (tests/fake_backend/pyproject.toml).
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./tests/fake_backend
 	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps docker-compose==1.29.2 -d $(VENV)/compose-schema
 	# Debian's Chromium for the browser test (playwright drives it; it downloads no browser of its own).

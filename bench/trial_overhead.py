@@ -111,6 +111,8 @@ def _sample_rss(jobs: Any, n: int, rss: dict[str, float]) -> None:
             mb = controller.memory_info().rss / 2**20
         except psutil.Error:
             break
+        if mb == 0:  # exiting: its memory is already released (a reading of 0 MB once made a growth of -24 MB)
+            break
         readings.append((len([e for e in os.scandir(jobs.workspace.jobs) if e.name.startswith("overhead_trial_")]), mb))
         time.sleep(0.5)  # light: a stat of the controller and a listing of the jobs folder
     later = [mb for started, mb in readings if started >= max(1, n // 10)]

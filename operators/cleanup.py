@@ -7,7 +7,6 @@ from typing import Any
 
 from airflow.sdk import Context, TriggerRule
 
-from mlrunway.airflow.hook import reports_folder
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import JobFailed
@@ -55,7 +54,7 @@ class CleanupOperator(MlrunwayBaseOperator):
         """The sweep report as the run ends, the endpoint still up: the run's artifact. A report that cannot be
         built is logged and does not stop the cleanup: the run's models and jobs stand without it."""
         try:
-            page = save_run_report(self.backend, names, reports_folder())
+            page = save_run_report(self.backend, names, self.backend.reports)
         except Exception:
             self.log.exception("The sweep report of %s could not be saved; cleaning up regardless", names.sweep)
             return

@@ -4,10 +4,9 @@ production model (see dags/batch_scoring.py)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from mlrunway.airflow.hook import MlrunwayHook, reports_folder
+from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.production import gate, stable
 
 
@@ -21,7 +20,7 @@ def score_test_split(backend_conn_id: str, endpoint: str, data_dir: str, model: 
     evaluation = stable.evaluation_set(backend, live["model"], ".", data_dir, None)
     answers = [json.loads(backend.endpoints.invoke(endpoint, payload=request)) for request in evaluation.requests]
     accuracy = gate.accuracy(answers, evaluation.expected)
-    out = Path(reports_folder()) / "batch_scoring" / f"{live['model'].replace(':', '-')}.json"
+    out = backend.reports / "batch_scoring" / f"{live['model'].replace(':', '-')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     labels = [p["label"] for answer in answers for p in answer["predictions"]]
     out.write_text(json.dumps({"endpoint": endpoint, "model": live["model"], "event_model": model,

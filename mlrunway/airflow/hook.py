@@ -8,14 +8,13 @@ no set-up.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.registry import BackendKind, connect
+from mlrunway.backend.registry import LOCAL, connect
 from mlrunway.errors import SpecError
 
 DEFAULT_CONN_ID = "mlrunway_default"
@@ -42,29 +41,23 @@ class MlrunwayHook(BaseHook):
             conn = self.get_connection(self.backend_conn_id)
         except AirflowNotFoundException as exc:
             if self.backend_conn_id == DEFAULT_CONN_ID:
-                return connect(BackendKind.LOCAL.conn_type, {})
+                return connect(LOCAL, {})
             raise SpecError(
                 f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
                 f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
             ) from exc
+        conn_type = conn.conn_type or ""
         try:
-            kind = BackendKind.of_conn_type(conn.conn_type or "")
+            return connect(conn_type, form_fields(conn_type, conn.extra_dejson), conn.password or None)
         except SpecError as exc:
             raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: {exc}") from exc
-        fields = azure_fields(conn.extra_dejson) if kind is BackendKind.AZURE else dict(conn.extra_dejson)
-        return kind.factory().from_connection(fields, conn.password or None)
 
 
-def reports_folder() -> Path:
-    """Where the runs' sweep reports are saved, on every backend: ``<local workspace>/reports``."""
-    from mlrunway.local.workspace import Workspace
-
-    return Workspace.at().root / "reports"
-
-
-def azure_fields(extra: dict[str, Any]) -> dict[str, Any]:
-    """The connection's extras by field name, whether saved by the form (``extra__azure_ml__x``) or as JSON."""
-    return {key.removeprefix("extra__azure_ml__"): value for key, value in extra.items() if value not in ("", None)}
+def form_fields(conn_type: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The connection's extras by field name, whether saved by the form (``extra__<conn_type>__x``) or as JSON;
+    a field left empty is left out (the backend's default)."""
+    prefix = f"extra__{conn_type}__"
+    return {key.removeprefix(prefix): value for key, value in extra.items() if value not in ("", None)}
 
 
 class AzureMLHook(MlrunwayHook):

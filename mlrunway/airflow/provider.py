@@ -62,6 +62,9 @@ def get_provider_info() -> dict[str, Any]:
                                                                           "AzureUSGovernment", None]}},
                     "instance_type": {"label": "Deployment instance type", "schema": _STRING},
                     "instance_count": {"label": "Deployment instance count", "schema": _STRING},
+                    "reports_folder": {"label": "Reports folder", "schema": _STRING,
+                                       "description": "Where run reports are saved, on a disk the workers and the "
+                                                      "API server share; empty: ~/.mlrunway/reports/<workspace>."},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "port", "extra"],
                                        "relabeling": {"login": "Client ID (service principal)",

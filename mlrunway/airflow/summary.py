@@ -86,35 +86,18 @@ def stable_line(deploy: dict[str, Any]) -> str:
     return f"endpoint: {deploy['endpoint']} {deploy['decision']}{figures}; {serving}; {deploy['reason']}"
 
 
-MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.local.serving.server",
-           "mlrunway.local.serving.provision")
-
-
-def leftovers(workspace_root: str) -> list[str]:
-    """Job supervisors, sweep controllers, endpoint servers and job processes of the workspace still running."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        ours = workspace_root in cmd and any(marker in cmd for marker in MARKERS)
-        in_job = (proc.info["cwd"] or "").startswith(f"{workspace_root}/jobs/")
-        if (ours or in_job) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(f"pid {proc.info['pid']}: {cmd[:120]}")
-    return found
-
-
 def main() -> int:
-    from mlrunway.airflow.hook import reports_folder
-    from mlrunway.local.workspace import Workspace
+    from mlrunway.airflow.hook import MlrunwayHook
+    from mlrunway.backend.protocol import Leftovers
     from mlrunway.report import saved_report
 
     dag_id = sys.argv[1] if len(sys.argv) > 1 else DAG_ID
     run_id, state = latest_run(dag_id)
-    left = leftovers(str(Workspace.at().root))
+    backend = MlrunwayHook().get_backend()  # the demo's: mlrunway_default
+    left = backend.leftovers() if isinstance(backend, Leftovers) else []
     results = run_results(dag_id, run_id)
     sweep = results.get("sweep", {}).get("sweep_name")
-    print(format_summary(state, results, left, saved_report(sweep, reports_folder()) if sweep else None))
+    print(format_summary(state, results, left, saved_report(sweep, backend.reports) if sweep else None))
     return 0 if state == "success" and not left else 1
 
 

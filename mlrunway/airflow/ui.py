@@ -56,15 +56,15 @@ def _page(title: str, body: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/{sweep}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def sweep_report(conn_id: str, sweep: str) -> Any:
-    from mlrunway.airflow.hook import reports_folder
     from mlrunway.backend.naming import RunNames
     from mlrunway.report import collect, plot_curves, render_html, saved_report
 
-    saved = saved_report(sweep, reports_folder())
+    backend = _backend(conn_id)
+    saved = saved_report(sweep, backend.reports)
     if saved is not None:
         return FileResponse(saved, media_type="text/html")
     try:
-        report = collect(_backend(conn_id), RunNames.of_sweep(sweep))
+        report = collect(backend, RunNames.of_sweep(sweep))
     except (NotFound, MlrunwayError) as exc:
         raise HTTPException(404, str(exc)) from exc
     return HTMLResponse(render_html(report, plot_curves(report)))

@@ -43,6 +43,8 @@ class AzureBackend:
     :param cloud: the Azure cloud (``AzureCloud``, ``AzureChinaCloud``, ``AzureUSGovernment``): it sets the ARM
         host, the token's scope and the studio's host; the workspace's own hosts come from the workspace.
     :param cache_dir: where downloaded models are kept.
+    :param reports: where the runs' sweep reports are saved and read, on the machine Airflow runs on (a folder the
+        workers and the API server share); default ``~/.mlrunway/reports/<workspace>``.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
@@ -55,12 +57,13 @@ class AzureBackend:
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
                  environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
-                 **client_kwargs: Any) -> None:
+                 reports: str | Path | None = None, **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.reports = Path(reports or Path.home() / ".mlrunway" / "reports" / str(client.workspace_name)).expanduser()
         check.one_of("azure_ml connection.cloud", cloud, CLOUDS)
         cloud_hosts = hosts(cloud)
         self.arm, self.studio = cloud_hosts.arm, cloud_hosts.studio
@@ -97,7 +100,8 @@ class AzureBackend:
                    job_instance_type=fields.get("job_instance_type") or None,
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
                    environment=fields.get("environment") or None, cloud=cloud,
-                   cache_dir=fields.get("cache_dir") or None, **client_kwargs)
+                   cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
+                   **client_kwargs)
 
     # -- references --------------------------------------------------------------------------------
     def job_outputs(self, job_name: str) -> str:

@@ -1,5 +1,5 @@
 """The backend interface: the ``Backend`` protocol, the records that cross it, run naming, attempts and the
-registry of backend kinds. ``mlrunway.backend.fake.FakeBackend`` is the scripted backend for tests.
+registry of installed backends. ``mlrunway.backend.fake.FakeBackend`` is the scripted backend for tests.
 
 The names below are imported when first used (PEP 562), so that a process that needs one submodule (a job's
 supervisor, started for every job and trial, needs ``types``) does not import them all.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mlrunway.backend.naming import RunNames
     from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Models
-    from mlrunway.backend.registry import BackendKind, connect
+    from mlrunway.backend.registry import connect
     from mlrunway.backend.types import (
         DeploymentInfo,
         DeploymentSettings,
@@ -30,14 +30,14 @@ if TYPE_CHECKING:
 _HOMES = {
     "naming": ("RunNames",),
     "protocol": ("Backend", "Capabilities", "Endpoints", "Jobs", "Models"),
-    "registry": ("BackendKind", "connect"),
+    "registry": ("connect",),
     "types": ("DeploymentInfo", "DeploymentSettings", "EndpointInfo", "EndpointSettings", "JobInfo", "JobStatus",
               "ModelVersion", "ProvisioningState", "SweepResult", "TrialInfo"),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
-    "Backend", "BackendKind", "Capabilities", "DeploymentInfo", "DeploymentSettings", "EndpointInfo",
+    "Backend", "Capabilities", "DeploymentInfo", "DeploymentSettings", "EndpointInfo",
     "EndpointSettings", "Endpoints", "JobInfo", "JobStatus", "Jobs", "ModelVersion", "Models", "ProvisioningState",
     "RunNames", "SweepResult", "TrialInfo", "connect",
 ]

@@ -90,6 +90,10 @@ class FakeBackend:
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         return None
 
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
 
 @dataclass
 class _Job:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -157,4 +157,19 @@ class Backend(Protocol):
 
     def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
         """The backend's own page of a job, sweep, model or endpoint; None where it has none."""
+        ...
+
+    @property
+    def reports(self) -> Path:
+        """The folder, on the machine Airflow runs on, where this backend's run reports are saved and read."""
+        ...
+
+
+@runtime_checkable
+class Leftovers(Protocol):
+    """A backend whose jobs and endpoints are processes of this machine (local): what of them still runs."""
+
+    def leftovers(self) -> list[str]:
+        """One line per live process of the backend (a job's supervisor or script, a sweep's controller, an
+        endpoint's server): after a cleanup, none."""
         ...

@@ -1,49 +1,43 @@
-"""Which backends exist: an enum of kinds, each with its Airflow connection type and the class that implements
-it, imported only when a connection asks for it (astronomer-cosmos's execution modes are the model).
+"""Which backends exist: the ``mlrunway.backends`` entry-point group, one entry per Airflow connection type
+(``<conn_type> = "module:Class"``), each loaded only when a connection asks for it, as MLflow finds its stores.
 
-A third backend is one sibling folder with a class that has ``from_connection(fields, secret)`` and satisfies
-:class:`~mlrunway.backend.protocol.Backend`, plus one line here.
+mlrunway registers ``mlrunway_local`` and ``azure_ml`` (pyproject.toml). A third backend ships in a package of its
+own: a class with ``from_connection(fields, secret)`` that satisfies :class:`~mlrunway.backend.protocol.Backend`,
+an entry point in this group, and, for Airflow's connection form, a provider whose hook subclasses
+``mlrunway.airflow.hook.MlrunwayHook`` with its ``conn_type``. The shipped
+:class:`~mlrunway.backend.fake.FakeBackend` is registered only by the tests' own distribution
+(``tests/fake_backend``), so a production Airflow refuses an ``mlrunway_fake`` connection.
 """
 
 from __future__ import annotations
 
-import enum
-import importlib
+import functools
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, cast
 
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import SpecError
 
-__all__ = ["BackendKind", "connect"]
+__all__ = ["GROUP", "LOCAL", "available", "connect"]
+
+GROUP = "mlrunway.backends"
+LOCAL = "mlrunway_local"  # the embedded default, for ``mlrunway_default`` when no such connection exists
 
 
 class BackendFactory(Protocol):
     def from_connection(self, fields: dict[str, Any], secret: str | None = None) -> Backend: ...
 
 
-class BackendKind(enum.Enum):
-    """A backend: its Airflow connection type, and ``module:Class``."""
-
-    LOCAL = ("mlrunway_local", "mlrunway.local.backend:LocalBackend")
-    AZURE = ("azure_ml", "mlrunway.azure.backend:AzureBackend")
-    FAKE = ("mlrunway_fake", "mlrunway.backend.fake:FakeBackend")
-
-    def __init__(self, conn_type: str, implementation: str) -> None:
-        self.conn_type, self.implementation = conn_type, implementation
-
-    @classmethod
-    def of_conn_type(cls, conn_type: str) -> BackendKind:
-        for kind in cls:
-            if kind.conn_type == conn_type:
-                return kind
-        raise SpecError(f"connection type {conn_type!r} is not a backend; use one of "
-                        f"{', '.join(k.conn_type for k in cls)}")
-
-    def factory(self) -> BackendFactory:
-        module, _, name = self.implementation.partition(":")
-        return cast(BackendFactory, getattr(importlib.import_module(module), name))
+@functools.cache
+def available() -> dict[str, EntryPoint]:
+    """The installed backends by connection type (read once per process: a scan of the installed packages)."""
+    return {point.name: point for point in entry_points(group=GROUP)}
 
 
 def connect(conn_type: str, fields: dict[str, Any], secret: str | None = None) -> Backend:
     """The backend a connection of ``conn_type`` names, from its extra fields and its secret."""
-    return BackendKind.of_conn_type(conn_type).factory().from_connection(fields, secret)
+    found = available()
+    if conn_type not in found:
+        raise SpecError(f"connection type {conn_type!r} is not an installed mlrunway backend; use one of "
+                        f"{', '.join(sorted(found))} (a backend registers itself in the {GROUP!r} entry-point group)")
+    return cast(BackendFactory, found[conn_type].load()).from_connection(fields, secret)

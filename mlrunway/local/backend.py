@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.protocol import Backend, Capabilities, Leftovers
 from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.processes import leftovers
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving.endpoints import LocalEndpoints
 from mlrunway.local.workspace import Workspace
@@ -35,8 +36,7 @@ class LocalBackend:
     def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> LocalBackend:
         """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one; its
         ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only)."""
-        workspace = fields.get("workspace") or fields.get("extra__mlrunway_local__workspace") or None
-        return cls(Workspace.at(workspace), endpoint_host=fields.get("endpoint_host") or "127.0.0.1")
+        return cls(Workspace.at(fields.get("workspace") or None), endpoint_host=fields.get("endpoint_host") or "127.0.0.1")
 
     @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:
@@ -58,7 +58,14 @@ class LocalBackend:
         """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""
         return None
 
+    @property
+    def reports(self) -> Path:
+        return self.workspace.root / "reports"
 
-def _satisfies_protocol(backend: LocalBackend) -> Backend:
-    """mypy proves here that LocalBackend is a ``Backend`` (a mismatch fails ``make test``)."""
-    return backend
+    def leftovers(self) -> list[str]:
+        return leftovers(self.workspace)
+
+
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers]:
+    """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` (a mismatch fails ``make test``)."""
+    return backend, backend

@@ -18,12 +18,17 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import psutil
 
+    from mlrunway.local.workspace import Workspace
+
 POLL_S = 0.2
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
 _SETPRIV = shutil.which("setpriv")
 
 __all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "free_port", "group_alive", "kill_marked",
-           "marked", "reap", "signal_name", "terminate_group", "wait_port_free"]
+           "leftovers", "marked", "reap", "signal_name", "terminate_group", "wait_port_free"]
+# The backend's own processes, by their command lines (a job's script is found by its folder instead).
+MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.local.serving.server",
+           "mlrunway.local.serving.provision")
 
 
 class ProcessLaunch(NamedTuple):
@@ -198,3 +203,18 @@ def wait_port_free(port: int, timeout_s: float = 10.0) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def leftovers(workspace: Workspace) -> list[str]:
+    """The workspace's job supervisors, sweep controllers, endpoint servers and job processes still running."""
+    import psutil
+
+    root = str(workspace.root)
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        ours = root in cmd and any(marker in cmd for marker in MARKERS)
+        in_job = (proc.info["cwd"] or "").startswith(f"{root}/jobs/")
+        if (ours or in_job) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(f"pid {proc.info['pid']}: {cmd[:120]}")
+    return found

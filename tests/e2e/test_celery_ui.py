@@ -19,7 +19,6 @@ import urllib.request
 
 import pytest
 
-from mlrunway.airflow.summary import leftovers
 from mlrunway.backend.naming import RunNames
 from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
@@ -160,4 +159,4 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
     sweep_run = backend.jobs.get(names.sweep).mlflow_run_id
     kept = {a.path for a in tracking.client(backend.workspace).list_artifacts(sweep_run, "report")}
     assert kept == {"report/report.html", "report/curves.png", "report/report.json"}
-    assert backend.endpoints.list() == [] and leftovers(str(workspace)) == []
+    assert backend.endpoints.list() == [] and backend.leftovers() == []

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mlrunway.airflow.summary import leftovers, run_results
+from mlrunway.airflow.summary import run_results
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 
@@ -53,4 +53,4 @@ def test_a_regressor_of_its_own_trains_with_ddp_sweeps_minimizing_exports_and_de
     answer = json.loads(answer) if isinstance(answer, str) else answer
     assert len(answer["predictions"]) == 2 and all(isinstance(p, float) for p in answer["predictions"])
     assert results["cleanup"]["endpoint_deleted"] is True
-    assert backend.endpoints.list() == [] and leftovers(str(backend.workspace.root)) == []
+    assert backend.endpoints.list() == [] and backend.leftovers() == []

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from mlrunway.airflow.summary import leftovers, run_results
+from mlrunway.airflow.summary import run_results
 from mlrunway.early_termination import evaluate_in_order
 from mlrunway.local.backend import LocalBackend
 from mlrunway.specs import BanditPolicy
@@ -45,7 +45,7 @@ def task_states(dag_id, run_id):
 
 def assert_nothing_left(backend, scoring_uri=None):
     assert backend.endpoints.list() == []
-    assert leftovers(str(backend.workspace.root)) == []
+    assert backend.leftovers() == []
     if scoring_uri:
         port = urlparse(scoring_uri).port
         assert not any(c.laddr.port == port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from mlrunway.airflow.summary import leftovers
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 from tests.e2e.stack import free_port
@@ -98,7 +97,7 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
     assert len({m.name for m in backend.models.list()}) == 2 * len(runs)  # its model and its ONNX model
     intervals = {next(line for line in backend.jobs.logs(j.name) if line.startswith("data interval ")) for j in trains}
     assert len(intervals) == len(runs)  # each run trained with its own interval
-    assert backend.endpoints.list() == [] and leftovers(str(tmp_path / "ws")) == []
+    assert backend.endpoints.list() == [] and backend.leftovers() == []
 
     task_logs = "".join(p.read_text() for p in (tmp_path / "home" / "logs").rglob("task_id=sweep/*.log"))
     assert task_logs.count("Pausing task as DEFERRED") >= len(runs) and "Trigger fired event" in task_logs

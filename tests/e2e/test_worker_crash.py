@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from mlrunway.airflow.summary import leftovers
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import NotFound
@@ -85,7 +84,7 @@ def test_a_worker_killed_mid_sweep_is_followed_by_a_try_that_reattaches(airflow_
     for trial in ended:  # what had ended before the kill stands as it was
         assert trials[trial.name] == trial
     assert [j.name for j in backend.jobs.list() if j.kind == "sweep"] == [sweep]
-    assert leftovers(str(backend.workspace.root)) == []
+    assert backend.leftovers() == []
 
 
 def wait_for_an_ended_trial(backend: LocalBackend, sweep: str, worker: subprocess.Popen) -> list:

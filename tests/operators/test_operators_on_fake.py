@@ -255,7 +255,7 @@ def test_pick_best_deploy_and_cleanup_run_through_the_real_operators_on_the_fake
 
     done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
     assert done["endpoint_deleted"] is True and NAMES.endpoint not in fake.endpoints.endpoints
-    assert (tmp_path / "ws" / "reports" / NAMES.sweep / "report.html").is_file()  # the run's report, saved
+    assert (fake.reports / NAMES.sweep / "report.html").is_file()  # the run's report, where its backend keeps them
 
 
 def test_killing_deploy_blue_while_blue_provisions_deletes_it(fake, digits):

@@ -3,6 +3,7 @@ from there (not from the checkout). A package without ``__init__.py`` would be m
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +38,12 @@ def test_the_wheel_installs_into_a_fresh_virtualenv_with_every_package(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     packages = packages_in_tree()
     assert {p for p in packages if f"{p.replace('.', '/')}/__init__.py" not in names} == set()
+    # What the wheel registers: the two real backends by connection type; the fake only in the tests' distribution.
+    points = configparser.ConfigParser(delimiters=("=",))
+    points.read_string(zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
+                       .decode())
+    assert dict(points["mlrunway.backends"]) == {"mlrunway_local": "mlrunway.local.backend:LocalBackend",
+                                                 "azure_ml": "mlrunway.azure.backend:AzureBackend"}
 
     fresh = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)

@@ -42,7 +42,7 @@ def test_azure_connection_builds_the_azure_backend_from_its_fields(monkeypatch, 
              "extra__azure_ml__credential": "client_secret", "extra__azure_ml__tenant_id": "t",
              "extra__azure_ml__client_id": "c", "extra__azure_ml__compute": "gpu-cluster",
              "extra__azure_ml__instance_count": "3", "extra__azure_ml__instance_type": "",
-             "cache_dir": str(tmp_path)}
+             "extra__azure_ml__reports_folder": str(tmp_path / "reports"), "cache_dir": str(tmp_path)}
     conn = {"conn_type": "azure_ml", "password": "s3cret-value", "extra": extra}
     monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps(conn))
     backend = MlrunwayHook("aml").get_backend()
@@ -50,6 +50,7 @@ def test_azure_connection_builds_the_azure_backend_from_its_fields(monkeypatch, 
     assert (backend.client.subscription_id, backend.client.resource_group_name, backend.client.workspace_name) == (
         "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40", "rg", "ws")
     assert (backend.compute, backend.instance_count, backend.instance_type) == ("gpu-cluster", 3, "Standard_DS3_v2")
+    assert backend.reports == tmp_path / "reports"  # the runs' reports: where the connection says, not a local workspace
     assert "s3cret-value" not in repr(vars(backend))
 
 
