@@ -23,7 +23,7 @@ from typing import Any
 
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.naming import RunNames, base_name
-from mlrunway.backend.protocol import Backend
+from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.backend.types import TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.specs.sweep import Objective
@@ -281,14 +281,14 @@ def save(report: SweepReport, folder: str | Path) -> Path:
 
 def save_run_report(backend: Backend, names: RunNames, root: str | Path) -> Path | None:
     """Save the run's report under ``<root>/<sweep>/`` and, where the backend keeps job artifacts
-    (``capabilities.artifacts``), as artifacts of the sweep's run under ``report/``. None when the run has no
+    (:class:`~mlrunway.backend.protocol.Artifacts`), as artifacts of the sweep's run under ``report/``. None when the run has no
     sweep."""
     try:
         report = collect(backend, names)
     except NotFound:
         return None
     page = save(report, Path(root) / names.sweep)
-    if backend.capabilities.artifacts:
+    if isinstance(backend.jobs, Artifacts):
         backend.jobs.log_artifacts(report.sweep, page.parent, "report")
     return page
 

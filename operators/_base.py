@@ -66,7 +66,8 @@ class MlrunwayBaseOperator(BaseOperator):
     """:param backend_conn_id: Airflow connection of the backend (``mlrunway_default``: local, no set-up).
     :param name_prefix: prefix of every name this run creates (jobs, models, the endpoint).
 
-    No exception of an operator carries a message longer than a screen (:func:`~mlrunway.errors.shorten`).
+    No exception of an operator carries a message longer than a screen (:func:`~mlrunway.errors.shorten`), from
+    ``execute`` or from whichever method a deferral resumes in.
     """
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
@@ -74,9 +75,8 @@ class MlrunwayBaseOperator(BaseOperator):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for method in ("execute", "execute_complete"):
-            if method in cls.__dict__:
-                setattr(cls, method, _exits_quickly(_screen_sized(cls.__dict__[method])))
+        if "execute" in cls.__dict__:
+            cls.execute = _exits_quickly(_screen_sized(cls.__dict__["execute"]))  # type: ignore[method-assign]
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -90,6 +90,10 @@ class MlrunwayBaseOperator(BaseOperator):
         if isinstance(content, str) and "${{" in content:
             content = _AZURE_PLACEHOLDER.sub(lambda m: "{% raw %}" + m[0] + "{% endraw %}", content)
         return super().render_template(content, context, jinja_env, seen_oids)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Where every deferral comes back (``execute_complete``, ``stable_resume``), under ``execute``'s wrappers."""
+        return _exits_quickly(_screen_sized(super().resume_execution))(next_method, next_kwargs, context)
 
     @cached_property
     def backend(self) -> Backend:

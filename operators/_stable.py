@@ -18,6 +18,7 @@ from mlrunway.airflow.triggers import (
     Outcome,
     WindowTrigger,
 )
+from mlrunway.backend import protocol
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
 from mlrunway.pipeline import promote_blue
@@ -54,13 +55,13 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
 
     def stable_begin(self, context: Context) -> dict[str, Any]:
         endpoint = check.endpoint_name(str(self.endpoint_name), "endpoint_name")
-        if not self.backend.capabilities.rollout:
+        if not isinstance(self.backend.endpoints, protocol.Rollout):
             raise NotSupportedOnBackend(f"endpoint_name={endpoint!r}: the {self.backend.kind} backend has no "
                                         "staged rollout yet; leave endpoint_name empty for the per-run endpoint")
         self.link(context, "endpoint", endpoint)
         policy = self.policy()
         if self.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
-            target = stable.aliased(self.backend, self.model_name, str(self.rollback_to))
+            target = self.backend.models.alias(self.model_name, str(self.rollback_to))
             if target is None:
                 raise check.fail("rollback_to", f"no version of model {self.model_name} holds alias "
                                  f"{self.rollback_to!r}", "name an alias a promotion set (previous, production)")
@@ -95,7 +96,7 @@ class StableEndpointMixin(MlrunwayWaitingOperator):
         """Where a deferral comes back: ``event["carry"]`` holds the rollout and the phase it waited in."""
         r, phase = Rollout.from_dict(event["carry"]["rollout"]), event["carry"]["phase"]
         self.link(context, "endpoint", r.endpoint)
-        held = self.backend.endpoints.lease(r.endpoint, r.holder, self.lease_s(r.rollout_policy))
+        held = protocol.rollout_of(self.backend).lease(r.endpoint, r.holder, self.lease_s(r.rollout_policy))
         if held is not None:
             raise EndpointError(f"endpoint {r.endpoint}: run {held} took the rollout lease while this run waited")
         if phase == "approval":

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.naming import RunNames
+from mlrunway.backend.protocol import Rollout
 from mlrunway.pipeline import check_prefix
 from mlrunway.production import gate
 from mlrunway.production.rollout import RolloutPolicy
@@ -49,6 +50,6 @@ def check_production(context: Any, *, endpoint_name: str | None, rollout: Mappin
                          "the champion on", "add a test/ split no sweep sees, or name a file of labelled requests "
                          "and a metric in evaluation")
     task = context.get("task")
-    if isinstance(task, MlrunwayBaseOperator) and not task.backend.capabilities.rollout:
+    if isinstance(task, MlrunwayBaseOperator) and not isinstance(task.backend.endpoints, Rollout):
         raise check.fail("endpoint_name", f"the {task.backend.kind} backend has no staged rollout yet",
                          "leave endpoint_name empty: each run deploys to its own endpoint")

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
-from mlrunway.backend.protocol import Backend
+from mlrunway.backend.protocol import Backend, Studio
 
 UI_PREFIX = "/mlrunway"  # where the plugin mounts its FastAPI app
 
@@ -70,12 +70,13 @@ def links_for(backend: Backend, conn_id: str, kind: str, name: str,
     """The links of what a task created, by key: ``kind`` is job, sweep, model or endpoint. A backend with a
     UI of its own links there; one without gets the plugin's MLflow and endpoint pages instead."""
     links: dict[str, str] = {}
-    if backend.capabilities.studio and (url := backend.link(kind, name, version)):
-        links[StudioLink.key] = url
+    studio = isinstance(backend, Studio)
+    if isinstance(backend, Studio):
+        links[StudioLink.key] = backend.link(kind, name, version)
     if kind == "sweep":
         links[SweepReportLink.key] = ui_path("report", conn_id, name)
-    if not backend.capabilities.studio and kind in ("job", "sweep"):
+    if not studio and kind in ("job", "sweep"):
         links[MlflowRunLink.key] = ui_path("mlflow", conn_id, name)
-    if not backend.capabilities.studio and kind == "endpoint":
+    if not studio and kind == "endpoint":
         links[EndpointLink.key] = ui_path("endpoint", conn_id, name)
     return links

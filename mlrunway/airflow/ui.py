@@ -6,7 +6,7 @@
 - ``mlflow/<conn_id>/<job>``: a job's MLflow run: params, metrics and their curves;
 - ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys).
 
-The last two stand in for a backend's own UI: where it has one (``capabilities.studio``, Azure ML studio),
+The last two stand in for a backend's own UI: where it has one (:class:`~mlrunway.backend.protocol.Studio`, Azure ML studio),
 they answer 404 and the task's studio link is the way there.
 
 Every page needs a signed-in Airflow user allowed to read DAG runs, checked by Airflow's own security
@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
-from mlrunway.backend.protocol import Backend
+from mlrunway.backend.protocol import Backend, Studio
 from mlrunway.errors import MlrunwayError, NotFound
 
 # No schema pages: /docs, /redoc and /openapi.json would answer without Airflow's authentication.
@@ -92,7 +92,7 @@ def run_report(dag_id: str, run_id: str) -> Any:
 def _backend_without_studio(conn_id: str, elsewhere: str) -> Backend:
     """The connection's backend when it has no UI of its own; a 404 that says where to look when it has."""
     backend = _backend(conn_id)
-    if backend.capabilities.studio:
+    if isinstance(backend, Studio):
         raise HTTPException(404, elsewhere)
     return backend
 

@@ -28,7 +28,7 @@ from mlrunway.azure.models import AzureModels
 from mlrunway.azure.monitor import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
-from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.protocol import Backend, Capabilities, Rollout, Studio
 from mlrunway.specs import check
 
 __all__ = ["AzureBackend"]
@@ -51,8 +51,7 @@ class AzureBackend:
     kind = "azure"
     # Every poll is ARM and Run History reads, which count against the subscription's read limits. Azure Monitor
     # aggregates an endpoint's requests per minute and publishes them a few minutes late.
-    capabilities = Capabilities(artifacts=False, studio=True, poll_interval_s=30.0, rollout=True,
-                                metrics_lag_s=180.0, rollout_window_s=600.0)
+    capabilities = Capabilities(poll_interval_s=30.0, metrics_lag_s=180.0, rollout_window_s=600.0)
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
@@ -133,6 +132,7 @@ class AzureBackend:
         raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
-def _satisfies_protocol(backend: AzureBackend) -> Backend:
-    """mypy proves here that AzureBackend is a ``Backend`` (a mismatch fails ``make test``)."""
-    return backend
+def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout]:
+    """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio`` and ``Rollout`` endpoints (a
+    mismatch fails ``make test``); its jobs keep no artifacts."""
+    return backend, backend, backend.endpoints

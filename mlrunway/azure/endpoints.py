@@ -23,6 +23,7 @@ from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.monitor import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
+from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -31,7 +32,6 @@ from mlrunway.backend.types import (
     EndpointSettings,
     ProvisioningState,
 )
-from mlrunway.backend.waiting import wait_provisioned
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.specs import check
 
@@ -40,7 +40,7 @@ __all__ = ["AUTH_RENEW_S", "AzureEndpoints"]
 AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
 
 
-class AzureEndpoints:
+class AzureEndpoints(Endpoints):
     """:param ml: the workspace's ``MLClient``; ``rest``: its REST pipelines (``plain`` carries the scoring).
     :param deployments: the endpoints' deployments; ``monitor``: their metrics; ``lease``: the rollout lease.
     :param write: an endpoint's write, tried again while the endpoint is busy (the one ``deployments`` uses).
@@ -49,7 +49,7 @@ class AzureEndpoints:
 
     def __init__(self, ml: MLClient, rest: WorkspaceRest, *, deployments: AzureDeployments,
                  monitor: DeploymentMonitor, lease: RolloutLease, write: RetriedWrites, poll_s: float = 10.0) -> None:
-        self.ml, self.rest, self.write, self.poll_s = ml, rest, write, poll_s
+        self.ml, self.rest, self.write, self.provision_poll_s = ml, rest, write, poll_s
         self.deployments, self.monitor, self.rollout_lease = deployments, monitor, lease
         self._auth: dict[str, tuple[str, float]] = {}  # endpoint -> (Authorization header, renew it after)
 
@@ -109,12 +109,6 @@ class AzureEndpoints:
         self.write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
         return self.get(name)
 
-    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
-        """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
-        self.begin_create_or_update(name)
-        return self._info(wait_provisioned(lambda: self.ml.online_endpoints.get(name), f"endpoint {name}",
-                                           poll_s=self.poll_s))
-
     def set_traffic(self, endpoint: str, traffic: dict[str, int],
                     mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         current = self.ml.online_endpoints.get(endpoint)
@@ -158,17 +152,6 @@ class AzureEndpoints:
         return True
 
     # -- deployments, the rollout's metrics and lease: each in its own module -------------------------
-    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
-                                    timeout_s: float = 3600.0) -> DeploymentInfo:
-        """As ``begin_create_or_update_deployment``, then wait; a failure raises with the deployment's log."""
-        info = self.begin_create_or_update_deployment(endpoint, name, settings)
-        if not info.provisioning_state.is_terminal():
-            info = wait_provisioned(lambda: self.get_deployment(endpoint, name, operation=info.operation),
-                                    f"deployment {endpoint}/{name}", timeout=timeout_s, poll_s=self.poll_s)
-        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
-            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
-        return info
-
     def begin_create_or_update_deployment(self, endpoint: str, name: str,
                                           settings: DeploymentSettings) -> DeploymentInfo:
         return self.deployments.begin_create_or_update(endpoint, name, settings)

@@ -16,11 +16,11 @@ from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import is_gpu_size, training_environment
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
+from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
-from mlrunway.backend.waiting import wait_for_job
 from mlrunway.early_termination import applies_at
-from mlrunway.errors import JobFailed, NotFound, NotSupportedOnBackend
+from mlrunway.errors import JobFailed, NotFound
 from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
@@ -54,8 +54,11 @@ def job_status(azure_status: object) -> JobStatus:
     return _STATUS.get(text, JobStatus.RUNNING)
 
 
-class AzureJobs:
-    """:param ml: the workspace's ``MLClient``; ``rest``: its own REST services.
+class AzureJobs(Jobs):
+    """Azure ML runs its own sweeps' controllers (``recover`` is ``get``); files are not kept as run artifacts
+    (not :class:`~mlrunway.backend.protocol.Artifacts`): they stay where they were written.
+
+    :param ml: the workspace's ``MLClient``; ``rest``: its own REST services.
     :param compute: compute cluster for jobs and sweep trials; None runs them on serverless compute.
     :param job_instance_type: VM size of a serverless job (None: the service's default).
     :param environment: the jobs' environment; None picks ours for the compute's VM size.
@@ -63,6 +66,8 @@ class AzureJobs:
     :param refresh_s: how old a running trial's metrics may be before ``sweep_result`` reads them again (an
         ended trial's are read once; a trial whose status changed is read at once).
     """
+
+    wait_poll_s = 10.0  # each poll is ARM and Run History reads, which count against the subscription's limits
 
     def __init__(self, ml: MLClient, rest: WorkspaceRest, *, compute: str | None = None,
                  job_instance_type: str | None = None, environment: str | None = None, cancel_wait_s: float = 300.0,
@@ -166,10 +171,6 @@ class AzureJobs:
             raise NotFound(f"job {name!r} does not exist in workspace {self.ml.workspace_name}")
         return info
 
-    def recover(self, name: str) -> JobInfo:
-        """Azure ML runs its own sweeps' controllers: nothing to restart."""
-        return self.get(name)
-
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
         """The workspace's jobs whose names start with ``prefix``."""
         return [self._info(job) for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)]
@@ -185,9 +186,6 @@ class AzureJobs:
             time.sleep(self.poll_s)
         return info
 
-    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 10.0, on_poll: Any = None) -> JobInfo:
-        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
-
     def logs(self, name: str, stream: str = "stdout") -> builtins.list[str]:
         """The job's ``user_logs/std_log.txt`` so far (what the script printed)."""
         return self.rest.std_log(name)
@@ -199,11 +197,6 @@ class AzureJobs:
     def params(self, name: str) -> dict[str, Any]:
         """The params the job logged to MLflow (numbers where they are)."""
         return self.rest.run_data(name)[0]
-
-    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
-        """Not on Azure ML (``Capabilities.artifacts`` is False): files stay where they were written."""
-        raise NotSupportedOnBackend(f"job {name}: keeping files as run artifacts is not supported on Azure ML; "
-                                    "check backend.capabilities.artifacts first")
 
     def metric_history(self, name: str, metric: str) -> tuple[float, ...]:
         """Every value the job logged of ``metric``, in step order (a job's MLflow run id is its name)."""

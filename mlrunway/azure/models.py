@@ -18,6 +18,7 @@ from azure.ai.ml.constants import ListViewType
 from azure.ai.ml.entities import Model
 from azure.core.exceptions import ResourceNotFoundError
 
+from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
 from mlrunway.specs import check
@@ -25,7 +26,7 @@ from mlrunway.specs import check
 __all__ = ["AzureModels"]
 
 
-class AzureModels:
+class AzureModels(Models):
     """:param ml: the workspace's ``MLClient``.
     :param cache_dir: where a download is unpacked before it is handed over.
     """

@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlrunway.backend.naming import RunNames
-    from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Models
+    from mlrunway.backend.protocol import (
+        Artifacts,
+        Backend,
+        Capabilities,
+        Endpoints,
+        Jobs,
+        Leftovers,
+        Models,
+        Rollout,
+        Studio,
+    )
     from mlrunway.backend.registry import connect
     from mlrunway.backend.types import (
         DeploymentInfo,
@@ -29,7 +39,8 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "naming": ("RunNames",),
-    "protocol": ("Backend", "Capabilities", "Endpoints", "Jobs", "Models"),
+    "protocol": ("Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Models", "Rollout",
+                 "Studio"),
     "registry": ("connect",),
     "types": ("DeploymentInfo", "DeploymentSettings", "EndpointInfo", "EndpointSettings", "JobInfo", "JobStatus",
               "ModelVersion", "ProvisioningState", "SweepResult", "TrialInfo"),
@@ -37,9 +48,9 @@ _HOMES = {
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
-    "Backend", "Capabilities", "DeploymentInfo", "DeploymentSettings", "EndpointInfo",
-    "EndpointSettings", "Endpoints", "JobInfo", "JobStatus", "Jobs", "ModelVersion", "Models", "ProvisioningState",
-    "RunNames", "SweepResult", "TrialInfo", "connect",
+    "Artifacts", "Backend", "Capabilities", "DeploymentInfo", "DeploymentSettings", "EndpointInfo",
+    "EndpointSettings", "Endpoints", "JobInfo", "JobStatus", "Jobs", "Leftovers", "ModelVersion", "Models",
+    "ProvisioningState", "Rollout", "RunNames", "Studio", "SweepResult", "TrialInfo", "connect",
 ]
 
 

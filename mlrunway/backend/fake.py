@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mlrunway.backend.protocol import Backend, Capabilities
+from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Models, Rollout
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -40,8 +40,7 @@ from mlrunway.backend.types import (
     SweepResult,
     TrialInfo,
 )
-from mlrunway.backend.waiting import wait_for_job
-from mlrunway.errors import EndpointError, NotFound, NotSupportedOnBackend
+from mlrunway.errors import EndpointError, NotFound
 from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
@@ -53,7 +52,7 @@ class FakeBackend:
     """:param root: scratch folder for job outputs and model files (a new temporary one by default)."""
 
     kind = "fake"
-    capabilities = Capabilities(poll_interval_s=0.1, rollout=True, metrics_lag_s=0.0)
+    capabilities = Capabilities(poll_interval_s=0.1, metrics_lag_s=0.0)
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:
@@ -87,9 +86,6 @@ class FakeBackend:
     def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
         return nullcontext(Path(base, path))
 
-    def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
-        return None
-
     @property
     def reports(self) -> Path:
         return self.root / "reports"
@@ -102,8 +98,11 @@ class _Job:
     script: list[JobStatus]
 
 
-class FakeJobs:
-    """Jobs that walk through scripted statuses, one per ``get``; unscripted ones complete at once."""
+class FakeJobs(Jobs):
+    """Jobs that walk through scripted statuses, one per ``get``; unscripted ones complete at once. They keep
+    no artifacts (not :class:`~mlrunway.backend.protocol.Artifacts`)."""
+
+    wait_poll_s = 0.0
 
     def __init__(self, backend: FakeBackend) -> None:
         self.backend = backend
@@ -173,9 +172,6 @@ class FakeJobs:
             job.info = replace(job.info, status=status)
         return job.info
 
-    def recover(self, name: str) -> JobInfo:
-        return self.get(name)
-
     def spec(self, name: str) -> CommandJobSpec | SweepSpec:
         """What job ``name`` was submitted with."""
         return self.records[name].spec
@@ -190,10 +186,6 @@ class FakeJobs:
             self.records[name].script = [JobStatus.CANCELED]
             self.records[name].info = replace(info, status=JobStatus.CANCELED, error=reason)
         return self.records[name].info
-
-    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 0.0,
-             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
-        return wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
 
     def logs(self, name: str) -> builtins.list[str]:
         self.get(name)
@@ -216,11 +208,8 @@ class FakeJobs:
         return SweepResult(name=name, status=info.status, objective=spec.objective,
                            trials=tuple(self.trials.get(name, ())), best_trial=self.best.get(name), error=info.error)
 
-    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None:
-        raise NotSupportedOnBackend("the fake backend keeps no artifacts (capabilities.artifacts is False)")
 
-
-class FakeModels:
+class FakeModels(Models):
     """A registry of copied files under the fake's scratch folder."""
 
     def __init__(self, backend: FakeBackend) -> None:
@@ -288,10 +277,12 @@ class _Endpoint:
     settings: dict[str, DeploymentSettings] = field(default_factory=dict)
 
 
-class FakeEndpoints:
+class FakeEndpoints(Endpoints):
     """Endpoints in memory. ``provisioning[name]`` scripts a deployment's states (one per read, the last stays;
     Succeeded at once without); ``scorer(payload, deployment)`` answers every invoke; ``metrics(deployment,
     start, end)`` answers ``deployment_metrics`` (no traffic without); ``traffic_log`` holds every traffic change."""
+
+    provision_poll_s = 0.0
 
     def __init__(self) -> None:
         self.endpoints: dict[str, _Endpoint] = {}
@@ -338,15 +329,6 @@ class FakeEndpoints:
         record.deployments[name] = DeploymentInfo(endpoint=endpoint, name=name, model=settings.model,
                                                   provisioning_state=ProvisioningState.CREATING)
         return self.get_deployment(endpoint, name)
-
-    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
-                                    timeout_s: float = 3600.0) -> DeploymentInfo:
-        self.begin_create_or_update_deployment(endpoint, name, settings)
-        while not (info := self.get_deployment(endpoint, name)).provisioning_state.is_terminal():
-            pass
-        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
-            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
-        return info
 
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         record = self._endpoint(endpoint)
@@ -420,6 +402,7 @@ def _no_scorer(payload: Any, deployment: str | None) -> str:
     raise EndpointError("the fake endpoint has no scorer: set fake.endpoints.scorer in the test")
 
 
-def _satisfies_protocol(backend: FakeBackend) -> Backend:
-    """mypy proves here that FakeBackend is a ``Backend`` (a mismatch fails ``make test``)."""
-    return backend
+def _satisfies_protocol(backend: FakeBackend) -> tuple[Backend, Rollout]:
+    """mypy proves here that FakeBackend is a ``Backend`` whose endpoints are ``Rollout`` (a mismatch fails
+    ``make test``)."""
+    return backend, backend.endpoints

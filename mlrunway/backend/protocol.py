@@ -1,16 +1,29 @@
-"""The ``Backend`` protocol: jobs, models and endpoints, grouped by resource as ``MLClient`` is.
+"""The backend contract: per resource a small required core and the conveniences written once over it, optional
+parts as capability protocols, and the ``Backend`` that holds them (MLflow's ``AbstractStore`` is the model).
 
-Every backend (``local``, ``azure``, the shipped :class:`~mlrunway.backend.fake.FakeBackend`) satisfies it
-under mypy, and the core, the operators and the triggers take it, never a concrete backend. What only some
-backends can do is a capability (:class:`Capabilities`), never a ``getattr`` probe or a branch on the kind.
-Records that cross it are in :mod:`mlrunway.backend.types`.
+- :class:`Jobs`, :class:`Models` and :class:`Endpoints` are abstract base classes, grouped by resource as
+  ``MLClient`` is: their abstract methods are what a backend writes (:data:`REQUIRED` counts them); the rest is
+  written here once over those, each with a documented default a backend may override (``wait`` polls
+  ``recover``; ``create_or_update`` waits on ``begin_create_or_update``; aliases are tags).
+- What only some backends can do is a capability protocol, asked with ``isinstance``, never a probe of the
+  backend's kind: :class:`Artifacts` (jobs keep files with their run), :class:`Rollout` (a deployment's served
+  metrics and the endpoint's rollout lease), :class:`Studio` (pages of the backend's own UI), :class:`Leftovers`
+  (what of it still runs on this machine).
+
+Every backend (``local``, ``azure``, the shipped :class:`~mlrunway.backend.fake.FakeBackend`) satisfies it under
+mypy, and the core, the operators and the triggers take it, never a concrete backend. Records that cross it are
+in :mod:`mlrunway.backend.types`.
 """
 
 from __future__ import annotations
 
+import abc
+import builtins
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,114 +35,232 @@ from mlrunway.backend.types import (
     EndpointSettings,
     JobInfo,
     ModelVersion,
+    ProvisioningState,
     SweepResult,
 )
+from mlrunway.backend.waiting import wait_provisioned
+from mlrunway.errors import EndpointError, JobTimedOut, NotSupportedOnBackend
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
+
+__all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Models", "Rollout",
+           "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Capabilities:
-    """What a backend can do beyond the protocol's common ground.
+    """How a backend's time runs: its polls and its metrics' delay.
 
-    :param artifacts: ``jobs.log_artifacts`` keeps files with a job's run (local MLflow); else it raises
-        NotSupportedOnBackend and the files stay where they were written.
-    :param studio: ``Backend.link`` returns a page of the backend's own UI (Azure ML studio); else the UI
-        plugin's own pages (MLflow run, endpoint) stand in for it.
     :param poll_interval_s: how often a waiter asks for a status when its task does not say: seconds for a
         local process, tens of seconds on a cloud whose reads count against a rate limit.
-    :param rollout: a stable endpoint's staged rollout works here: ``endpoints.deployment_metrics`` and the
-        rollout lease; else they raise NotSupportedOnBackend.
-    :param metrics_lag_s: how long after a second its requests show in ``deployment_metrics``.
+    :param metrics_lag_s: how long after a second its requests show in ``deployment_metrics`` (:class:`Rollout`).
     :param rollout_window_s: a staged rollout's default window: seconds where metrics are per second (local),
         minutes where they are per minute (Azure Monitor).
     """
 
-    artifacts: bool = False
-    studio: bool = False
     poll_interval_s: float = 2.0
-    rollout: bool = False
     metrics_lag_s: float = 2.0
     rollout_window_s: float = 30.0
 
 
-class Jobs(Protocol):
-    """Named command jobs and sweeps. ``submit`` under a name that exists returns that job (idempotent)."""
+class Jobs(abc.ABC):
+    """Named command jobs and sweeps. ``submit`` under a name that exists returns that job (idempotent).
+
+    :cvar wait_poll_s: ``wait``'s default time between two polls.
+    """
+
+    wait_poll_s: float = 1.0
+
+    @abc.abstractmethod
+    def submit(self, name: str, spec: CommandJobSpec) -> JobInfo: ...
+    @abc.abstractmethod
+    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo: ...
+    @abc.abstractmethod
+    def get(self, name: str) -> JobInfo: ...
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]: ...
+    @abc.abstractmethod
+    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo: ...
+    @abc.abstractmethod
+    def logs(self, name: str) -> Iterable[str]: ...
+    @abc.abstractmethod
+    def metrics(self, name: str) -> dict[str, float]: ...
+    @abc.abstractmethod
+    def metric_history(self, name: str, metric: str) -> tuple[float, ...]: ...
+    @abc.abstractmethod
+    def params(self, name: str) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    def sweep_result(self, name: str) -> SweepResult: ...
 
     def validate(self, spec: CommandJobSpec) -> None:
-        """Raise SpecError for what of ``spec`` this backend cannot run (an unknown compute), before any job."""
-        ...
-    def submit(self, name: str, spec: CommandJobSpec) -> JobInfo: ...
-    def submit_sweep(self, name: str, sweep: SweepSpec) -> JobInfo: ...
-    def get(self, name: str) -> JobInfo: ...
-    def list(self, prefix: str = "") -> list[JobInfo]: ...
-    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo: ...
-    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
-             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo: ...
-    def logs(self, name: str) -> Iterable[str]: ...
-    def metrics(self, name: str) -> dict[str, float]: ...
-    def metric_history(self, name: str, metric: str) -> tuple[float, ...]: ...
-    def params(self, name: str) -> dict[str, Any]: ...
-    def sweep_result(self, name: str) -> SweepResult: ...
+        """Raise SpecError for what of ``spec`` this backend cannot run (an unknown compute), before any job.
+        Default: nothing beyond the spec's own checks."""
+        return None
+
     def recover(self, name: str) -> JobInfo:
-        """Restart what of the job died, where the backend can (local: a sweep's controller); else ``get``.
-        Waiting tasks call it on every poll; a read never does."""
-        ...
-    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
+        """Restart what of the job died, where the backend can (local: a sweep's controller). Waiting tasks call
+        it on every poll; a read never does. Default: ``get``."""
+        return self.get(name)
+
+    def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,
+             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+        """Block until the job is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut. Each poll is
+        ``recover`` (the waiter restarts what of its own job died), then ``on_poll``; between two, ``pause``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.recover(name)
+            if on_poll is not None:
+                on_poll(info)
+            if info.status.is_terminal():
+                return info
+            if deadline is not None and time.monotonic() > deadline:
+                self.cancel(name, reason=f"wait timed out after {timeout:g} s")
+                raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
+            self.pause(name, self.wait_poll_s if poll_s is None else poll_s)
+
+    def pause(self, name: str, seconds: float) -> None:
+        """``wait``'s sleep between two polls of ``name``; a backend may end it early when it sees the job change."""
+        time.sleep(seconds)
 
 
-class Models(Protocol):
-    """The model registry: versions 1, 2, 3... of each name, immutable once registered."""
+class Models(abc.ABC):
+    """The model registry: versions 1, 2, 3... of each name, immutable once registered; tags are mutable."""
 
+    ALIAS_TAG = "mlrunway.alias.{}"  # a version's tag; its value is when the alias was given (the newest holder wins)
+
+    @abc.abstractmethod
     def register(self, name: str, path: str | Path, *, base: str | Path | None = None, format: str = "custom",
                  tags: dict[str, str] | None = None, properties: dict[str, Any] | None = None,
                  description: str = "") -> ModelVersion: ...
+    @abc.abstractmethod
     def get(self, name: str, version: int | str | None = None) -> ModelVersion: ...
-    def list(self, name: str | None = None) -> list[ModelVersion]: ...
+    @abc.abstractmethod
+    def list(self, name: str | None = None) -> builtins.list[ModelVersion]: ...
+    @abc.abstractmethod
     def download(self, name: str, version: int | str | None, dest: str | Path) -> Path: ...
+    @abc.abstractmethod
     def archive(self, name: str, version: int) -> ModelVersion: ...
+    @abc.abstractmethod
     def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
         """Set tags of a version; a None value removes the tag. Tags are mutable, a version's files are not."""
-        ...
+
+    def set_alias(self, name: str, version: int, alias: str) -> None:
+        """Give ``alias`` (``production``, ``previous``) to one version of ``name`` and take it from every other.
+        Default: a tag (Azure ML has no aliases), given before it is taken, so a move cut short leaves two holders
+        and :meth:`alias` reads the newer."""
+        tag = self.ALIAS_TAG.format(alias)
+        self.update_tags(name, version, {tag: datetime.now(UTC).isoformat()})
+        for other in self.list(name):
+            if tag in other.tags and other.version != version:
+                self.update_tags(name, other.version, {tag: None})
+
+    def alias(self, name: str, alias: str) -> ModelVersion | None:
+        """The version of ``name`` holding ``alias``; None when none does."""
+        tag = self.ALIAS_TAG.format(alias)
+        holders = [m for m in self.list(name) if tag in m.tags]
+        return max(holders, key=lambda m: m.tags[tag]) if holders else None
 
 
-class Endpoints(Protocol):
-    """Online endpoints (key or token auth), their deployments and traffic. ``begin_*`` return without waiting."""
+class Endpoints(abc.ABC):
+    """Online endpoints (key or token auth), their deployments and traffic. ``begin_*`` return without waiting.
 
+    :cvar provision_poll_s: between two reads of an endpoint or a deployment being provisioned.
+    """
+
+    provision_poll_s: float = 5.0
+
+    @abc.abstractmethod
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo: ...
-    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo: ...
+    @abc.abstractmethod
     def get(self, name: str) -> EndpointInfo: ...
+    @abc.abstractmethod
     def get_keys(self, name: str) -> dict[str, str]:
         """Key auth: ``primary`` and ``secondary``; token auth (Azure's AMLToken, AADToken): ``token``,
         ``token_type`` and ``expires`` (epoch seconds)."""
-        ...
+    @abc.abstractmethod
     def delete(self, name: str) -> bool: ...
+    @abc.abstractmethod
     def begin_create_or_update_deployment(self, endpoint: str, name: str,
                                           settings: DeploymentSettings) -> DeploymentInfo: ...
-    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
-                                    timeout_s: float = 3600.0) -> DeploymentInfo: ...
+    @abc.abstractmethod
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo: ...
-    def list_deployments(self, endpoint: str) -> list[DeploymentInfo]: ...
+    @abc.abstractmethod
+    def list_deployments(self, endpoint: str) -> builtins.list[DeploymentInfo]: ...
+    @abc.abstractmethod
     def delete_deployment(self, endpoint: str, name: str) -> bool: ...
+    @abc.abstractmethod
     def set_traffic(self, endpoint: str, traffic: dict[str, int],
                     mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         """Live traffic weights (summing to 100, or 0) and, when given, mirror traffic (a copy of live requests
         to one deployment with no traffic, at most 50%; its answers are discarded)."""
-        ...
-    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
-        """What the deployment served over [start, end) (seconds since the epoch)."""
-        ...
-    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
-        """Take or renew the endpoint's rollout lease for ``holder``: None, or who else holds it."""
-        ...
-    def release(self, endpoint: str, holder: str) -> None: ...
+    @abc.abstractmethod
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str: ...
+    @abc.abstractmethod
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None) -> str: ...
 
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
+        """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
+        self.begin_create_or_update(name, settings)
+        return wait_provisioned(lambda: self.get(name), f"endpoint {name}", poll_s=self.provision_poll_s)
+
+    def create_or_update_deployment(self, endpoint: str, name: str, settings: DeploymentSettings, *,
+                                    timeout_s: float = 3600.0) -> DeploymentInfo:
+        """As ``begin_create_or_update_deployment``, then wait; a deployment that did not succeed raises
+        EndpointError with its error (for Azure, its operation's and its log's)."""
+        info = self.begin_create_or_update_deployment(endpoint, name, settings)
+        if not info.provisioning_state.is_terminal():
+            operation = info.operation
+            info = wait_provisioned(lambda: self.get_deployment(endpoint, name, operation=operation),
+                                    f"deployment {endpoint}/{name}", timeout=timeout_s, poll_s=self.provision_poll_s)
+        if info.provisioning_state is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(info.error or f"deployment {endpoint}/{name} {info.provisioning_state.value}")
+        return info
+
+
+@runtime_checkable
+class Artifacts(Protocol):
+    """Jobs that keep files with their run (local MLflow); elsewhere the files stay where they were written."""
+
+    def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
+
+
+@runtime_checkable
+class Rollout(Protocol):
+    """Endpoints whose deployments report what they served, with a lease that lets one rollout at a time run."""
+
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """What the deployment served over [start, end) (seconds since the epoch)."""
+        ...
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """Take or renew the endpoint's rollout lease for ``holder``: None, or who else holds it."""
+        ...
+
+    def release(self, endpoint: str, holder: str) -> None: ...
+
+
+@runtime_checkable
+class Studio(Protocol):
+    """A backend with a UI of its own (Azure ML studio); elsewhere the UI plugin's pages stand in for it."""
+
+    def link(self, kind: str, name: str, version: int | str | None = None) -> str:
+        """The backend's own page of a job, sweep, model or endpoint."""
+        ...
+
+
+@runtime_checkable
+class Leftovers(Protocol):
+    """A backend whose jobs and endpoints are processes of this machine (local): what of them still runs."""
+
+    def leftovers(self) -> builtins.list[str]:
+        """One line per live process of the backend (a job's supervisor or script, a sweep's controller, an
+        endpoint's server): after a cleanup, none."""
+        ...
+
 
 class Backend(Protocol):
-    """One workspace's jobs, models and endpoints, and where a job's outputs and a resource's page are."""
+    """One workspace's jobs, models and endpoints, where a job's outputs are, and where its run reports go."""
 
     @property
     def kind(self) -> str: ...
@@ -155,21 +286,19 @@ class Backend(Protocol):
         ``base``) as a folder of this machine while the context lasts: the folder itself, or a download."""
         ...
 
-    def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
-        """The backend's own page of a job, sweep, model or endpoint; None where it has none."""
-        ...
-
     @property
     def reports(self) -> Path:
         """The folder, on the machine Airflow runs on, where this backend's run reports are saved and read."""
         ...
 
 
-@runtime_checkable
-class Leftovers(Protocol):
-    """A backend whose jobs and endpoints are processes of this machine (local): what of them still runs."""
+def rollout_of(backend: Backend) -> Rollout:
+    """The backend's endpoints as :class:`Rollout`; NotSupportedOnBackend where they are not."""
+    if not isinstance(backend.endpoints, Rollout):
+        raise NotSupportedOnBackend(f"the {backend.kind} backend has no staged rollout: its endpoints report no "
+                                    "per-deployment metrics; use a per-run deployment (no endpoint_name)")
+    return backend.endpoints
 
-    def leftovers(self) -> list[str]:
-        """One line per live process of the backend (a job's supervisor or script, a sweep's controller, an
-        endpoint's server): after a cleanup, none."""
-        ...
+
+# What a backend writes: the abstract methods of each resource (the rest is written above, once).
+REQUIRED = {resource.__name__.lower(): len(resource.__abstractmethods__) for resource in (Jobs, Models, Endpoints)}

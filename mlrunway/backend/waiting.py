@@ -1,4 +1,4 @@
-"""Waiting on any backend: a job (poll, report, cancel what outlives its deadline), an endpoint's provisioning."""
+"""Waiting on any backend: an endpoint's or a deployment's provisioning (a job's is ``Jobs.wait``)."""
 
 from __future__ import annotations
 
@@ -6,28 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlrunway.backend.protocol import Jobs
-from mlrunway.backend.types import JobInfo, ProvisioningState
-from mlrunway.errors import EndpointError, JobTimedOut
-
-
-def wait_for_job(jobs: Jobs, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
-                 on_poll: Callable[[JobInfo], None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> JobInfo:
-    """Block until the job is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut. Each poll is
-    ``jobs.recover``: the waiter restarts what of its own job died (a local sweep's controller). ``sleep``
-    waits between polls (a backend's may end early when it sees the job change)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        info = jobs.recover(name)
-        if on_poll is not None:
-            on_poll(info)
-        if info.status.is_terminal():
-            return info
-        if deadline is not None and time.monotonic() > deadline:
-            jobs.cancel(name, reason=f"wait timed out after {timeout:g} s")
-            raise JobTimedOut(f"job {name}: still {info.status.value} after {timeout:g} s; it was canceled")
-        sleep(poll_s)
+from mlrunway.backend.types import ProvisioningState
+from mlrunway.errors import EndpointError
 
 
 def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600.0, poll_s: float = 5.0) -> Any:

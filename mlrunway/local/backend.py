@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.protocol import Backend, Capabilities, Leftovers
+from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Rollout
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
 from mlrunway.local.registry import LocalModels
@@ -25,7 +25,7 @@ class LocalBackend:
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
-    capabilities: Capabilities = Capabilities(artifacts=True, studio=False, poll_interval_s=0.25, rollout=True)
+    capabilities: Capabilities = Capabilities(poll_interval_s=0.25)
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
@@ -54,10 +54,6 @@ class LocalBackend:
         """A job's outputs are folders of this machine already."""
         return nullcontext(Path(base, path))
 
-    def link(self, kind: str, name: str, version: int | str | None = None) -> str | None:
-        """No studio page locally (the sweep report and MLflow links come with the UI plugin)."""
-        return None
-
     @property
     def reports(self) -> Path:
         return self.workspace.root / "reports"
@@ -66,6 +62,8 @@ class LocalBackend:
         return leftovers(self.workspace)
 
 
-def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers]:
-    """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` (a mismatch fails ``make test``)."""
-    return backend, backend
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout]:
+    """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers``, that its jobs keep artifacts and
+    that its endpoints are ``Rollout`` (a mismatch fails ``make test``). It has no studio: the sweep report and
+    MLflow pages come with the UI plugin."""
+    return backend, backend, backend.jobs, backend.endpoints

@@ -22,9 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
-from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.local.files import read_json, stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
@@ -55,7 +55,7 @@ def supervisor_argv(job_dir: Path) -> list[str]:
     return [sys.executable, "-S", "-c", _SUPERVISOR.format(path=path), str(job_dir)]
 
 
-class LocalJobs:
+class LocalJobs(Jobs):
     """The local job service; ``kill_grace_s`` is how long SIGTERM gets before SIGKILL."""
 
     def __init__(self, workspace: Workspace, *, kill_grace_s: float = 10.0) -> None:
@@ -264,20 +264,19 @@ class LocalJobs:
             write_json(state.cancel_file, {"reason": reason, "at": time.time()})
         return state
 
-    def wait(self, name: str, *, timeout: float | None = None, poll_s: float = 1.0,
+    def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,
              on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
-        """Block until the job ends; past ``timeout`` seconds cancel it and raise JobTimedOut. Between polls it
-        watches the job's status file (a stat every WAIT_WATCH_S): its end is seen at once, not a poll later."""
-        status_file = JobState(self.workspace.job_dir(name)).status_file
-
-        def sleep(seconds: float) -> None:
-            before, until = stamp(status_file), time.monotonic() + seconds
-            while (left := until - time.monotonic()) > 0 and stamp(status_file) == before:
-                time.sleep(min(WAIT_WATCH_S, left))
-
-        info = wait_for_job(self, name, timeout=timeout, poll_s=poll_s, on_poll=on_poll, sleep=sleep)
+        """:meth:`Jobs.wait`, and then the job's supervisors' exit: when it returns, nothing of the job runs."""
+        info = super().wait(name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
         self._await_supervisors(name, info.kind == "sweep")
         return info
+
+    def pause(self, name: str, seconds: float) -> None:
+        """Watch the job's status file between polls (a stat every WAIT_WATCH_S): its end is seen at once."""
+        status_file = JobState(self.workspace.job_dir(name)).status_file
+        before, until = stamp(status_file), time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0 and stamp(status_file) == before:
+            time.sleep(min(WAIT_WATCH_S, left))
 
     def _await_supervisors(self, name: str, sweep: bool) -> None:
         """A job's supervisor records its end, then ends its MLflow run and exits, a few ms later; a sweep's

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
 from mlrunway.local.files import locked, read_json, write_json
@@ -43,7 +44,7 @@ def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.
     return target
 
 
-class LocalModels:
+class LocalModels(Models):
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 

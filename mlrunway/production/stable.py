@@ -15,12 +15,12 @@ import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.protocol import Backend
-from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings, ModelVersion
+from mlrunway.backend.protocol import Backend, rollout_of
+from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.production import gate, rollout
 from mlrunway.production.rollout import RolloutPolicy
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 SLOTS = ("blue", "green")
 DECISIONS = ("created", "promoted", "held", "rolled_back", "skipped")
 METRICS_TRIES, METRICS_RETRY_S = 3, 2.0  # a metrics read that fails is tried again after 2 s, then 4 s
-ALIAS_TAG = "mlrunway.alias.{}"  # a version's tag; its value is when the alias was given (the newest holder wins)
 
 
 @dataclass(kw_only=True)
@@ -92,13 +91,13 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
           lease_s: float) -> Rollout:
     """Take the endpoint's lease, create or recover the endpoint, and start the challenger's deployment in the slot
     that is not serving (``blue`` on a new endpoint) at 0%."""
-    held = backend.endpoints.lease(endpoint, holder, lease_s)
+    held = rollout_of(backend).lease(endpoint, holder, lease_s)
     if held is not None:
         raise EndpointError(f"endpoint {endpoint}: run {held} is rolling out to it; rollouts on one endpoint never "
                             "interleave: this run fails now, and its retry (or the next run) goes ahead once that "
                             "rollout has ended")
     backend.endpoints.create_or_update(endpoint)  # a local endpoint whose server died is restarted here
-    backend.endpoints.lease(endpoint, holder, lease_s)  # recorded on the endpoint now that it exists (Azure)
+    rollout_of(backend).lease(endpoint, holder, lease_s)  # recorded on the endpoint now that it exists (Azure)
     champion = serving(backend, endpoint)
     slot = SLOTS[0] if champion is None or champion["deployment"] == SLOTS[1] else SLOTS[1]
     backend.endpoints.begin_create_or_update_deployment(endpoint, slot, settings)
@@ -250,7 +249,7 @@ def read_metrics(backend: Backend, endpoint: str, deployment: str, start: float,
     be read (never figures made up: a rollout counts that window as failed)."""
     for attempt in range(1, METRICS_TRIES + 1):
         try:
-            return backend.endpoints.deployment_metrics(endpoint, deployment, start, end)
+            return rollout_of(backend).deployment_metrics(endpoint, deployment, start, end)
         except Exception as exc:  # noqa: BLE001 - whatever the backend raised, the window has no evidence
             if attempt == METRICS_TRIES:
                 raise EndpointError(f"the metrics of {endpoint}/{deployment} could not be read ({attempt} tries, "
@@ -278,9 +277,10 @@ def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[s
     backend.models.update_tags(name, int(version), {"mlrunway.decision": decision, "mlrunway.endpoint": r.endpoint,
                                                     "mlrunway.evidence": evidence(r), "mlrunway.reason": reason[:500]})
     if decision in ("created", "promoted"):
-        set_alias(backend, r.model, "production")
+        backend.models.set_alias(name, int(version), "production")
         if r.champion and r.champion["model"]:
-            set_alias(backend, r.champion["model"], "previous")
+            previous, _, previous_version = r.champion["model"].partition(":")
+            backend.models.set_alias(previous, int(previous_version), "previous")
     live = serving(backend, r.endpoint)
     info = backend.endpoints.get(r.endpoint)
     log.info("endpoint %s: %s (%s); %s serves %s", r.endpoint, decision, reason,
@@ -307,23 +307,6 @@ def skip_creation(backend: Backend, endpoint: str, model: str, why: str) -> dict
             "deployment": None, "gate": {}, "windows": [], "model": model}
 
 
-def set_alias(backend: Backend, model: str, alias: str) -> None:
-    """Give ``alias`` to ``model`` (``name:version``) and take it from every other version of that name."""
-    name, _, version = model.partition(":")
-    tag = ALIAS_TAG.format(alias)
-    backend.models.update_tags(name, int(version), {tag: datetime.now(UTC).isoformat()})
-    for other in backend.models.list(name):
-        if tag in other.tags and other.version != int(version):
-            backend.models.update_tags(name, other.version, {tag: None})
-
-
-def aliased(backend: Backend, name: str, alias: str) -> ModelVersion | None:
-    """The version of ``name`` holding ``alias`` (the newest holder, should an interrupted move have left two)."""
-    tag = ALIAS_TAG.format(alias)
-    holders = [m for m in backend.models.list(name) if tag in m.tags]
-    return max(holders, key=lambda m: m.tags[tag]) if holders else None
-
-
 def restore_production(backend: Backend, endpoint: str) -> str | None:
     """Traffic follows the record: when the model serving is not the one ``production`` names (a rollout cut short
     after its last step, before its decision was recorded: the disk full, the task killed), the version
@@ -333,7 +316,7 @@ def restore_production(backend: Backend, endpoint: str) -> str | None:
     if live is None:
         return None
     name = live["model"].partition(":")[0]
-    holder = aliased(backend, name, "production")
+    holder = backend.models.alias(name, "production")
     recorded = f"{holder.name}:{holder.version}" if holder else None
     if recorded is None or live["model"] == recorded:
         return None
@@ -353,7 +336,7 @@ def clean_up(backend: Backend, endpoint: str, holder: str) -> list[str]:
     """Put the production model back where a rollout was cut short (:func:`restore_production`), delete the slots
     left with no traffic (the loser, or the old champion after a promotion), never the endpoint; give the lease
     back. A rollout another run holds is left alone."""
-    if backend.endpoints.lease(endpoint, holder, 60.0) is not None:
+    if rollout_of(backend).lease(endpoint, holder, 60.0) is not None:
         log.info("endpoint %s: another run's rollout holds it; its cleanup deletes nothing", endpoint)
         return []
     deleted = []
@@ -368,5 +351,5 @@ def clean_up(backend: Backend, endpoint: str, holder: str) -> list[str]:
     except NotFound:
         pass
     finally:
-        backend.endpoints.release(endpoint, holder)
+        rollout_of(backend).release(endpoint, holder)
     return deleted

@@ -227,7 +227,7 @@ class Rollouts(threading.Thread):
                               f"requests in the {short} window(s)" if short else
                               f"evidence: {result['model']} promoted with no gate")
         live = stable.serving(self.backend, ENDPOINT)
-        alias = stable.aliased(self.backend, MODEL, "production")
+        alias = self.backend.models.alias(MODEL, "production")
         named = f"{alias.name}:{alias.version}" if alias else None
         if live is not None and live["model"] != named:
             broken.append(f"production: {live['deployment']} serves {live['model']}, the alias names {named} (after "

@@ -413,3 +413,17 @@ def test_a_librarys_huge_message_leaves_the_task_a_screen_long(fake, monkeypatch
     with pytest.raises(OSError, match="File name too long") as raised:
         train().execute(context())
     assert len(str(raised.value)) <= SCREEN_CHARS
+
+
+def test_a_resumed_task_s_huge_message_is_a_screen_long_too(fake):
+    """Whichever method a deferral resumes in (execute_complete, stable_resume), its exceptions are shortened."""
+    from mlrunway.errors import SCREEN_CHARS
+    from operators._base import MlrunwayWaitingOperator
+
+    class Resumed(MlrunwayWaitingOperator):
+        def later(self, context: Any, event: dict[str, Any]) -> None:
+            raise OSError(36, "File name too long", event["path"] * 600_000)
+
+    with pytest.raises(OSError, match="File name too long") as raised:
+        Resumed(task_id="resumed").resume_execution("later", {"event": {"path": "/code/.workspace"}}, context())
+    assert len(str(raised.value)) <= SCREEN_CHARS

@@ -137,11 +137,10 @@ def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_jo
     from train_sweep_deploy import preflight
 
     from mlrunway.backend.fake import FakeBackend
-    from mlrunway.backend.protocol import Capabilities
 
     train = copy.copy(dag.get_task("train"))
     backend = train.__dict__["backend"] = FakeBackend()
-    monkeypatch.setattr(backend, "capabilities", Capabilities(rollout=False))
+    monkeypatch.setattr(backend, "endpoints", object())  # endpoints that are not Rollout: no metrics, no lease
     with pytest.raises(SpecError, match="endpoint_name: the fake backend has no staged rollout yet; leave"):
         preflight({**context(dag, digits, endpoint_name="digits-prod"), "task": train})
 

@@ -106,7 +106,7 @@ def test_created_then_promoted_then_held_and_one_deployment_serves_after_each(re
     first, events, ti = run(fake, team, 1, "manual__1")
     assert first["decision"] == "created" and first["live"] == {"deployment": "blue", "model": "m:1"}
     assert ti.pushed["decision"] == "created" and events.added[0][0] == f"mlrunway://endpoints/{ENDPOINT}"
-    assert deployments(fake) == ["blue"] and stable.aliased(fake, "m", "production").version == 1
+    assert deployments(fake) == ["blue"] and fake.models.alias("m", "production").version == 1
 
     second, events, _ = run(fake, team, 2, "manual__2")
     assert second["decision"] == "promoted" and second["live"] == {"deployment": "green", "model": "m:2"}
@@ -115,7 +115,7 @@ def test_created_then_promoted_then_held_and_one_deployment_serves_after_each(re
     assert [t for t, _ in fake.endpoints.traffic_log[-3:]] == [{"blue": 90, "green": 10}, {"blue": 50, "green": 50},
                                                                  {"blue": 0, "green": 100}]
     assert deployments(fake) == ["green"] and fake.endpoints.get(ENDPOINT).traffic == {"green": 100}
-    assert stable.aliased(fake, "m", "production").version == 2 and stable.aliased(fake, "m", "previous").version == 1
+    assert fake.models.alias("m", "production").version == 2 and fake.models.alias("m", "previous").version == 1
     assert [extra["decision"] for _, extra in events.added] == ["promoted"]
     assert fake.models.get("m", 2).tags["mlrunway.decision"] == "promoted"
 
@@ -138,7 +138,7 @@ def test_a_challenger_out_of_bounds_at_a_step_is_rolled_back_and_the_task_fails_
         run(fake, team, 4, "manual__2")
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert fake.endpoints.traffic_log[-1] == ({"blue": 100, "green": 0}, {})  # back after the 10% step
-    assert deployments(fake) == ["blue"] and stable.aliased(fake, "m", "production").version == 1
+    assert deployments(fake) == ["blue"] and fake.models.alias("m", "production").version == 1
     assert fake.models.get("m", 4).tags["mlrunway.decision"] == "rolled_back"
 
 
@@ -153,7 +153,7 @@ def test_a_quiet_challenger_proves_nothing_and_the_run_ends_held_with_the_champi
     assert result["decision"] == "held" and "3 requests reached the challenger" in result["reason"]
     assert "fewer than rollout.min_requests=20" in result["reason"] and "the champion serves 100%" in result["reason"]
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
-    assert stable.aliased(fake, "m", "production").version == 1 and not events.added
+    assert fake.models.alias("m", "production").version == 1 and not events.added
     assert fake.models.get("m", 4).tags["mlrunway.decision"] == "held"
 
 
@@ -354,7 +354,7 @@ def test_a_rollout_cut_short_before_its_decision_was_recorded_gives_production_b
     run(fake, team, 1, "manual__1")
     fake.endpoints.create_or_update_deployment(ENDPOINT, "green", DeploymentSettings(model="m:2", code_dir=str(team)))
     fake.endpoints.set_traffic(ENDPOINT, {"blue": 0, "green": 100})  # the last step, and then the task died
-    assert stable.serving(fake, ENDPOINT)["model"] == "m:2" and stable.aliased(fake, "m", "production").version == 1
+    assert stable.serving(fake, ENDPOINT)["model"] == "m:2" and fake.models.alias("m", "production").version == 1
     CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk", endpoint_name=ENDPOINT).execute(
         {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance()})
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]

@@ -24,7 +24,6 @@ from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.backend import LocalBackend
 from mlrunway.local.processes import marked
-from mlrunway.production import stable
 from operators import CleanupOperator, DeployBlueOperator
 from tests.conftest import REPO
 from tests.operators.test_operators_on_fake import TaskInstance
@@ -136,8 +135,8 @@ def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_
                                             {"deployment": "green", "model": "digits:2"}]
     assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["green"]
     assert backend.endpoints.get(ENDPOINT).traffic == {"green": 100}
-    assert stable.aliased(backend, "digits", "production").version == 2
-    assert stable.aliased(backend, "digits", "previous").version == 1
+    assert backend.models.alias("digits", "production").version == 2
+    assert backend.models.alias("digits", "previous").version == 1
 
 
 def test_a_backfill_of_two_past_intervals_evaluates_both_and_changes_nothing_that_serves(backend, digits):
@@ -150,7 +149,7 @@ def test_a_backfill_of_two_past_intervals_evaluates_both_and_changes_nothing_tha
                for b in backfills)
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]
-    assert stable.aliased(backend, "digits", "production").version == 1
+    assert backend.models.alias("digits", "production").version == 1
 
 
 FAULTY = '''
@@ -237,8 +236,8 @@ def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run
     assert [e["model"] for e in events()[0]] == ["digits:1", "digits:2", "digits:1"]
     assert queued[1:] == [1, 0, 1], "batch_scoring is queued after each change of production, not after held"
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}  # version 1 back, in the slot that was free
-    assert stable.aliased(backend, "digits", "production").version == 1
-    assert stable.aliased(backend, "digits", "previous").version == 2
+    assert backend.models.alias("digits", "production").version == 1
+    assert backend.models.alias("digits", "previous").version == 2
 
 
 def test_the_batch_scoring_dag_scores_the_test_split_through_what_serves(backend, digits):

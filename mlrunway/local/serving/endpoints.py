@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -43,7 +44,7 @@ from mlrunway.local.workspace import Workspace
 from mlrunway.specs import check
 
 
-class LocalEndpoints:
+class LocalEndpoints(Endpoints):
     """:param host: the address new endpoints listen on: 127.0.0.1 (this machine only) unless a team serves
         beyond it, behind a TLS-terminating proxy (the README shows one); an endpoint keeps the host it has."""
 

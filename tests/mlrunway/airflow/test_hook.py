@@ -5,7 +5,6 @@ import json
 import pytest
 
 from mlrunway.backend.fake import FakeBackend
-from mlrunway.backend.protocol import Capabilities
 from mlrunway.errors import SpecError
 
 
@@ -80,9 +79,7 @@ def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
         assert op.operator_extra_links == ALL_LINKS
     assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint"]
 
-    class Studio(FakeBackend):  # a backend with a UI of its own, as Azure ML's studio
-        capabilities = Capabilities(studio=True)
-
+    class Studio(FakeBackend):  # a backend with a UI of its own (the Studio protocol), as Azure ML's studio
         def link(self, kind, name, version=None):
             return f"https://ml.azure.com/{kind}/{name}/{version}"
 

@@ -43,7 +43,7 @@ def azure(fake: FakeAzureML, tmp_path: Path):
     # which carries no operation header) is still Updating; the fake's updates finish within a read or two.
     backend = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache")},
                                            credential=FakeCredential(), transport=fake, polling_interval=0)
-    backend.jobs.poll_s = backend.endpoints.poll_s = 0.0
+    backend.jobs.poll_s = backend.endpoints.provision_poll_s = 0.0
     return backend
 
 

@@ -26,7 +26,7 @@ def backend(fake, tmp_path: Path, **fields: str):
 
     azure = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache"), **fields},
                                          credential=FakeCredential(), transport=fake, polling_interval=0)
-    azure.jobs.poll_s = azure.endpoints.poll_s = 0.0
+    azure.jobs.poll_s = azure.endpoints.provision_poll_s = 0.0
     return azure
 
 

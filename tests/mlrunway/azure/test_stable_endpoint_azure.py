@@ -68,7 +68,7 @@ def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_o
     assert result["live"] == {"deployment": "green", "model": "digits:2"}
     assert azure.models.get("digits", 2).tags["mlrunway.alias.production"]  # aliases are the versions' tags
     assert "mlrunway.alias.production" not in azure.models.get("digits", 1).tags
-    assert stable.aliased(azure, "digits", "previous").version == 1
+    assert azure.models.alias("digits", "previous").version == 1
     assert stable.clean_up(azure, ENDPOINT, "run-2") == ["blue"]
     assert fake.sent("DELETE", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}/deployments/blue$")
     assert not fake.sent("DELETE", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}$")  # never the endpoint
