@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend, Capabilities
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -42,7 +43,6 @@ from mlrunway.backend.types import (
 )
 from mlrunway.backend.waiting import wait_for_job
 from mlrunway.errors import EndpointError, NotFound, NotSupportedOnBackend
-from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 

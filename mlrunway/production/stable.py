@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings, ModelVersion
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.production import gate, rollout
 from mlrunway.production.rollout import RolloutPolicy
-from mlrunway.specs import check
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from mlrunway.specs import check
+from mlrunway import check
 
 __all__ = [
     "CommandJobSpec",

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mlrunway.specs import check
+from mlrunway import check
 
 __all__ = [
     "BanditPolicy",

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mlrunway import check
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
 
 __all__ = [
     "Choice",

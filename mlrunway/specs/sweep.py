@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from mlrunway import check
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.policies import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mlrunway import check
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
 from mlrunway.specs import policies as pol
 from mlrunway.specs import search_space as space
 from mlrunway.specs.job import (

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -40,7 +41,6 @@ from mlrunway.local.serving.state import (
     new_key,
 )
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import check
 
 
 class LocalEndpoints:
