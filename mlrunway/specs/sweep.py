@@ -9,9 +9,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from mlrunway import check
+from mlrunway.early_termination import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.errors import SpecError
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
-from mlrunway.specs.policies import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
 __all__ = ["Objective", "SamplingAlgorithm", "SweepLimits", "SweepSpec"]
