@@ -108,7 +108,7 @@ def policy(p: EarlyTerminationPolicy | None) -> Any:
         return azsweep.MedianStoppingPolicy(**common)
     if isinstance(p, TruncationSelectionPolicy):
         return azsweep.TruncationSelectionPolicy(**common, truncation_percentage=p.truncation_percentage)
-    raise check.fail("early_termination.kind", f"{p.kind!r} is not an early-termination policy of azure-ai-ml, "
+    raise check.fail("early_termination.type", f"{p.type!r} is not an early-termination policy of azure-ai-ml, "
                      "which has bandit, median_stopping and truncation_selection",
                      "use one of those, or run this sweep on the local backend")
 

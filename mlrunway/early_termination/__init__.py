@@ -58,7 +58,7 @@ def evaluate(
 
 def _decide_at(policy: EarlyTerminationPolicy, active: Mapping[str, Sequence[float]], goal: Goal, k: int,
                everyone: Mapping[str, Sequence[float]]) -> dict[str, Termination]:
-    return POLICIES[policy.kind].decide_at(policy, active, goal, k, everyone)
+    return POLICIES[policy.type].decide_at(policy, active, goal, k, everyone)
 
 
 def decide(policy: EarlyTerminationPolicy, cohort: Mapping[str, Sequence[float]], goal: Goal, k: int,

@@ -19,7 +19,7 @@ from mlrunway.early_termination._common import Goal, Termination, best_so_far, c
 class BanditPolicy:
     """Stop trials whose best metric, widened by the slack, falls short of the best trial's."""
 
-    kind: Literal["bandit"] = "bandit"
+    type: Literal["bandit"] = "bandit"
     slack_factor: float | None = None
     slack_amount: float | None = None
     evaluation_interval: int = 1

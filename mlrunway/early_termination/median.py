@@ -18,7 +18,7 @@ from mlrunway.early_termination._common import Goal, Termination, best_so_far, c
 class MedianStoppingPolicy:
     """Stop trials whose best metric is worse than the median of all trials' running averages."""
 
-    kind: Literal["median_stopping"] = "median_stopping"
+    type: Literal["median_stopping"] = "median_stopping"
     evaluation_interval: int = 1
     delay_evaluation: int = 0
 

@@ -22,7 +22,7 @@ class EarlyTerminationPolicy(Protocol):
     """What every policy's spec has: its name and where it is applied."""
 
     @property
-    def kind(self) -> str: ...
+    def type(self) -> str: ...
     @property
     def evaluation_interval(self) -> int: ...
     @property
@@ -46,11 +46,13 @@ POLICIES: dict[str, Policy] = {
 
 
 def policy_from_dict(data: Mapping[str, Any] | EarlyTerminationPolicy | None) -> EarlyTerminationPolicy | None:
-    """A policy from ``to_dict`` output (``{"kind": "bandit", ...}``), or a policy as it is."""
+    """A policy from ``to_dict`` output (``{"type": "bandit", ...}``), or a policy as it is."""
     if data is None or not isinstance(data, Mapping):
         return data
-    kind = check.one_of("early_termination.kind", data.get("kind"), tuple(POLICIES))
+    # The job.json of a sweep started before the policies took azure-ai-ml's word names the policy "kind".
+    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    name = check.one_of("early_termination.type", fields.get("type"), tuple(POLICIES))
     try:
-        return POLICIES[kind].spec(**data)
+        return POLICIES[name].spec(**fields)
     except TypeError as exc:
-        raise check.fail("early_termination", f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep") from exc
+        raise check.fail("early_termination", f"bad arguments for {name} ({exc})", "see azure.ai.ml.sweep") from exc

@@ -17,7 +17,7 @@ from mlrunway.early_termination._common import Goal, Termination, best_so_far, c
 class TruncationSelectionPolicy:
     """At each evaluation, stop the lowest ``truncation_percentage`` percent of trials."""
 
-    kind: Literal["truncation_selection"] = "truncation_selection"
+    type: Literal["truncation_selection"] = "truncation_selection"
     truncation_percentage: int = 10
     evaluation_interval: int = 1
     delay_evaluation: int = 0

@@ -124,7 +124,7 @@ def _arguments(spec: type) -> dict[str, Any]:
     rendered template gives."""
     hints = typing.get_type_hints(spec)
     return {f.name: next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
-            for f in dataclasses.fields(spec) if f.name != "kind"}
+            for f in dataclasses.fields(spec) if f.name != "type"}
 
 
 def distribution(value: Any) -> Distribution | None:

@@ -50,6 +50,18 @@ def test_specs_round_trip_through_dict():
     assert SweepSpec.from_dict(spec.to_dict()) == spec
 
 
+def test_a_policy_is_written_with_azure_ai_mls_type_and_an_older_records_kind_still_reads():
+    spec = sweep()
+    record = spec.to_dict()
+    assert record["early_termination"] == {"type": "bandit", "slack_factor": 0.15, "slack_amount": None,
+                                           "evaluation_interval": 1, "delay_evaluation": 10}
+    policy = record["early_termination"]
+    older = {**record, "early_termination": {"kind": policy["type"], **{k: v for k, v in policy.items() if k != "type"}}}
+    assert SweepSpec.from_dict(older) == spec
+    with pytest.raises(SpecError, match="early_termination.type: 'hyperband' is not supported; use one of bandit, "):
+        SweepSpec.from_dict({**record, "early_termination": {"type": "hyperband"}})
+
+
 def test_specs_are_immutable_and_changes_return_copies():
     job = trial()
     with pytest.raises(AttributeError):
