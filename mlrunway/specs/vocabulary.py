@@ -205,12 +205,8 @@ def command_job(value: Mapping[str, Any] | CommandJobSpec, field: str = "job") -
 def as_arguments(spec: CommandJobSpec) -> dict[str, Any]:
     """A spec back in the SDK's words: ``command_job(as_arguments(spec)) == spec``."""
     data = spec.to_dict()
-    dist = data["distribution"]
-    if dist is not None:
-        dist = {"type": dist.pop("kind"), **dist}
-    return {**data, "distribution": dist,
-            "inputs": {k: {"type": v["type"], "path": v["path"]} if isinstance(v, dict) else v
-                       for k, v in data["inputs"].items()}}
+    return {**data, "inputs": {k: {"type": v["type"], "path": v["path"]} if isinstance(v, dict) else v
+                               for k, v in data["inputs"].items()}}
 
 
 def merged_job(job: Mapping[str, Any] | CommandJobSpec | None, overrides: Mapping[str, Any]) -> CommandJobSpec:
