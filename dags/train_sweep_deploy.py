@@ -14,8 +14,8 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.check import fail
 from mlrunway.data import check_image_folder
-from mlrunway.specs import check
 from operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -103,13 +103,13 @@ def preflight(context: dict) -> None:
     params = context["params"]
     code = Path(params["code_dir"])
     if not (code / "score.py").is_file():
-        raise check.fail("code_dir", f"{code} has no score.py", "pass the folder that holds the scoring script")
+        raise fail("code_dir", f"{code} has no score.py", "pass the folder that holds the scoring script")
     check_image_folder("data_dir", params["data_dir"])
     for low, high in (("lr_min", "lr_max"), ("momentum_min", "momentum_max")):
         if params[low] >= params[high]:
-            raise check.fail(low, f"{params[low]} is not less than {high} {params[high]}", f"make {low} < {high}")
+            raise fail(low, f"{params[low]} is not less than {high} {params[high]}", f"make {low} < {high}")
     if params["max_concurrent_trials"] > params["max_trials"]:
-        raise check.fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
+        raise fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
                                                   f"{params['max_trials']}", "lower it to at most max_trials")
     check_run(context, job=training_job(params), sweep=sweep_arguments(params), name_prefix=params["endpoint_prefix"])
     check_production(context, endpoint_name=params["endpoint_name"], rollout=params["rollout"],

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.naming import RunNames, attempts
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import (
@@ -27,7 +28,6 @@ from mlrunway.backend.types import (
     TrialInfo,
 )
 from mlrunway.errors import EndpointError, JobFailed, NotFound
-from mlrunway.specs import check
 from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import best_trial, trial_score
 

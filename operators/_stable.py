@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import check
 from mlrunway.airflow.assets import emit_production
 from mlrunway.airflow.triggers import (
     APPROVAL_BY_TAG,
@@ -25,7 +26,6 @@ from mlrunway.pipeline import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.production.stable import Rollout
-from mlrunway.specs import check
 from operators._base import MlrunwayWaitingOperator
 
 LEASE_MARGIN_S = 900.0

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Rollout
 from mlrunway.pipeline import check_prefix
 from mlrunway.production import gate
 from mlrunway.production.rollout import RolloutPolicy
-from mlrunway.specs import SweepSpec, check, vocabulary
+from mlrunway.specs import SweepSpec, vocabulary
 from operators._base import MlrunwayBaseOperator
 from operators.sweep import sweep_spec
 

@@ -9,6 +9,7 @@ per epoch, so one interval is one epoch and the policy first acts after epoch 10
 
 from __future__ import annotations
 
+from mlrunway.early_termination import EarlyTerminationPolicy
 from mlrunway.specs import (
     BanditPolicy,
     CommandJobSpec,
@@ -19,7 +20,6 @@ from mlrunway.specs import (
     SweepSpec,
     Uniform,
 )
-from mlrunway.specs.policies import EarlyTerminationPolicy
 
 TUTORIAL_BANDIT = BanditPolicy(slack_factor=0.15, evaluation_interval=1, delay_evaluation=10)
 TRAIN_COMMAND = (

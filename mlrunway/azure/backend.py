@@ -18,6 +18,7 @@ from typing import Any
 
 from azure.ai.ml import MLClient
 
+from mlrunway import check
 from mlrunway.azure import outputs
 from mlrunway.azure.clouds import CLOUDS, hosts
 from mlrunway.azure.deployments import AzureDeployments
@@ -29,7 +30,6 @@ from mlrunway.azure.monitor import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.protocol import Backend, Capabilities, Rollout, Studio
-from mlrunway.specs import check
 
 __all__ = ["AzureBackend"]
 

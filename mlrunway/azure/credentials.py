@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlrunway import check
 from mlrunway.azure.clouds import hosts
-from mlrunway.specs import check
 
 KINDS = ("default", "client_secret", "certificate", "managed_identity", "workload_identity")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")

@@ -18,6 +18,7 @@ from azure.ai.ml.entities import ManagedOnlineEndpoint
 from azure.core.exceptions import ResourceNotFoundError
 from azure.core.rest import HttpRequest
 
+from mlrunway import check
 from mlrunway.azure.deployments import AzureDeployments
 from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.monitor import DeploymentMonitor
@@ -33,7 +34,6 @@ from mlrunway.backend.types import (
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.specs import check
 
 __all__ = ["AUTH_RENEW_S", "AzureEndpoints"]
 

@@ -18,7 +18,11 @@ from azure.ai.ml.entities import Command
 from azure.ai.ml.entities._builders.sweep import Sweep
 from azure.ai.ml.entities._job.sweep.sampling_algorithm import RandomSamplingAlgorithm
 
-from mlrunway.specs import policies as ours
+from mlrunway import check
+from mlrunway.early_termination import EarlyTerminationPolicy
+from mlrunway.early_termination.bandit import BanditPolicy
+from mlrunway.early_termination.median import MedianStoppingPolicy
+from mlrunway.early_termination.truncation import TruncationSelectionPolicy
 from mlrunway.specs import search_space as space
 from mlrunway.specs.job import CommandJobSpec, Distribution, MpiDistribution, PyTorchDistribution
 from mlrunway.specs.job import Input as OurInput
@@ -92,17 +96,21 @@ def expression(expr: space.SearchExpression) -> Any:
     return uniform(min_value=expr.min_value, max_value=expr.max_value)
 
 
-def policy(p: ours.EarlyTerminationPolicy | None) -> Any:
+def policy(p: EarlyTerminationPolicy | None) -> Any:
     """Our policy with ``evaluation_interval`` always explicit (the SDK defaults it to 0, the YAML to 1)."""
     if p is None:
         return None
     common = {"evaluation_interval": p.evaluation_interval, "delay_evaluation": p.delay_evaluation}
-    if isinstance(p, ours.BanditPolicy):
+    if isinstance(p, BanditPolicy):
         slack = {"slack_factor": p.slack_factor} if p.slack_factor is not None else {"slack_amount": p.slack_amount}
         return azsweep.BanditPolicy(**common, **slack)
-    if isinstance(p, ours.MedianStoppingPolicy):
+    if isinstance(p, MedianStoppingPolicy):
         return azsweep.MedianStoppingPolicy(**common)
-    return azsweep.TruncationSelectionPolicy(**common, truncation_percentage=p.truncation_percentage)
+    if isinstance(p, TruncationSelectionPolicy):
+        return azsweep.TruncationSelectionPolicy(**common, truncation_percentage=p.truncation_percentage)
+    raise check.fail("early_termination.type", f"{p.type!r} is not an early-termination policy of azure-ai-ml, "
+                     "which has bandit, median_stopping and truncation_selection",
+                     "use one of those, or run this sweep on the local backend")
 
 
 def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None,

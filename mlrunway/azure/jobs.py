@@ -12,6 +12,7 @@ from typing import Any
 from azure.ai.ml import MLClient
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
+from mlrunway import check
 from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import is_gpu_size, training_environment
 from mlrunway.azure.outputs import job_outputs
@@ -21,7 +22,6 @@ from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.early_termination import applies_at
 from mlrunway.errors import JobFailed, NotFound
-from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 

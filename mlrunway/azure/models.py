@@ -18,10 +18,10 @@ from azure.ai.ml.constants import ListViewType
 from azure.ai.ml.entities import Model
 from azure.core.exceptions import ResourceNotFoundError
 
+from mlrunway import check
 from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
-from mlrunway.specs import check
 
 __all__ = ["AzureModels"]
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Models, Rollout
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -41,7 +42,6 @@ from mlrunway.backend.types import (
     TrialInfo,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mlrunway.specs import check
+from mlrunway import check
 
 __all__ = ["RunNames", "attempt_name", "attempt_number", "attempts", "base_name"]
 

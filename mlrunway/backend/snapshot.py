@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from mlrunway.specs import check
+from mlrunway import check
 
 ALWAYS_SKIPPED = {".git", "__pycache__", "outputs", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache"}
 DEFAULT_MAX_MB = 300.0  # Azure ML's own snapshot limit; MLRUNWAY_SNAPSHOT_MAX_MB changes it

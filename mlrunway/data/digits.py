@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mlrunway.specs import check
+from mlrunway import check
 
 SPLITS = ("train", "val", "test")
 

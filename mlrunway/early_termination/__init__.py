@@ -1,4 +1,5 @@
-"""Early-termination decisions as pure functions over the trials' metric histories.
+"""Early-termination policies (one module each, found by name in :mod:`.registry`) and their decisions, as pure
+functions over the trials' metric histories.
 
 Each logged value of the primary metric is one interval. A policy is applied at every multiple of
 ``evaluation_interval`` that is >= ``delay_evaluation``.
@@ -18,12 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from mlrunway.early_termination import bandit, median, truncation
 from mlrunway.early_termination._common import Goal, Termination, best_so_far
-from mlrunway.specs.policies import BanditPolicy, EarlyTerminationPolicy, MedianStoppingPolicy
+from mlrunway.early_termination.registry import POLICIES, EarlyTerminationPolicy, Policy, policy_from_dict
 
-__all__ = ["Goal", "Termination", "applies_at", "best_so_far", "decide", "evaluate", "evaluate_in_order",
-           "evaluation_points"]
+__all__ = ["POLICIES", "EarlyTerminationPolicy", "Goal", "Policy", "Termination", "applies_at", "best_so_far",
+           "decide", "evaluate", "evaluate_in_order", "evaluation_points", "policy_from_dict"]
 
 
 def _first_point(evaluation_interval: int, delay_evaluation: int) -> int:
@@ -58,11 +58,7 @@ def evaluate(
 
 def _decide_at(policy: EarlyTerminationPolicy, active: Mapping[str, Sequence[float]], goal: Goal, k: int,
                everyone: Mapping[str, Sequence[float]]) -> dict[str, Termination]:
-    if isinstance(policy, BanditPolicy):
-        return bandit.decide_at(policy, active, goal, k, everyone)
-    if isinstance(policy, MedianStoppingPolicy):
-        return median.decide_at(policy, active, goal, k, everyone)
-    return truncation.decide_at(policy, active, goal, k, everyone)
+    return POLICIES[policy.type].decide_at(policy, active, goal, k, everyone)
 
 
 def decide(policy: EarlyTerminationPolicy, cohort: Mapping[str, Sequence[float]], goal: Goal, k: int,

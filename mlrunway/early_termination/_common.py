@@ -1,12 +1,20 @@
-"""What every policy shares: the decision record and 'best so far' for a goal."""
+"""What every policy shares: the check of its two settings, the decision record and 'best so far' for a goal."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from mlrunway import check
 
 Goal = Literal["maximize", "minimize"]
+
+
+def check_intervals(policy: str, evaluation_interval: Any, delay_evaluation: Any) -> None:
+    """Every policy is applied each ``evaluation_interval`` intervals once ``delay_evaluation`` have passed."""
+    check.positive_int(f"{policy}.evaluation_interval", evaluation_interval)
+    check.positive_int(f"{policy}.delay_evaluation", delay_evaluation, minimum=0)
 
 
 @dataclass(frozen=True)

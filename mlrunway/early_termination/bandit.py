@@ -8,9 +8,33 @@ Minimize (Azure documents no formula; this is the mirror): stop if ``Y > best * 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from mlrunway.early_termination._common import Goal, Termination, best_so_far, worse
-from mlrunway.specs.policies import BanditPolicy
+from mlrunway import check
+from mlrunway.early_termination._common import Goal, Termination, best_so_far, check_intervals, worse
+
+
+@dataclass(frozen=True, kw_only=True)
+class BanditPolicy:
+    """Stop trials whose best metric, widened by the slack, falls short of the best trial's."""
+
+    type: Literal["bandit"] = "bandit"
+    slack_factor: float | None = None
+    slack_amount: float | None = None
+    evaluation_interval: int = 1
+    delay_evaluation: int = 0
+
+    def __post_init__(self) -> None:
+        check_intervals("bandit", self.evaluation_interval, self.delay_evaluation)
+        if (self.slack_factor is None) == (self.slack_amount is None):
+            raise check.fail(
+                "bandit", "needs exactly one of slack_factor and slack_amount", "pass one, e.g. slack_factor=0.15"
+            )
+        for name in ("slack_factor", "slack_amount"):
+            value = getattr(self, name)
+            if value is not None and check.number(f"bandit.{name}", value) <= 0:
+                raise check.fail(f"bandit.{name}", f"{value} is not positive", f"pass {name} > 0")
 
 
 def threshold(policy: BanditPolicy, best: float, goal: Goal) -> float:

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from mlrunway.early_termination._common import Goal, Termination, best_so_far, worse
-from mlrunway.specs.policies import MedianStoppingPolicy
+from mlrunway.early_termination._common import Goal, Termination, best_so_far, check_intervals, worse
+
+
+@dataclass(frozen=True, kw_only=True)
+class MedianStoppingPolicy:
+    """Stop trials whose best metric is worse than the median of all trials' running averages."""
+
+    type: Literal["median_stopping"] = "median_stopping"
+    evaluation_interval: int = 1
+    delay_evaluation: int = 0
+
+    def __post_init__(self) -> None:
+        check_intervals("median_stopping", self.evaluation_interval, self.delay_evaluation)
 
 
 def decide_at(

@@ -6,9 +6,25 @@ Trials are ranked by their best value up to the same interval; ties keep the tri
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from mlrunway.early_termination._common import Goal, Termination, best_so_far
-from mlrunway.specs.policies import TruncationSelectionPolicy
+from mlrunway import check
+from mlrunway.early_termination._common import Goal, Termination, best_so_far, check_intervals
+
+
+@dataclass(frozen=True, kw_only=True)
+class TruncationSelectionPolicy:
+    """At each evaluation, stop the lowest ``truncation_percentage`` percent of trials."""
+
+    type: Literal["truncation_selection"] = "truncation_selection"
+    truncation_percentage: int = 10
+    evaluation_interval: int = 1
+    delay_evaluation: int = 0
+
+    def __post_init__(self) -> None:
+        check_intervals("truncation_selection", self.evaluation_interval, self.delay_evaluation)
+        check.positive_int("truncation_selection.truncation_percentage", self.truncation_percentage, maximum=99)
 
 
 def decide_at(

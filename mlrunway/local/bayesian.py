@@ -94,7 +94,7 @@ def _distribution(expr: SearchExpression) -> Any:
         return FloatDistribution(expr.min_value, expr.max_value)
     if isinstance(expr, QUniform):
         return IntDistribution(round(expr.min_value / expr.q), round(expr.max_value / expr.q))
-    raise ValueError(f"bayesian sampling takes choice, uniform and quniform, not {expr.kind}")
+    raise ValueError(f"bayesian sampling takes choice, uniform and quniform, not {expr.type}")
 
 
 def _value(expr: SearchExpression, raw: Any) -> Any:

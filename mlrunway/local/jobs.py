@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
@@ -32,7 +33,6 @@ from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, kill_marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import check
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import check
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 

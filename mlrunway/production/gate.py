@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import EndpointError, SpecError
-from mlrunway.specs import check
 
 Metric = Callable[[list[Any], list[Any]], float]
 BATCH = 32  # images per evaluation request

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics
 from mlrunway.errors import EndpointError
-from mlrunway.specs import check
 
 
 @dataclass(frozen=True, kw_only=True)

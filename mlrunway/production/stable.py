@@ -19,12 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Backend, rollout_of
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.production import gate, rollout
 from mlrunway.production.rollout import RolloutPolicy
-from mlrunway.specs import check
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,9 @@
-"""Frozen, validated specs named like azure-ai-ml's entities."""
+"""Frozen, validated specs named like azure-ai-ml's entities; the early-termination policies are
+``mlrunway.early_termination``'s, found here too."""
 
+from mlrunway.early_termination.bandit import BanditPolicy
+from mlrunway.early_termination.median import MedianStoppingPolicy
+from mlrunway.early_termination.truncation import TruncationSelectionPolicy
 from mlrunway.specs.job import (
     CommandJobSpec,
     Input,
@@ -8,7 +12,6 @@ from mlrunway.specs.job import (
     PyTorchDistribution,
     TensorFlowDistribution,
 )
-from mlrunway.specs.policies import BanditPolicy, MedianStoppingPolicy, TruncationSelectionPolicy
 from mlrunway.specs.search_space import (
     Choice,
     LogNormal,

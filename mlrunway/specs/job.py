@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from mlrunway.specs import check
+from mlrunway import check
 
 __all__ = [
     "CommandJobSpec",
@@ -50,7 +50,7 @@ class Output:
 class PyTorchDistribution:
     """One process per GPU (or per CPU slot) under torchrun; Azure sets the torch.distributed variables."""
 
-    kind: Literal["pytorch"] = "pytorch"
+    type: Literal["pytorch"] = "pytorch"
     process_count_per_instance: int = 1
 
     def __post_init__(self) -> None:
@@ -65,7 +65,7 @@ class PyTorchDistribution:
 class MpiDistribution:
     """MPI launch (Horovod, DeepSpeed); Azure runs mpirun with this many processes per node."""
 
-    kind: Literal["mpi"] = "mpi"
+    type: Literal["mpi"] = "mpi"
     process_count_per_instance: int = 1
 
     def __post_init__(self) -> None:
@@ -80,7 +80,7 @@ class MpiDistribution:
 class TensorFlowDistribution:
     """tf.distribute workers and parameter servers; each process gets its TF_CONFIG."""
 
-    kind: Literal["tensorflow"] = "tensorflow"
+    type: Literal["tensorflow"] = "tensorflow"
     worker_count: int = 1
     parameter_server_count: int = 0
 
@@ -102,11 +102,13 @@ _DISTRIBUTIONS: dict[str, type] = {
 
 
 def distribution_from_dict(data: Mapping[str, Any] | None) -> Distribution | None:
-    """Rebuild a distribution from ``to_dict`` output (``{"kind": ..., ...}``)."""
+    """Rebuild a distribution from ``to_dict`` output (``{"type": ..., ...}``)."""
     if data is None:
         return None
-    kind = check.one_of("distribution.kind", data.get("kind"), tuple(_DISTRIBUTIONS))
-    return _DISTRIBUTIONS[kind](**data)
+    # The job.json of a job submitted before distributions took azure-ai-ml's word names the type "kind".
+    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    name = check.one_of("distribution.type", fields.get("type"), tuple(_DISTRIBUTIONS))
+    return _DISTRIBUTIONS[name](**fields)
 
 
 def _literal_or_input(name: str, value: Any) -> Literal_ | Input:

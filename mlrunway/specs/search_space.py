@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mlrunway import check
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
 
 __all__ = [
     "Choice",
@@ -34,7 +34,7 @@ class _Expression:
     """Validate on construction; SweepSpec prefixes the error with the parameter's name."""
 
     def __post_init__(self) -> None:
-        self.validate(self.kind)  # type: ignore[attr-defined]
+        self.validate(self.type)  # type: ignore[attr-defined]
 
 
 def _bounds(field: str, low: Any, high: Any) -> None:
@@ -50,7 +50,7 @@ def _step(field: str, q: Any) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Choice(_Expression):
-    kind: Literal["choice"] = "choice"
+    type: Literal["choice"] = "choice"
     values: tuple[Any, ...]
 
     def validate(self, field: str) -> None:
@@ -61,7 +61,7 @@ class Choice(_Expression):
 
 @dataclass(frozen=True, kw_only=True)
 class Uniform(_Expression):
-    kind: Literal["uniform"] = "uniform"
+    type: Literal["uniform"] = "uniform"
     min_value: float
     max_value: float
 
@@ -73,7 +73,7 @@ class Uniform(_Expression):
 class LogUniform(_Expression):
     """exp(Uniform(min_value, max_value)): bounds are natural logs of the values."""
 
-    kind: Literal["loguniform"] = "loguniform"
+    type: Literal["loguniform"] = "loguniform"
     min_value: float
     max_value: float
 
@@ -91,7 +91,7 @@ class LogUniform(_Expression):
 
 @dataclass(frozen=True, kw_only=True)
 class QUniform(_Expression):
-    kind: Literal["quniform"] = "quniform"
+    type: Literal["quniform"] = "quniform"
     min_value: float
     max_value: float
     q: float
@@ -103,7 +103,7 @@ class QUniform(_Expression):
 
 @dataclass(frozen=True, kw_only=True)
 class QLogUniform(_Expression):
-    kind: Literal["qloguniform"] = "qloguniform"
+    type: Literal["qloguniform"] = "qloguniform"
     min_value: float
     max_value: float
     q: float
@@ -114,7 +114,7 @@ class QLogUniform(_Expression):
 
 @dataclass(frozen=True, kw_only=True)
 class Normal(_Expression):
-    kind: Literal["normal"] = "normal"
+    type: Literal["normal"] = "normal"
     mu: float
     sigma: float
 
@@ -126,7 +126,7 @@ class Normal(_Expression):
 
 @dataclass(frozen=True, kw_only=True)
 class LogNormal(_Expression):
-    kind: Literal["lognormal"] = "lognormal"
+    type: Literal["lognormal"] = "lognormal"
     mu: float
     sigma: float
 
@@ -138,7 +138,7 @@ class LogNormal(_Expression):
 class QNormal(_Expression):
     """round(Normal(mu, sigma) / q) * q."""
 
-    kind: Literal["qnormal"] = "qnormal"
+    type: Literal["qnormal"] = "qnormal"
     mu: float
     sigma: float
     q: float
@@ -152,7 +152,7 @@ class QNormal(_Expression):
 class QLogNormal(_Expression):
     """round(exp(Normal(mu, sigma)) / q) * q."""
 
-    kind: Literal["qlognormal"] = "qlognormal"
+    type: Literal["qlognormal"] = "qlognormal"
     mu: float
     sigma: float
     q: float
@@ -165,7 +165,7 @@ class QLogNormal(_Expression):
 class Randint(_Expression):
     """Integers in [0, upper)."""
 
-    kind: Literal["randint"] = "randint"
+    type: Literal["randint"] = "randint"
     upper: int
 
     def validate(self, field: str) -> None:
@@ -174,23 +174,25 @@ class Randint(_Expression):
 
 SearchExpression = (Choice | Uniform | LogUniform | QUniform | QLogUniform | Normal | LogNormal | QNormal | QLogNormal
                     | Randint)
-_KINDS: dict[str, type] = {
-    cls.kind: cls
+_TYPES: dict[str, type] = {
+    cls.type: cls
     for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, QNormal, QLogNormal, Randint)
 }
 
 
 def expression_from_dict(field: str, data: Mapping[str, Any] | SearchExpression) -> SearchExpression:
-    """Build an expression from ``{"kind": "uniform", "min_value": ..., ...}`` (or pass one through)."""
-    if isinstance(data, tuple(_KINDS.values())):
+    """Build an expression from ``{"type": "uniform", "min_value": ..., ...}`` (or pass one through)."""
+    if isinstance(data, tuple(_TYPES.values())):
         return data  # type: ignore[return-value]
     if not isinstance(data, Mapping):
         raise check.fail(field, f"{data!r} is not a search expression", "pass e.g. Uniform(min_value=0.001, max_value=0.1)")
-    kind = check.one_of(f"{field}.kind", data.get("kind"), tuple(_KINDS))
+    # The job.json of a sweep started before the expressions took azure-ai-ml's word names the type "kind".
+    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    name = check.one_of(f"{field}.type", fields.get("type"), tuple(_TYPES))
     try:
-        return _KINDS[kind](**data)
+        return _TYPES[name](**fields)
     except TypeError as exc:
-        raise check.fail(field, f"bad arguments for {kind} ({exc})", "see azure.ai.ml.sweep for its arguments") from exc
+        raise check.fail(field, f"bad arguments for {name} ({exc})", "see azure.ai.ml.sweep for its arguments") from exc
     except SpecError as exc:
         raise SpecError(f"{field}.{exc}") from exc
 
@@ -204,5 +206,5 @@ def to_dict(expr: SearchExpression) -> dict[str, Any]:
 
 def grid_values(field: str, expr: SearchExpression) -> Sequence[Any]:
     if not isinstance(expr, Choice):
-        raise check.fail(field, f"grid sampling needs Choice, got {expr.kind}", "use Choice or sampling_algorithm='random'")
+        raise check.fail(field, f"grid sampling needs Choice, got {expr.type}", "use Choice or sampling_algorithm='random'")
     return expr.values

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from mlrunway import check
+from mlrunway.early_termination import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
-from mlrunway.specs.policies import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
 __all__ = ["Objective", "SamplingAlgorithm", "SweepLimits", "SweepSpec"]
@@ -211,9 +211,9 @@ class SweepSpec:
 def _check_bayesian(space: Mapping[str, SearchExpression], policy: EarlyTerminationPolicy | None) -> None:
     """Azure ML's rules for bayesian sampling, enforced before launch on both backends."""
     for name, expr in space.items():
-        if expr.kind not in BAYESIAN_EXPRESSIONS:
+        if expr.type not in BAYESIAN_EXPRESSIONS:
             raise check.fail(f"sweep.search_space.{name}", f"bayesian sampling takes choice, uniform and quniform "
-                             f"only, not {expr.kind} (Azure ML's rule)",
+                             f"only, not {expr.type} (Azure ML's rule)",
                              "use one of those (a log range as uniform over its logs in the script), or random sampling")
     if policy is not None:
         raise check.fail("sweep.early_termination", "bayesian sampling takes no early-termination policy (Azure ML's "

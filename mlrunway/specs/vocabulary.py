@@ -11,12 +11,14 @@ are cast where the SDK takes numbers.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
 from typing import Any
 
+from mlrunway import check
+from mlrunway.early_termination import POLICIES, EarlyTerminationPolicy
 from mlrunway.errors import SpecError
-from mlrunway.specs import check
-from mlrunway.specs import policies as pol
 from mlrunway.specs import search_space as space
 from mlrunway.specs.job import (
     CommandJobSpec,
@@ -46,13 +48,6 @@ _EXPRESSIONS: _Table = {
     "qnormal": (space.QNormal, {"mu": float, "sigma": float, "q": float}),
     "qlognormal": (space.QLogNormal, {"mu": float, "sigma": float, "q": float}),
     "randint": (space.Randint, {"upper": int}),
-}
-_POLICIES: _Table = {
-    "bandit": (pol.BanditPolicy, {"slack_factor": float, "slack_amount": float, "evaluation_interval": int,
-                                  "delay_evaluation": int}),
-    "median_stopping": (pol.MedianStoppingPolicy, {"evaluation_interval": int, "delay_evaluation": int}),
-    "truncation_selection": (pol.TruncationSelectionPolicy, {"truncation_percentage": int,
-                                                             "evaluation_interval": int, "delay_evaluation": int}),
 }
 _DISTRIBUTIONS: _Table = {
     "pytorch": (PyTorchDistribution, {"process_count_per_instance": int}),
@@ -112,14 +107,24 @@ def search_space(value: Mapping[str, Any] | None) -> dict[str, space.SearchExpre
     return out
 
 
-def early_termination(value: Any) -> pol.EarlyTerminationPolicy | None:
+def early_termination(value: Any) -> EarlyTerminationPolicy | None:
     """``{"type": "bandit", "slack_factor": 0.15, "evaluation_interval": 1, "delay_evaluation": 10}``,
-    ``median_stopping``, ``truncation_selection``; None, ``{}`` or ``{"type": "none"}`` for none."""
+    ``median_stopping``, ``truncation_selection`` (any policy in ``early_termination.POLICIES``); None, ``{}`` or
+    ``{"type": "none"}`` for none."""
     if value is None or value == {} or (isinstance(value, Mapping) and str(value.get("type", "")).lower() == "none"):
         return None
-    if isinstance(value, (pol.BanditPolicy, pol.MedianStoppingPolicy, pol.TruncationSelectionPolicy)):
+    if any(isinstance(value, policy.spec) for policy in POLICIES.values()):
         return value
-    return _typed("early_termination", value, _POLICIES, '{"type": "bandit", "slack_factor": 0.15}')
+    table = {name: (policy.spec, _arguments(policy.spec)) for name, policy in POLICIES.items()}
+    return _typed("early_termination", value, table, '{"type": "bandit", "slack_factor": 0.15}')
+
+
+def _arguments(spec: type) -> dict[str, Any]:
+    """A policy's arguments, each with the type its field names (``float | None``: float), to cast the strings a
+    rendered template gives."""
+    hints = typing.get_type_hints(spec)
+    return {f.name: next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+            for f in dataclasses.fields(spec) if f.name != "type"}
 
 
 def distribution(value: Any) -> Distribution | None:
@@ -200,12 +205,8 @@ def command_job(value: Mapping[str, Any] | CommandJobSpec, field: str = "job") -
 def as_arguments(spec: CommandJobSpec) -> dict[str, Any]:
     """A spec back in the SDK's words: ``command_job(as_arguments(spec)) == spec``."""
     data = spec.to_dict()
-    dist = data["distribution"]
-    if dist is not None:
-        dist = {"type": dist.pop("kind"), **dist}
-    return {**data, "distribution": dist,
-            "inputs": {k: {"type": v["type"], "path": v["path"]} if isinstance(v, dict) else v
-                       for k, v in data["inputs"].items()}}
+    return {**data, "inputs": {k: {"type": v["type"], "path": v["path"]} if isinstance(v, dict) else v
+                               for k, v in data["inputs"].items()}}
 
 
 def merged_job(job: Mapping[str, Any] | CommandJobSpec | None, overrides: Mapping[str, Any]) -> CommandJobSpec:

@@ -124,4 +124,4 @@ def _v1_draw(expr: SearchExpression, rng: random.Random) -> Any:
         return rng.lognormvariate(expr.mu, expr.sigma)
     if isinstance(expr, Randint):
         return rng.randrange(expr.upper)
-    raise TypeError(f"version 1 of the sampler has no {expr.kind}")
+    raise TypeError(f"version 1 of the sampler has no {expr.type}")

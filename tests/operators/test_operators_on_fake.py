@@ -361,7 +361,7 @@ def test_a_sweep_in_the_sdks_words_reaches_the_backend_as_a_spec(fake):
                         "command": tutorial_job("/data")["command"] + " --batch-size ${{inputs.batch_size}}"})
     spec = task.spec()
     assert spec.search_space["batch_size"].values == (16, 32)
-    assert spec.early_termination.kind == "median_stopping" and spec.limits.max_total_trials == 4
+    assert spec.early_termination.type == "median_stopping" and spec.limits.max_total_trials == 4
     with pytest.raises(SpecError, match="search_space.batch_size.values: empty"):
         sweep(search_space={"batch_size": {"type": "choice", "values": []}}).spec()
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -41,7 +42,6 @@ from mlrunway.local.serving.state import (
     new_key,
 )
 from mlrunway.local.workspace import Workspace
-from mlrunway.specs import check
 
 
 class LocalEndpoints(Endpoints):

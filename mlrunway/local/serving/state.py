@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway import check
 from mlrunway.local.files import read_json, write_json
-from mlrunway.specs import check
 
 STATE_FILE = "endpoint.json"
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413

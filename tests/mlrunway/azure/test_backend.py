@@ -15,11 +15,14 @@ import pytest
 from mlrunway import pipeline
 from mlrunway.azure.environments import GPU_IMAGE, TORCH_VERSION
 from mlrunway.backend.types import DeploymentSettings, JobStatus
-from mlrunway.errors import EndpointError, JobTimedOut, NotFound
+from mlrunway.early_termination import POLICIES, Policy
+from mlrunway.errors import EndpointError, JobTimedOut, NotFound, SpecError
 from mlrunway.onnx_export import export_registered
 from mlrunway.report import collect, plot_curves, render_html
 from tests.conftest import REPO
 from tests.mlrunway.azure.fake_azureml import CONTAINER, SUBSCRIPTION, WS_PATH, Trial
+from tests.mlrunway.early_termination.test_registry import FloorPolicy
+from tests.mlrunway.early_termination.test_registry import decide_at as decide_floor
 from training.tutorial import train_job, tutorial_sweep
 
 CODE = REPO / "training"
@@ -92,6 +95,19 @@ def test_cancel_and_wait_timeout_use_begin_cancel(fake, azure, small_digits: Pat
     assert azure.jobs.get("slow").status is JobStatus.CANCELED
     azure.jobs.cancel("slow")  # already ended: nothing more is sent
     assert len(fake.sent("POST", f"{ARM_JOB}slow/cancel$")) == 1
+
+
+def test_a_policy_azure_ml_lacks_is_refused_before_any_job(fake, azure, small_digits: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy registered for the local controller only (the registry test's floor) never reaches Azure ML."""
+    monkeypatch.setitem(POLICIES, "floor", Policy(FloorPolicy, decide_floor))
+    spec = tutorial_sweep(train_job(str(CODE), str(small_digits), num_epochs=3),
+                          early_termination=FloorPolicy(floor=0.4))
+    with pytest.raises(SpecError, match=r"^early_termination.type: 'floor' is not an early-termination policy of "
+                                        r"azure-ai-ml, which has bandit, median_stopping and truncation_selection; "
+                                        r"use one of those, or run this sweep on the local backend$"):
+        azure.jobs.submit_sweep("mlr-floor-sweep", spec)
+    assert not fake.sent("PUT", ARM_JOB) and not fake.blobs
 
 
 @pytest.mark.slow

@@ -50,6 +50,26 @@ def test_specs_round_trip_through_dict():
     assert SweepSpec.from_dict(spec.to_dict()) == spec
 
 
+def test_specs_are_written_with_azure_ai_mls_type_and_an_older_records_kind_still_reads():
+    spec = sweep(trial=trial(distribution=PyTorchDistribution(process_count_per_instance=2)))
+    record = spec.to_dict()
+    assert record["early_termination"] == {"type": "bandit", "slack_factor": 0.15, "slack_amount": None,
+                                           "evaluation_interval": 1, "delay_evaluation": 10}
+    assert record["search_space"]["momentum"] == {"type": "uniform", "min_value": 0.5, "max_value": 0.9}
+    assert record["trial"]["distribution"] == {"type": "pytorch", "process_count_per_instance": 2}
+
+    def older(data):  # what this version wrote before it took azure-ai-ml's word
+        return {"kind" if key == "type" else key: value for key, value in data.items()}
+
+    assert SweepSpec.from_dict({
+        **record, "early_termination": older(record["early_termination"]),
+        "search_space": {name: older(expr) for name, expr in record["search_space"].items()},
+        "trial": {**record["trial"], "distribution": older(record["trial"]["distribution"])},
+    }) == spec
+    with pytest.raises(SpecError, match="early_termination.type: 'hyperband' is not supported; use one of bandit, "):
+        SweepSpec.from_dict({**record, "early_termination": {"type": "hyperband"}})
+
+
 def test_specs_are_immutable_and_changes_return_copies():
     job = trial()
     with pytest.raises(AttributeError):
@@ -89,11 +109,11 @@ def test_distribution_rejects_bad_process_counts(kwargs):
 
 BAD_SWEEPS = [
     pytest.param({"search_space": {}}, "sweep.search_space: is empty", id="empty-space"),
-    pytest.param({"search_space": {"learning_rate": {"kind": "choice", "values": []}}}, "Choice has no values", id="empty-choice"),
-    pytest.param({"search_space": {"learning_rate": {"kind": "uniform", "min_value": 0.1, "max_value": 0.001}}},
+    pytest.param({"search_space": {"learning_rate": {"type": "choice", "values": []}}}, "Choice has no values", id="empty-choice"),
+    pytest.param({"search_space": {"learning_rate": {"type": "uniform", "min_value": 0.1, "max_value": 0.001}}},
                  "learning_rate.uniform: min_value 0.1 is not less than max_value 0.001", id="min-over-max"),
-    pytest.param({"search_space": {"learning_rate": {"kind": "gaussian", "mu": 0}}}, "kind: 'gaussian' is not supported", id="unknown-distribution"),
-    pytest.param({"search_space": {"learning_rate": {"kind": "quniform", "min_value": 0, "max_value": 1, "q": 0}}}, r"\.q: 0", id="zero-q"),
+    pytest.param({"search_space": {"learning_rate": {"type": "gaussian", "mu": 0}}}, "type: 'gaussian' is not supported", id="unknown-distribution"),
+    pytest.param({"search_space": {"learning_rate": {"type": "quniform", "min_value": 0, "max_value": 1, "q": 0}}}, r"\.q: 0", id="zero-q"),
     pytest.param({"search_space": {"batch": Choice(values=[16, 32])}}, "sweep.search_space.batch: never reaches the trial's command line", id="unused-parameter"),
     pytest.param({"sampling_algorithm": "hyperband"}, "sampling_algorithm: 'hyperband' is not supported", id="bad-sampling"),
     pytest.param({"sampling_algorithm": "grid"}, "grid sampling needs Choice, got uniform", id="grid-needs-choice"),
@@ -106,7 +126,7 @@ BAD_SWEEPS = [
     pytest.param({"sampling_algorithm": {"type": "random", "sead": 3}}, "sampling_algorithm.sead: is not an argument of a sampling algorithm", id="unknown-argument"),
     pytest.param({"sampling_algorithm": {"type": "random", "seed": "x"}}, "sampling_algorithm.seed: 'x' is not an integer", id="bad-seed"),
     pytest.param({"sampling_algorithm": {"type": "random", "seed": 3}, "seed": 4}, "sweep.seed: 4 differs from sampling_algorithm.seed 3; pass one seed", id="two-seeds"),
-    pytest.param({"sampling_algorithm": "bayesian", "early_termination": None, "search_space": {"learning_rate": {"kind": "loguniform", "min_value": -7, "max_value": -2}}},
+    pytest.param({"sampling_algorithm": "bayesian", "early_termination": None, "search_space": {"learning_rate": {"type": "loguniform", "min_value": -7, "max_value": -2}}},
                  "sweep.search_space.learning_rate: bayesian sampling takes choice, uniform and quniform only, not loguniform", id="bayesian-loguniform"),
     pytest.param({"sampling_algorithm": "bayesian"}, "sweep.early_termination: bayesian sampling takes no early-termination policy", id="bayesian-with-policy"),
 ]

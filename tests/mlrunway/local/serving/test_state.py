@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from mlrunway.check import endpoint_name as check_endpoint_name
 from mlrunway.errors import SpecError
 from mlrunway.local.serving.state import DeploymentState, check_traffic
-from mlrunway.specs.check import endpoint_name as check_endpoint_name
 
 
 @pytest.mark.parametrize("name", ["abc", "digits-ep-1", "a" * 32, "Blue2"])

@@ -1,4 +1,5 @@
-"""Small named validators shared by the specs; each raises SpecError naming the field."""
+"""Small named validators shared by the specs, the policies, the backends and the operators; each raises SpecError
+naming the field."""
 
 from __future__ import annotations
 
