@@ -92,7 +92,7 @@ class MlrunwayBaseOperator(BaseOperator):
         return super().render_template(content, context, jinja_env, seen_oids)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """Where every deferral comes back (``execute_complete``, ``stable_resume``), under ``execute``'s wrappers."""
+        """Where every deferral comes back (``execute_complete`` or another method), under ``execute``'s wrappers."""
         return _exits_quickly(_screen_sized(super().resume_execution))(next_method, next_kwargs, context)
 
     @cached_property

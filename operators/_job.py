@@ -16,9 +16,10 @@ from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin
 
-from mlrunway.airflow.triggers import JobTrigger, Outcome
+from mlrunway.airflow.triggers import JobTrigger
 from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobInfo, JobStatus
+from mlrunway.backend.waiting import Outcome
 from mlrunway.errors import JobFailed, JobTimedOut
 from operators._base import MlrunwayWaitingOperator
 

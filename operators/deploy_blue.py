@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway.airflow.assets import production_alias
-from mlrunway.airflow.triggers import DeploymentTrigger, Outcome
-from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
-from mlrunway.errors import EndpointError, NotFound
-from mlrunway.pipeline import deploy_blue, promote_blue, start_blue
-from operators._stable import StableEndpointMixin
+from mlrunway.airflow.assets import emit_production, production_alias
+from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+from mlrunway.deploy import DeploymentStrategy, DeployRequest, strategy
+from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
+from mlrunway.errors import EndpointError
+from mlrunway.production import stable
+from mlrunway.production.rollout import RolloutPolicy
+from operators._base import MlrunwayWaitingOperator
 
 
-class DeployBlueOperator(StableEndpointMixin):
+class DeployBlueOperator(MlrunwayWaitingOperator):
     """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it with a real validation image
     through the deployment header, then move traffic to ``{"blue": 100}``. A failed smoke test fails the task
     and leaves traffic where it was.
@@ -60,11 +64,15 @@ class DeployBlueOperator(StableEndpointMixin):
         ends ``held``.
     :param rollback_to: a registry alias (``previous``): deploy the version of ``model_name`` holding it instead
         of ``model_version``, through the same staged rollout, without the gate (a person decided).
+
+    :param strategy: the deployment strategy by name (:data:`mlrunway.deploy.STRATEGIES`); default
+        ``champion_challenger`` with ``endpoint_name``, else ``blue``. The task only hosts it: each wait the
+        strategy asks for becomes a trigger (or a wait in the worker) and its event goes back to the strategy.
     """
 
-    template_fields = (*StableEndpointMixin.template_fields, "model_name", "model_version", "code_dir",
+    template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
                        "data_dir", "instance_type", "instance_count", "sample_request", "scoring_script", "endpoint_name",
-                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval")
+                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
                  sample_request: str | None = None, scoring_script: str = "score.py", workers: int = 2,
@@ -72,7 +80,7 @@ class DeployBlueOperator(StableEndpointMixin):
                  endpoint_name: str | None = None, min_improvement: float | str = 0.0,
                  evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                  rollback_to: str | None = None, require_approval: bool | str = False,
-                 approval_timeout_s: float = 7 * 24 * 3600.0, **kwargs: Any) -> None:
+                 approval_timeout_s: float = 7 * 24 * 3600.0, strategy: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
         super().__init__(**kwargs)
         self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
@@ -82,70 +90,114 @@ class DeployBlueOperator(StableEndpointMixin):
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.sample_request, self.scoring_script = sample_request, scoring_script
         self.instance_type, self.instance_count = instance_type, instance_count
+        self.strategy = strategy
 
-    def settings(self) -> DeploymentSettings:
-        return DeploymentSettings(model=f"{self.model_name}:{int(self.model_version)}", code_dir=str(self.code_dir),
-                                  scoring_script=self.scoring_script,
-                                  instance_type=self.instance_type or None,
-                                  instance_count=int(self.instance_count) if self.instance_count else None)
+    def chosen(self) -> DeploymentStrategy:
+        return strategy(self.strategy or ("champion_challenger" if self.endpoint_name else "blue"))
+
+    def request(self, context: Context) -> DeployRequest:
+        """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
+        capabilities = self.backend.capabilities
+        return DeployRequest(
+            endpoint=self.endpoint_name or self.names(context).endpoint,
+            settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
+                                        scoring_script=self.scoring_script, instance_type=self.instance_type or None,
+                                        instance_count=int(self.instance_count) if self.instance_count else None),
+            endpoint_settings=EndpointSettings(workers=self.workers), data_dir=self.data_dir,
+            sample_request=Path(self.code_dir) / self.sample_request if self.sample_request else None,
+            run_key=self.names(context).run_key, not_newest=self.not_newest(context), max_wait_s=self.max_wait_s,
+            poll_s=self.poll_s, min_improvement=float(self.min_improvement or 0), evaluation=self.evaluation,
+            rollout=RolloutPolicy.parse(self.rollout, default_window_s=capabilities.rollout_window_s,
+                                        metrics_lag_s=capabilities.metrics_lag_s),
+            require_approval=self.require_approval in (True, "True", "true", "1"),
+            approval_timeout_s=self.approval_timeout_s, rollback_to=self.rollback_to or None)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.endpoint_name:
-            return self.stable_begin(context)
-        endpoint = self._endpoint = self.names(context).endpoint
-        self.link(context, "endpoint", endpoint)
-        if not self.deferrable:
-            return deploy_blue(self.backend, endpoint, self.settings(), self.data_dir, sample_request=self.request(),
-                               endpoint_settings=EndpointSettings(workers=self.workers), timeout_s=self.max_wait_s)
-        self.backend.endpoints.begin_create_or_update(endpoint, EndpointSettings(workers=self.workers))
-        info = self.settle(lambda: self.backend.endpoints.get(endpoint), lambda i: i.provisioning_state.is_terminal())
-        return self.step(endpoint, None, info.provisioning_state)
+        request = self._request = self.request(context)
+        self.link(context, "endpoint", request.endpoint)
+        return self.follow(context, request, self.chosen().start(self.backend, request))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        endpoint = self._endpoint = event["endpoint"]
-        self.link(context, "endpoint", endpoint)  # a resumed task is a new process: record it again
-        what = f"deployment {endpoint}/{event['deployment']}" if event["deployment"] else f"endpoint {endpoint}"
-        outcome = Outcome(event["outcome"])
-        if outcome is Outcome.TIMEOUT:
-            raise EndpointError(f"{what}: {event['error']} (max_wait_s={self.max_wait_s:g})")
-        if outcome is Outcome.ERROR:
-            raise EndpointError(f"{what}: waiting on it failed: {event['error']}")
-        return self.step(endpoint, event["deployment"], ProvisioningState(event["status"]), event.get("error"),
-                         event.get("operation"))
+        request = self._request = self.request(context)
+        self.link(context, "endpoint", request.endpoint)  # a resumed task is a new process: record it again
+        step = self.chosen().resume(self.backend, request, event["carry"], Resumed.of(event))
+        return self.follow(context, request, step)
+
+    def follow(self, context: Context, request: DeployRequest, step: Step) -> dict[str, Any]:
+        """Host the strategy's steps until it is done: each wait deferred (or waited here), its event handed back."""
+        while not isinstance(step, Done):
+            trigger = self.trigger(step)
+            if isinstance(step, Approval):
+                self.ask(context, step)
+            event = self.settled(trigger) if isinstance(trigger, DeploymentTrigger) else None
+            if event is None and self.deferrable:
+                self.defer(trigger=trigger, method_name="execute_complete")
+            if event is None:
+                event = trigger.wait_here(self.backend)
+            step = self.chosen().resume(self.backend, request, step.state, Resumed.of(event))
+        return self.finish(context, step)
+
+    def settled(self, trigger: DeploymentTrigger) -> dict[str, Any] | None:
+        """A provisioning that ends within ``defer_after_s`` is waited on here (a deferral costs more)."""
+        ended = self.settle(lambda: trigger.look(self.backend), lambda event: event is not None)
+        return None if ended is None else {**trigger.ids(), **ended}
+
+    def trigger(self, step: Provisioning | Window | Approval) -> DeploymentTrigger | WindowTrigger | ApprovalTrigger:
+        if isinstance(step, Provisioning):
+            return DeploymentTrigger(self.backend_conn_id, step.endpoint, step.deployment, self.poll_s,
+                                     time.time() + self.max_wait_s, operation=step.operation, carry=step.state)
+        if isinstance(step, Window):
+            return WindowTrigger(time.time() + step.seconds, step.state)
+        return ApprovalTrigger(self.backend_conn_id, step.model, self.poll_s, step.deadline, step.state)
+
+    def ask(self, context: Context, step: Approval) -> None:
+        name, _, version = step.model.partition(":")
+        context["ti"].xcom_push(key="approval", value=step.evidence)
+        self.log.info("%s waits for approval before any traffic moves: %s. Answer with `python -m "
+                      "mlrunway.airflow.approval approve|reject %s %s --conn %s` (or set its tag %s)", step.model,
+                      step.evidence["gate"].get("summary"), name, version, self.backend_conn_id, stable.APPROVAL_TAG)
+
+    def finish(self, context: Context, done: Done) -> dict[str, Any]:
+        """Push a stable endpoint's decision and what serves as XComs at once (a rolled-back task fails after
+        this), announce a new production model, then return the result or fail with the strategy's sentence."""
+        for key in ("decision", "live"):
+            if key in done.result:
+                context["ti"].xcom_push(key=key, value=done.result[key])
+        if done.production is not None:
+            emit_production(context, done.result["endpoint"], done.production)
+        if done.failure:
+            raise EndpointError(done.failure)
+        return done.result
 
     def on_kill(self) -> None:
-        """The task was killed while `blue` provisioned: delete it (it has no traffic yet); one that already
-        serves is left to the run's cleanup."""
-        endpoint = getattr(self, "_endpoint", None)
-        if endpoint is None:
-            return
+        """The task was killed while it waited: the strategy undoes what serves nobody yet (a `blue` still
+        provisioning); what serves is left to the run's cleanup."""
+        if (request := getattr(self, "_request", None)) is not None:
+            self.chosen().abandon(self.backend, request)
+
+    def not_newest(self, context: Context) -> str | None:
+        """Why this run may not change production (a backfill, a catch-up or cleared old run), or None. A scheduled
+        run is not the newest when the DAG's next run after it is already due: the timetable says when (Airflow's
+        core timetable, which the task SDK's does not expose)."""
+        run = context.get("dag_run")
+        run_type = str(getattr(getattr(run, "run_type", None), "value", getattr(run, "run_type", "manual")))
+        next_due = None
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if run_type == "scheduled" and start is not None and end is not None:
+            next_due = self.next_run_after(context["dag"].timetable, start, end)
+        return stable.not_newest(run_type, next_due, datetime.now(UTC))
+
+    def next_run_after(self, timetable: Any, start: datetime, end: datetime) -> datetime | None:
+        import pendulum
+        from airflow.serialization.encoders import coerce_to_core_timetable
+        from airflow.timetables.base import DataInterval, TimeRestriction
+
         try:
-            if not self.backend.endpoints.get_deployment(endpoint, "blue").provisioning_state.is_terminal():
-                self.backend.endpoints.delete_deployment(endpoint, "blue")
-        except NotFound:
-            pass
-
-    def step(self, endpoint: str, deployment: str | None, state: ProvisioningState,
-             error: str | None = None, operation: str | None = None) -> dict[str, Any]:
-        """Where the rollout stands: wait while the endpoint or `blue` provisions, fail on a failure, else go on:
-        from the endpoint to `blue`, from `blue` to the smoke test and the traffic."""
-        what = f"deployment {endpoint}/{deployment}" if deployment else f"endpoint {endpoint}"
-        if not state.is_terminal():
-            self.log.info("%s is %s; waiting in the triggerer", what, state.value)
-            self.defer(trigger=DeploymentTrigger(self.backend_conn_id, endpoint, deployment, self.poll_s,
-                                                 time.time() + self.max_wait_s, operation=operation),
-                       method_name="execute_complete")
-        if state is not ProvisioningState.SUCCEEDED:
-            raise EndpointError(error or f"{what} ended {state.value}")
-        if deployment is None:
-            started = start_blue(self.backend, endpoint, self.settings())
-            info = self.settle(lambda: self.backend.endpoints.get_deployment(endpoint, "blue",
-                                                                             operation=started.operation),
-                               lambda i: i.provisioning_state.is_terminal())
-            return self.step(endpoint, info.name, info.provisioning_state, info.error, info.operation)
-        return promote_blue(self.backend, endpoint, self.model_name, int(self.model_version), self.data_dir,
-                            self.request())
-
-    def request(self) -> Path | None:
-        """The smoke test's request file: ``sample_request`` in the code folder, or as given when absolute."""
-        return None if not self.sample_request else Path(self.code_dir) / self.sample_request
+            info = coerce_to_core_timetable(timetable).next_dagrun_info(
+                last_automated_data_interval=DataInterval(pendulum.instance(start), pendulum.instance(end)),
+                restriction=TimeRestriction(earliest=None, latest=None, catchup=True))
+        except Exception:  # noqa: BLE001 - a timetable that cannot say: the run type alone decides
+            self.log.warning("The timetable cannot tell this run's successor; only backfills are held back",
+                             exc_info=True)
+            return None
+        return getattr(info, "run_after", None)

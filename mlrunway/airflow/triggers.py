@@ -13,7 +13,6 @@ task cancels any job of the run that is still running, as a second net.
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,15 +21,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.protocol import Backend
-
-
-class Outcome(enum.StrEnum):
-    """How a trigger's wait ended: what it waited on reached a terminal status, the deadline passed, or the
-    wait itself failed (the backend raised)."""
-
-    ENDED = "ended"
-    TIMEOUT = "timeout"
-    ERROR = "error"
+from mlrunway.backend.waiting import Outcome
+from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 
 
 class BackendTrigger(BaseTrigger):
@@ -38,6 +30,8 @@ class BackendTrigger(BaseTrigger):
     :param poll_interval_s: seconds between status checks.
     :param deadline: epoch seconds after which the remote work is stopped and the event says ``timeout``.
     """
+
+    detail = "error"  # the event's key for what ``poll`` says with the status (an approval's: who answered)
 
     def __init__(self, backend_conn_id: str, poll_interval_s: float = 10.0, deadline: float | None = None) -> None:
         super().__init__()
@@ -79,13 +73,24 @@ class BackendTrigger(BaseTrigger):
             # The operator checked just before deferring: the first look comes one interval later, which also
             # keeps the event from racing the deferring process's exit in the scheduler (apache/airflow#72716).
             await asyncio.sleep(self.poll_interval_s)
-            status, terminal, error = await asyncio.to_thread(self.poll, backend)
-            if terminal:
-                return {"outcome": Outcome.ENDED.value, "status": status, "error": error}
-            if self.deadline is not None and time.time() > self.deadline:
-                done = await asyncio.to_thread(self.stop, backend, "the task's maximum wait passed")
-                return {"outcome": Outcome.TIMEOUT.value, "status": status,
-                        "error": f"still {status} at the deadline; {done}"}
+            if (event := await asyncio.to_thread(self.look, backend)) is not None:
+                return event
+
+    def look(self, backend: Backend) -> dict[str, Any] | None:
+        """Blocking: one poll, and the event it ends the wait with (stopping the work past the deadline), or None."""
+        status, terminal, detail = self.poll(backend)
+        if terminal:
+            return {"outcome": Outcome.ENDED.value, "status": status, self.detail: detail}
+        if self.deadline is not None and time.time() > self.deadline:
+            done = self.stop(backend, "the task's maximum wait passed")
+            return {"outcome": Outcome.TIMEOUT.value, "status": status, "error": f"still {status} at the deadline; {done}"}
+        return None
+
+    def wait_here(self, backend: Backend) -> dict[str, Any]:
+        """The trigger's wait and event, in the calling process (a task that does not defer)."""
+        while (event := self.look(backend)) is None:
+            time.sleep(self.poll_interval_s)
+        return {**self.ids(), **event}
 
 
 class JobTrigger(BackendTrigger):
@@ -162,6 +167,8 @@ class ApprovalTrigger(BackendTrigger):
     :param carry: what the resumed task needs, handed back in the event.
     """
 
+    detail = "by"
+
     def __init__(self, backend_conn_id: str, model: str, poll_interval_s: float = 10.0,
                  deadline: float | None = None, carry: dict[str, Any] | None = None) -> None:
         super().__init__(backend_conn_id, poll_interval_s, deadline)
@@ -182,8 +189,6 @@ class ApprovalTrigger(BackendTrigger):
         return "no answer came; the approval expired"
 
 
-APPROVAL_TAG, APPROVAL_BY_TAG = "mlrunway.approval", "mlrunway.approval_by"
-
 
 class WindowTrigger(BaseTrigger):
     """Wait until ``until`` (epoch seconds), then hand ``carry`` back in the event: a staged rollout's window.
@@ -202,3 +207,8 @@ class WindowTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await asyncio.sleep(max(0.0, self.until - time.time()))
         yield TriggerEvent({"outcome": Outcome.ENDED.value, "carry": self.carry})
+
+    def wait_here(self, backend: Backend) -> dict[str, Any]:
+        """The window, in the calling process (a task that does not defer)."""
+        time.sleep(max(0.0, self.until - time.time()))
+        return {"outcome": Outcome.ENDED.value, "carry": self.carry}

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from typing import Any
 
 from mlrunway.backend.types import ProvisioningState
 from mlrunway.errors import EndpointError
+
+
+class Outcome(enum.StrEnum):
+    """How a wait ended: what it waited on ``ended`` (terminal, whatever its status), the deadline passed
+    (``timeout``: the remote work was stopped), or waiting itself failed (``error``)."""
+
+    ENDED = "ended"
+    TIMEOUT = "timeout"
+    ERROR = "error"
 
 
 def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600.0, poll_s: float = 5.0) -> Any:

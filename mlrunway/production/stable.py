@@ -10,6 +10,7 @@ runs' rollouts from interleaving. The run's cleanup deletes the slot left withou
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import tempfile
@@ -29,8 +30,27 @@ from mlrunway.production.rollout import RolloutPolicy
 log = logging.getLogger(__name__)
 
 SLOTS = ("blue", "green")
-DECISIONS = ("created", "promoted", "held", "rolled_back", "skipped")
+# A person's answer on a challenger waiting for approval, and who gave it (python -m mlrunway.airflow.approval).
+APPROVAL_TAG, APPROVAL_BY_TAG = "mlrunway.approval", "mlrunway.approval_by"
 METRICS_TRIES, METRICS_RETRY_S = 3, 2.0  # a metrics read that fails is tried again after 2 s, then 4 s
+
+
+class Decision(enum.StrEnum):
+    """How a run on a stable endpoint ends."""
+
+    CREATED = "created"
+    PROMOTED = "promoted"
+    HELD = "held"
+    SKIPPED = "skipped"
+    ROLLED_BACK = "rolled_back"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What serves an endpoint's traffic: the deployment and its model (``name:version``)."""
+
+    deployment: str
+    model: str
 
 
 @dataclass(kw_only=True)
@@ -41,7 +61,7 @@ class Rollout:
     holder: str
     model: str
     slot: str
-    champion: dict[str, str] | None
+    champion: Serving | None
     policy: dict[str, Any]
     gate: dict[str, Any] = field(default_factory=dict)
     step: int = -1
@@ -55,7 +75,8 @@ class Rollout:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rollout:
-        return cls(**data)
+        champion = data.get("champion")
+        return cls(**{**data, "champion": Serving(**champion) if champion else None})
 
     @property
     def rollout_policy(self) -> RolloutPolicy:
@@ -104,7 +125,8 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
     log.info("endpoint %s: %s serves %s; the challenger %s goes to %s at 0%%", endpoint,
              champion["deployment"] if champion else "nothing", champion["model"] if champion else "-", settings.model,
              slot)
-    return Rollout(endpoint=endpoint, holder=holder, model=settings.model, slot=slot, champion=champion,
+    return Rollout(endpoint=endpoint, holder=holder, model=settings.model, slot=slot,
+                   champion=Serving(**champion) if champion else None,
                    policy=policy.to_dict())
 
 
@@ -126,17 +148,17 @@ def evaluation_set(backend: Backend, model: str, code_dir: str | Path, data_dir:
 def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSet, min_improvement: float) -> bool:
     """Score both deployments on the set through the endpoint; record the figures in ``r.gate``; True to promote."""
     assert r.champion is not None
-    champion = gate.evaluate(backend, r.endpoint, r.champion["deployment"], evaluation)
+    champion = gate.evaluate(backend, r.endpoint, r.champion.deployment, evaluation)
     challenger = gate.evaluate(backend, r.endpoint, r.slot, evaluation)
     promote, improvement = gate.decide(champion, challenger, evaluation.goal, min_improvement)
     r.gate = {"metric": evaluation.metric_name, "goal": evaluation.goal, "champion": round(champion, 6),
               "challenger": round(challenger, 6), "improvement": round(improvement, 6),
-              "min_improvement": min_improvement, "samples": evaluation.size, "champion_model": r.champion["model"],
+              "min_improvement": min_improvement, "samples": evaluation.size, "champion_model": r.champion.model,
               "challenger_model": r.model,
               "summary": f"{evaluation.metric_name} {challenger:.4g} against the champion's {champion:.4g} on "
                          f"{evaluation.size} samples (min_improvement {min_improvement:g})"}
     log.info("gate on %s (%d samples): champion %s %.4f, challenger %s %.4f: %s", evaluation.metric_name,
-             evaluation.size, r.champion["model"], champion, r.model, challenger, "better" if promote else "not better")
+             evaluation.size, r.champion.model, champion, r.model, challenger, "better" if promote else "not better")
     return promote
 
 
@@ -147,14 +169,14 @@ def next_phase(backend: Backend, r: Rollout) -> float:
     policy = r.rollout_policy
     now = time.time()
     if r.baseline is None:  # the champion alone, over the window before the rollout: the reference at 100%
-        r.baseline = read_metrics(backend, r.endpoint, r.champion["deployment"], now - policy.window_s, now).to_dict()
+        r.baseline = read_metrics(backend, r.endpoint, r.champion.deployment, now - policy.window_s, now).to_dict()
     mirror = policy.mirror_percent and policy.mirror_window_s and r.step == -1 and not r.windows
     if mirror:
-        traffic, mirrored, window = {r.champion["deployment"]: 100, r.slot: 0}, {r.slot: int(policy.mirror_percent)}, \
+        traffic, mirrored, window = {r.champion.deployment: 100, r.slot: 0}, {r.slot: int(policy.mirror_percent)}, \
             policy.mirror_window_s
     else:
         r.step += 1
-        traffic = rollout.traffic_at(r.champion["deployment"], r.slot, policy.steps[r.step])
+        traffic = rollout.traffic_at(r.champion.deployment, r.slot, policy.steps[r.step])
         mirrored, window = {}, policy.window_s
     rollout.apply(backend, r.endpoint, traffic, mirrored, _models(r))
     r.started = time.time()  # the window opens once the change is live (on Azure an update takes a while)
@@ -172,7 +194,7 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
     end = time.time() - backend.capabilities.metrics_lag_s
     try:
         challenger = read_metrics(backend, r.endpoint, r.slot, r.started, end)
-        champion = read_metrics(backend, r.endpoint, r.champion["deployment"], r.started, end)
+        champion = read_metrics(backend, r.endpoint, r.champion.deployment, r.started, end)
     except EndpointError as exc:  # fail closed: a window nobody can read is a failed window
         verdict = rollout.Verdict(False, str(exc), {}, {})
     else:
@@ -203,14 +225,14 @@ def roll_back(backend: Backend, r: Rollout) -> None:
     that fails, an error that says so loudly, with the traffic left live."""
     assert r.champion is not None
     try:
-        rollout.apply(backend, r.endpoint, {r.champion["deployment"]: 100, r.slot: 0}, {}, _models(r))
+        rollout.apply(backend, r.endpoint, {r.champion.deployment: 100, r.slot: 0}, {}, _models(r))
     except Exception as exc:
         try:
             left = f"traffic is still {backend.endpoints.get(r.endpoint).traffic}"
         except Exception as read:  # noqa: BLE001 - the error below must be raised whatever this read does
             left = f"its traffic could not be read either ({read})"
         raise EndpointError(f"ROLLBACK FAILED on endpoint {r.endpoint}: {left}, and the challenger {r.slot} "
-                            f"({r.model}) may be serving; set {r.champion['deployment']} to 100% by hand "
+                            f"({r.model}) may be serving; set {r.champion.deployment} to 100% by hand "
                             f"(cause: {exc})") from exc
 
 
@@ -220,7 +242,7 @@ class Next:
     end with ``decision`` (promoted, held, rolled_back) for ``reason``."""
 
     wait_s: float = 0.0
-    decision: str | None = None
+    decision: Decision | None = None
     reason: str = ""
 
 
@@ -232,15 +254,15 @@ def after_window(backend: Backend, r: Rollout) -> Next:
     if verdict.extend_s:
         return Next(wait_s=verdict.extend_s)
     if verdict.short:  # too little evidence even after the extension: traffic is back on the champion
-        return Next(decision="held", reason=f"{gate_summary}; but at the {r.windows[-1]['phase']} window "
+        return Next(decision=Decision.HELD, reason=f"{gate_summary}; but at the {r.windows[-1]['phase']} window "
                                             f"{verdict.reason}; the champion serves 100%")
     if not verdict.ok:
-        return Next(decision="rolled_back", reason=verdict.reason)
+        return Next(decision=Decision.ROLLED_BACK, reason=verdict.reason)
     if done(r):
         unseen = [w["phase"] for w in r.windows if not w["challenger"].get("requests")]
         evidence = (f"promoted without live evidence (rollout.min_requests=0; no request in the "
                     f"{', '.join(unseen)} window)" if unseen else "every rollout window within bounds")
-        return Next(decision="promoted", reason=f"{gate_summary}; {evidence}")
+        return Next(decision=Decision.PROMOTED, reason=f"{gate_summary}; {evidence}")
     return Next(wait_s=next_phase(backend, r))
 
 
@@ -266,26 +288,26 @@ def done(r: Rollout) -> bool:
 
 
 def _models(r: Rollout) -> dict[str, str]:
-    return {r.slot: r.model, **({r.champion["deployment"]: r.champion["model"]} if r.champion else {})}
+    return {r.slot: r.model, **({r.champion.deployment: r.champion.model} if r.champion else {})}
 
 
-def conclude(backend: Backend, r: Rollout, decision: str, reason: str) -> dict[str, Any]:
+def conclude(backend: Backend, r: Rollout, decision: Decision | str, reason: str) -> dict[str, Any]:
     """Record the decision and its evidence on the challenger's version (tags), move the aliases when it went
     live (``production`` to it, ``previous`` to the old champion), and return the task's result."""
-    assert decision in DECISIONS
+    decision = Decision(decision)
     name, _, version = r.model.partition(":")
-    backend.models.update_tags(name, int(version), {"mlrunway.decision": decision, "mlrunway.endpoint": r.endpoint,
+    backend.models.update_tags(name, int(version), {"mlrunway.decision": decision.value, "mlrunway.endpoint": r.endpoint,
                                                     "mlrunway.evidence": evidence(r), "mlrunway.reason": reason[:500]})
-    if decision in ("created", "promoted"):
+    if decision in (Decision.CREATED, Decision.PROMOTED):
         backend.models.set_alias(name, int(version), "production")
-        if r.champion and r.champion["model"]:
-            previous, _, previous_version = r.champion["model"].partition(":")
+        if r.champion and r.champion.model:
+            previous, _, previous_version = r.champion.model.partition(":")
             backend.models.set_alias(previous, int(previous_version), "previous")
     live = serving(backend, r.endpoint)
     info = backend.endpoints.get(r.endpoint)
-    log.info("endpoint %s: %s (%s); %s serves %s", r.endpoint, decision, reason,
+    log.info("endpoint %s: %s (%s); %s serves %s", r.endpoint, decision.value, reason,
              live["deployment"] if live else "nothing", live["model"] if live else "-")
-    return {"decision": decision, "reason": reason, "live": live, "endpoint": r.endpoint,
+    return {"decision": decision.value, "reason": reason, "live": live, "endpoint": r.endpoint,
             "scoring_uri": info.scoring_uri, "deployment": r.slot, "gate": r.gate, "windows": r.windows,
             "model": r.model}
 

@@ -97,4 +97,5 @@ def test_blocking_mode_waits_in_the_worker(backend, digits):
 )
 def test_a_provisioning_that_did_not_succeed_fails_the_task_with_its_reason(digits, event, match):
     with pytest.raises(EndpointError, match=match):
-        operator(digits, max_wait_s=60).execute_complete(CONTEXT, {"endpoint": ENDPOINT, "deployment": "blue", **event})
+        operator(digits, max_wait_s=60).execute_complete(CONTEXT, {"endpoint": ENDPOINT, "deployment": "blue",
+                                                                   "carry": {"phase": "blue"}, **event})

@@ -15,16 +15,20 @@ import logging
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from mlrunway.airflow.triggers import DeploymentTrigger, JobTrigger, Outcome
+from mlrunway.airflow.triggers import DeploymentTrigger, JobTrigger
 from mlrunway.backend.attempts import Action
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
+from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
+from mlrunway.backend.waiting import Outcome
+from mlrunway.deploy import STRATEGIES
+from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, SpecError
 from mlrunway.specs.sweep import SweepSpec
 from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
@@ -267,7 +271,7 @@ def test_killing_deploy_blue_while_blue_provisions_deletes_it(fake, digits):
         task.execute(context())
     with pytest.raises(TaskDeferred):  # the endpoint is up: now blue provisions
         task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": None, "outcome": "ended",
-                                          "status": "Succeeded", "error": None})
+                                          "status": "Succeeded", "error": None, "carry": {"phase": "endpoint"}})
     task.on_kill()
     assert "blue" not in fake.endpoints.endpoints[NAMES.endpoint].deployments
 
@@ -277,7 +281,7 @@ def test_deploy_blue_raises_the_waits_error_event(fake, digits):
                               model_version=1, code_dir=str(REPO / "training"), data_dir=str(digits))
     with pytest.raises(EndpointError, match="deployment .*/blue: waiting on it failed: TimeoutError"):
         task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": "blue", "outcome": "error",
-                                          "status": None, "error": "TimeoutError: ARM"})
+                                          "status": None, "error": "TimeoutError: ARM", "carry": {"phase": "blue"}})
 
 
 def test_pick_best_registers_the_backends_pick_and_warns_when_the_ranking_differs(fake, caplog):
@@ -416,7 +420,7 @@ def test_a_librarys_huge_message_leaves_the_task_a_screen_long(fake, monkeypatch
 
 
 def test_a_resumed_task_s_huge_message_is_a_screen_long_too(fake):
-    """Whichever method a deferral resumes in (execute_complete, stable_resume), its exceptions are shortened."""
+    """Whichever method a deferral resumes in (execute_complete, execute_complete), its exceptions are shortened."""
     from mlrunway.errors import SCREEN_CHARS
     from operators._base import MlrunwayWaitingOperator
 
@@ -427,3 +431,45 @@ def test_a_resumed_task_s_huge_message_is_a_screen_long_too(fake):
     with pytest.raises(OSError, match="File name too long") as raised:
         Resumed(task_id="resumed").resume_execution("later", {"event": {"path": "/code/.workspace"}}, context())
     assert len(str(raised.value)) <= SCREEN_CHARS
+
+
+# -- the deployment seam: a strategy is one class and one registry line; the deploy task only hosts it ----------
+class Straight:
+    """A strategy of the test's own: `green` provisioned and put at 100% at once, then a quiet minute's window
+    before it reports; no smoke test, no gate."""
+
+    name: ClassVar[str] = "straight"
+
+    def start(self, backend: Backend, request: DeployRequest) -> Step:
+        backend.endpoints.create_or_update(request.endpoint, request.endpoint_settings)
+        started = backend.endpoints.begin_create_or_update_deployment(request.endpoint, "green", request.settings)
+        return Provisioning(state={"at": "green"}, endpoint=request.endpoint, deployment="green",
+                            operation=started.operation)
+
+    def resume(self, backend: Backend, request: DeployRequest, state: dict[str, Any], event: Resumed) -> Step:
+        if state["at"] == "green":
+            event.provisioned(f"deployment {request.endpoint}/green", request.max_wait_s)
+            backend.endpoints.set_traffic(request.endpoint, {"green": 100})
+            return Window(state={"at": "watched"}, seconds=0.01)
+        return Done(result={"endpoint": request.endpoint, "traffic": backend.endpoints.get(request.endpoint).traffic})
+
+    def abandon(self, backend: Backend, request: DeployRequest) -> None:
+        backend.endpoints.delete_deployment(request.endpoint, "green")
+
+
+def test_a_new_strategy_is_one_class_and_one_registry_line(fake, monkeypatch):
+    monkeypatch.setitem(STRATEGIES, Straight.name, Straight)
+    fake.models.register("m", REPO / "training" / "score.py")
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=1, code_dir=str(REPO / "training"), strategy="straight",
+                              deferrable=False, poll_interval_s=0.001)
+    assert task.execute(context()) == {"endpoint": NAMES.endpoint, "traffic": {"green": 100}}
+    assert sorted(fake.endpoints.endpoints[NAMES.endpoint].deployments) == ["green"]
+
+
+def test_an_unknown_strategy_is_named_with_the_ones_there_are(fake):
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=1, code_dir=str(REPO / "training"), strategy="canary-by-header")
+    with pytest.raises(SpecError, match="strategy: 'canary-by-header' is not supported; use one of blue, "
+                                        "champion_challenger"):
+        task.execute(context())

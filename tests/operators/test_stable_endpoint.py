@@ -241,13 +241,13 @@ def test_deferred_between_steps_on_a_window_trigger_whose_event_carries_the_roll
     trigger = None
     for expected in ({"blue": 90, "green": 10}, {"blue": 50, "green": 50}, {"blue": 0, "green": 100}):
         with pytest.raises(TaskDeferred) as deferred:
-            task.execute(context) if trigger is None else task.stable_resume(context, first_event(trigger))
+            task.execute(context) if trigger is None else task.execute_complete(context, first_event(trigger))
         trigger = deferred.value.trigger
-        assert isinstance(trigger, WindowTrigger) and deferred.value.method_name == "stable_resume"
+        assert isinstance(trigger, WindowTrigger) and deferred.value.method_name == "execute_complete"
         assert 59 < trigger.until - time.time() <= 60 and fake.endpoints.get(ENDPOINT).traffic == expected
         trigger.until = 0  # the window has passed
         trigger = type(trigger)(**trigger.serialize()[1])  # as the triggerer rebuilds it
-    result = task.stable_resume(context, first_event(trigger))
+    result = task.execute_complete(context, first_event(trigger))
     assert result["decision"] == "promoted" and [w["phase"] for w in result["windows"]] == ["10%", "50%", "100%"]
 
 
@@ -309,7 +309,9 @@ def test_a_rejection_while_deferred_holds_the_challenger_and_nothing_moves(regis
     assert isinstance(trigger, ApprovalTrigger) and trigger.model == "m:2"
     assert approval(["show", "m", "2", "--conn", "fake"]) == 0 and "approval pending" in capsys.readouterr().out
     assert approval(["reject", "m", "2", "--conn", "fake", "--by", "bob"]) == 0
-    result = task.stable_resume(context, first_event(type(trigger)(**trigger.serialize()[1])))
+    event = first_event(type(trigger)(**trigger.serialize()[1]))
+    assert (event["status"], event["by"], "error" in event) == ("rejected", "bob", False)  # who answered: no error
+    result = task.execute_complete(context, event)
     assert result["decision"] == "held" and "rejected by bob" in result["reason"]
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert approval(["approve", "m", "2", "--conn", "fake"]) == 1  # answered already: nothing changes

@@ -36,7 +36,7 @@ def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_o
     policy = RolloutPolicy(steps=(50, 100), window_s=0, mirror_percent=50, mirror_window_s=1, min_requests=4)
     r = stable.begin(azure, ENDPOINT, "run-2", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")),
                      policy, 3600)
-    assert r.slot == "green" and r.champion == {"deployment": "blue", "model": "digits:1"}
+    assert r.slot == "green" and r.champion == stable.Serving(deployment="blue", model="digits:1")
     lease = json.loads(fake.resource("onlineEndpoints", ENDPOINT)["tags"]["mlrunway.lease"])
     assert lease["holder"] == "run-2"  # the lease is the endpoint's own tag
     provisioned(azure, "green")

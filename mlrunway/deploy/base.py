@@ -1,0 +1,144 @@
+"""The seam between the deploy task and how a model reaches an endpoint: the request, the steps a strategy asks
+for, the event a wait ends with, and the ``DeploymentStrategy`` protocol.
+
+A strategy is a state machine: ``start`` and ``resume`` return the next :class:`Step`, a wait (:class:`Provisioning`,
+:class:`Window`, :class:`Approval`) that carries the JSON state to resume from, or :class:`Done`. Its host, the
+deploy task, turns a wait into a trigger (or waits in the worker) and hands back a :class:`Resumed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from mlrunway import check
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
+from mlrunway.backend.waiting import Outcome
+from mlrunway.errors import EndpointError
+from mlrunway.production.rollout import RolloutPolicy
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployRequest:
+    """What the deploy task asks for, from its arguments and its run.
+
+    :param endpoint: the stable endpoint (``endpoint_name``), or the run's own.
+    :param settings: the deployment: the model (``name:version``), the code folder and scoring script, its size.
+    :param run_key: the run's key: the holder of a stable endpoint's rollout lease.
+    :param not_newest: why this run may not change production (a backfill, a catch-up run), or None.
+    :param max_wait_s: the most a provisioning may take; ``poll_s`` between looks at it.
+    The rest are the deploy task's arguments of the same names (see operators/deploy_blue.py).
+    """
+
+    endpoint: str
+    settings: DeploymentSettings
+    endpoint_settings: EndpointSettings = field(default_factory=EndpointSettings)
+    data_dir: str | None = None
+    sample_request: Path | None = None
+    run_key: str = ""
+    not_newest: str | None = None
+    max_wait_s: float = 3600.0
+    poll_s: float = 1.0
+    min_improvement: float = 0.0
+    evaluation: dict[str, Any] | None = None
+    rollout: RolloutPolicy = field(default_factory=RolloutPolicy)
+    require_approval: bool = False
+    approval_timeout_s: float = 7 * 24 * 3600.0
+    rollback_to: str | None = None
+
+    @property
+    def model(self) -> tuple[str, int]:
+        """The model's name and version; a version that is no whole number >= 1 is a SpecError naming the field."""
+        self.check_version()
+        return self.settings.model_name, self.settings.model_version
+
+    def check_version(self) -> None:
+        version = self.settings.model.partition(":")[2]
+        if not version.isdigit() or int(version) < 1:
+            raise check.fail("model_version", f"{version!r} is no version", "give a version >= 1, or "
+                             "rollback_to=previous")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provisioning:
+    """Wait until the endpoint (``deployment`` None) or one of its deployments is provisioned; past
+    ``max_wait_s`` the deployment is deleted."""
+
+    state: dict[str, Any]
+    endpoint: str
+    deployment: str | None = None
+    operation: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """Wait ``seconds`` (a staged rollout's window), then resume."""
+
+    state: dict[str, Any]
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Approval:
+    """Wait for a person's answer on ``model`` (its ``mlrunway.approval`` tag) until ``deadline`` (epoch s);
+    ``evidence`` is what they decide on."""
+
+    state: dict[str, Any]
+    model: str
+    deadline: float
+    evidence: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done:
+    """The task's result; with ``failure``, the task fails with that sentence after its result is recorded (a
+    rollback's figures). ``production`` is what now serves production when it changed (an asset event)."""
+
+    result: dict[str, Any]
+    failure: str | None = None
+    production: dict[str, Any] | None = None
+
+
+Step = Provisioning | Window | Approval | Done
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed:
+    """How a wait ended: its outcome, the status it ended in and what goes with it (an error; an approval's
+    answerer), and a deployment's operation."""
+
+    outcome: Outcome
+    status: str | None = None
+    error: str | None = None
+    by: str | None = None
+    operation: str | None = None
+
+    @classmethod
+    def of(cls, event: dict[str, Any]) -> Resumed:
+        return cls(outcome=Outcome(event["outcome"]), status=event.get("status"), error=event.get("error"),
+                   by=event.get("by"), operation=event.get("operation"))
+
+    def provisioned(self, what: str, max_wait_s: float) -> None:
+        """Raise EndpointError unless what was waited on ended Succeeded."""
+        if self.outcome is Outcome.TIMEOUT:
+            raise EndpointError(f"{what}: {self.error} (max_wait_s={max_wait_s:g})")
+        if self.outcome is Outcome.ERROR:
+            raise EndpointError(f"{what}: waiting on it failed: {self.error}")
+        if ProvisioningState.parse(self.status) is not ProvisioningState.SUCCEEDED:
+            raise EndpointError(self.error or f"{what} ended {self.status}")
+
+
+class DeploymentStrategy(Protocol):
+    """How a model reaches an endpoint. ``name`` is its registry key (:data:`mlrunway.deploy.STRATEGIES`)."""
+
+    name: ClassVar[str]
+
+    def start(self, backend: Backend, request: DeployRequest) -> Step: ...
+
+    def resume(self, backend: Backend, request: DeployRequest, state: dict[str, Any], event: Resumed) -> Step: ...
+
+    def abandon(self, backend: Backend, request: DeployRequest) -> None:
+        """The task was killed while it waited: undo what serves nobody yet."""
+        ...

@@ -1,0 +1,156 @@
+"""A stable endpoint that outlives runs (:mod:`mlrunway.production.stable`): the first run creates it with `blue` at
+100% (``created``); a later one deploys its model to the slot not serving, at 0%, compares both on the evaluation
+set through the endpoint (the gate), and ends ``held``, ``skipped`` (a run that is not the newest never moves
+production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task fails with the figures). With
+``require_approval`` a person answers between the gate and the first traffic change; ``rollback_to`` deploys the
+version an alias names through the same rollout, without the gate.
+
+Its state between waits is the :class:`~mlrunway.production.stable.Rollout` and the phase it waits in.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from mlrunway import check
+from mlrunway.backend.protocol import Backend, Rollout, rollout_of
+from mlrunway.backend.waiting import Outcome
+from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
+from mlrunway.errors import EndpointError, NotSupportedOnBackend
+from mlrunway.pipeline import promote_blue
+from mlrunway.production import stable
+from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
+from mlrunway.production.stable import Rollout as Progress
+
+log = logging.getLogger(__name__)
+
+LEASE_MARGIN_S = 900.0
+
+
+class Phase(enum.StrEnum):
+    """What a rollout waits for between two steps of the task."""
+
+    PROVISIONED = "provisioned"
+    APPROVAL = "approval"
+    WINDOW = "window"
+
+
+class ChampionChallenger:
+    name: ClassVar[str] = "champion_challenger"
+
+    def start(self, backend: Backend, request: DeployRequest) -> Step:
+        endpoint = request.endpoint
+        if not isinstance(backend.endpoints, Rollout):
+            raise NotSupportedOnBackend(f"endpoint_name={endpoint!r}: the {backend.kind} backend has no staged "
+                                        "rollout yet; leave endpoint_name empty for the per-run endpoint")
+        settings = request.settings
+        if request.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
+            name = settings.model_name
+            target = backend.models.alias(name, request.rollback_to)
+            if target is None:
+                raise check.fail("rollback_to", f"no version of model {name} holds alias {request.rollback_to!r}",
+                                 "name an alias a promotion set (previous, production)")
+            settings = replace(settings, model=f"{name}:{target.version}")
+        else:
+            request.check_version()
+        if stable.serving(backend, endpoint) is None and request.not_newest:
+            return Done(result=stable.skip_creation(backend, endpoint, settings.model, request.not_newest))
+        r = stable.begin(backend, endpoint, request.run_key, settings, request.rollout, lease_s(request))
+        info = backend.endpoints.get_deployment(endpoint, r.slot)
+        return Provisioning(state=state(r, Phase.PROVISIONED), endpoint=endpoint, deployment=r.slot,
+                            operation=info.operation)
+
+    def resume(self, backend: Backend, request: DeployRequest, carried: dict[str, Any], event: Resumed) -> Step:
+        r, phase = Progress.from_dict(carried["rollout"]), Phase(carried["phase"])
+        held = rollout_of(backend).lease(r.endpoint, r.holder, lease_s(request))
+        if held is not None:
+            raise EndpointError(f"endpoint {r.endpoint}: run {held} took the rollout lease while this run waited")
+        if phase is Phase.PROVISIONED:
+            if event.outcome is not Outcome.ENDED:
+                raise EndpointError(f"deployment {r.endpoint}/{r.slot}: {event.error}")
+            event.provisioned(f"deployment {r.endpoint}/{r.slot}", request.max_wait_s)
+            return self._provisioned(backend, request, r)
+        if phase is Phase.APPROVAL:
+            return self._answered(backend, request, r, event)
+        after = stable.after_window(backend, r)
+        if after.decision == Decision.ROLLED_BACK:
+            assert r.champion is not None
+            return self._conclude(backend, r, Decision.ROLLED_BACK, after.reason, failure=(
+                f"rolled_back: the challenger {r.model} went back to 0% and {r.champion.model} serves 100% "
+                f"again, at the {r.windows[-1]['phase']} window: {after.reason}"))
+        if after.decision:
+            return self._conclude(backend, r, after.decision, after.reason)
+        return Window(state=state(r, Phase.WINDOW), seconds=after.wait_s)
+
+    def abandon(self, backend: Backend, request: DeployRequest) -> None:
+        """Nothing: a challenger left at 0% is deleted by the run's cleanup, which also gives production back."""
+
+    def _provisioned(self, backend: Backend, request: DeployRequest, r: Progress) -> Step:
+        if r.champion is None:  # a new endpoint: the mission's blue at 100%, smoke-tested
+            name, _, version = r.model.partition(":")
+            promote_blue(backend, r.endpoint, name, int(version), request.data_dir, request.sample_request)
+            return self._conclude(backend, r, Decision.CREATED, "the endpoint's first model")
+        if request.rollback_to:
+            r.gate = {"summary": f"rollback_to={request.rollback_to}: {r.model} goes back, by a person's decision, "
+                                 "without the gate"}
+        else:
+            evaluation = stable.evaluation_set(backend, r.model, request.settings.code_dir, request.data_dir,
+                                               request.evaluation)
+            if not stable.judge_challenger(backend, r, evaluation, request.min_improvement):
+                return self._conclude(backend, r, Decision.HELD, f"not better: {r.gate['summary']}")
+            if request.not_newest:
+                return self._conclude(backend, r, Decision.SKIPPED,
+                                      f"better ({r.gate['summary']}), but {request.not_newest}")
+            if request.require_approval:
+                return self._ask(backend, request, r)
+        return self._next_window(backend, r)
+
+    @staticmethod
+    def _next_window(backend: Backend, r: Progress) -> Window:
+        """The rollout's next phase begins (traffic moves), then its state is kept: it records the change."""
+        seconds = stable.next_phase(backend, r)
+        return Window(state=state(r, Phase.WINDOW), seconds=seconds)
+
+    def _ask(self, backend: Backend, request: DeployRequest, r: Progress) -> Step:
+        """Stop before traffic moves: the evidence on the version, then wait for a person."""
+        name, _, version = r.model.partition(":")
+        backend.models.update_tags(name, int(version), {APPROVAL_TAG: "pending", APPROVAL_BY_TAG: None,
+                                                        "mlrunway.evidence": stable.evidence(r)})
+        return Approval(state=state(r, Phase.APPROVAL), model=r.model, evidence={"model": r.model, "gate": r.gate},
+                        deadline=time.time() + request.approval_timeout_s)
+
+    def _answered(self, backend: Backend, request: DeployRequest, r: Progress, event: Resumed) -> Step:
+        if event.outcome is Outcome.ENDED and event.status == "approved":
+            log.info("%s approved by %s: the rollout begins", r.model, event.by)
+            return self._next_window(backend, r)
+        if event.outcome is Outcome.ENDED:
+            why = f"{event.status} by {event.by or 'a person'}"
+        else:  # the deadline passed (or the wait failed): nobody answered in time
+            why = f"no answer within approval_timeout_s={request.approval_timeout_s:g} ({event.error})"
+            name, _, version = r.model.partition(":")
+            backend.models.update_tags(name, int(version), {APPROVAL_TAG: "expired"})
+        return self._conclude(backend, r, Decision.HELD, f"better ({r.gate['summary']}), but {why}")
+
+    def _conclude(self, backend: Backend, r: Progress, decision: Decision, reason: str,
+                  failure: str | None = None) -> Done:
+        result = stable.conclude(backend, r, decision.value, reason)
+        live = decision in (Decision.CREATED, Decision.PROMOTED)
+        return Done(result=result, failure=failure,
+                    production={"model": r.model, "decision": decision.value, "gate": r.gate} if live else None)
+
+
+def state(r: Progress, phase: Phase) -> dict[str, Any]:
+    return {"rollout": r.to_dict(), "phase": phase.value}
+
+
+def lease_s(request: DeployRequest) -> float:
+    """How long a run holds the endpoint's rollout lease: its longest path, each phase's extension included."""
+    policy = request.rollout
+    approval = request.approval_timeout_s if request.require_approval and not request.rollback_to else 0.0
+    windows = policy.mirror_window_s + len(policy.steps) * policy.window_s + (len(policy.steps) + 1) * \
+        policy.extension_s  # each phase, the mirror's too, may be extended for want of requests
+    return request.max_wait_s + approval + windows + LEASE_MARGIN_S
