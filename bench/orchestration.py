@@ -55,9 +55,10 @@ def jobs_seconds(workspace: Path) -> float:
 def plain_run(workspace: Path, data: Path, args: argparse.Namespace) -> float:
     """The DAG's six steps as plain calls, with the DAG's own defaults for everything not set here."""
     from mlrunway.backend.types import DeploymentSettings
+    from mlrunway.deploy.blue import deploy_blue
     from mlrunway.local.backend import LocalBackend
     from mlrunway.onnx_export.registered import export_registered
-    from mlrunway.pipeline import RunNames, cleanup, deploy_blue, pick_best
+    from mlrunway.pipeline import RunNames, cleanup, pick_best
     from mlrunway.report import save_run_report
     from mlrunway.specs import BanditPolicy
     from training.tutorial import train_job, tutorial_sweep

@@ -26,8 +26,8 @@ from urllib.parse import urlparse
 from _common import REPO, Bench, build_model, harness_args, table
 
 from mlrunway.backend.types import DeploymentSettings
+from mlrunway.deploy.blue import promote_blue
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.rollout import RolloutPolicy
 from tests.production.test_stable_endpoint_local import FAULTY, perturbed

@@ -20,8 +20,8 @@ from mlrunway import check
 from mlrunway.backend.protocol import Backend, Rollout, rollout_of
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
+from mlrunway.deploy.blue import promote_blue
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
-from mlrunway.pipeline import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
 from mlrunway.production.stable import Rollout as Progress

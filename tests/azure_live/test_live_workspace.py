@@ -54,9 +54,9 @@ def test_artifact_store_download_and_an_update_through_scaling(tmp_path, digits)
     one instance to two: every provisioning state the service reports is recorded and the last is Succeeded."""
     import time
 
-    from mlrunway import pipeline
     from mlrunway.azure.backend import AzureBackend
     from mlrunway.backend.types import DeploymentSettings, ProvisioningState
+    from mlrunway.deploy.blue import deploy_blue
     from mlrunway.onnx_export import export_registered
     from training.tutorial import train_job
 
@@ -76,7 +76,7 @@ def test_artifact_store_download_and_an_update_through_scaling(tmp_path, digits)
     settings = DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(REPO / "training"),
                                   instance_count=1)
     try:
-        pipeline.deploy_blue(azure, name[:32], settings, digits)
+        deploy_blue(azure, name[:32], settings, digits)
         started = azure.endpoints.begin_create_or_update_deployment(
             name[:32], "blue", DeploymentSettings(model=settings.model, code_dir=settings.code_dir, instance_count=2))
         states = [started.provisioning_state]

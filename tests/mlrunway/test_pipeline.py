@@ -8,9 +8,10 @@ import pytest
 
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+from mlrunway.deploy.blue import deploy_blue
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.backend import LocalBackend
-from mlrunway.pipeline import cleanup, deploy_blue
+from mlrunway.pipeline import cleanup
 from tests.conftest import write_script
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlrunway.backend.types import DeploymentSettings
-from mlrunway.pipeline import promote_blue
+from mlrunway.deploy.blue import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO

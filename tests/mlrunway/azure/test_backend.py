@@ -15,6 +15,7 @@ import pytest
 from mlrunway import pipeline
 from mlrunway.azure.environments import GPU_IMAGE, TORCH_VERSION
 from mlrunway.backend.types import DeploymentSettings, JobStatus
+from mlrunway.deploy.blue import deploy_blue
 from mlrunway.early_termination import POLICIES, Policy
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound, SpecError
 from mlrunway.onnx_export import export_registered
@@ -166,7 +167,7 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
 
     settings = DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(CODE),
                                   instance_type="Standard_DS3_v2", instance_count=1)
-    deployed = pipeline.deploy_blue(azure, "mlr-run", settings, small_digits)
+    deployed = deploy_blue(azure, "mlr-run", settings, small_digits)
     endpoint_puts = fake.sent("PUT", r"/onlineEndpoints/mlr-run$")
     assert endpoint_puts[0].json()["properties"]["authMode"] == "Key"
     assert endpoint_puts[-1].json()["properties"]["traffic"] == {"blue": 100}

@@ -69,7 +69,7 @@ def test_normalisation_is_the_same_in_export_smoke_and_score_py(tmp_path, monkey
     from PIL import Image
 
     from mlrunway.data.images import preprocess
-    from mlrunway.pipeline import smoke_payload
+    from mlrunway.deploy.blue import smoke_payload
 
     data = colour_images(tmp_path / "data")
     report = export_onnx(colour_model(tmp_path / "model", mean, std), tmp_path / "onnx", data_dir=data)
