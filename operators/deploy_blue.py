@@ -120,8 +120,12 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         request = self._request = self.request(context)
         self.link(context, "endpoint", request.endpoint)  # a resumed task is a new process: record it again
-        step = self.chosen().resume(self.backend, request, event["carry"], Resumed.of(event))
+        # A per-run deferral of the version before the seam carried no state: where it waited says it.
+        carry = event.get("carry") or {"phase": "blue" if event.get("deployment") else "endpoint"}
+        step = self.chosen().resume(self.backend, request, carry, Resumed.of(event))
         return self.follow(context, request, step)
+
+    stable_resume = execute_complete  # where a stable endpoint's deferrals of that version come back
 
     def follow(self, context: Context, request: DeployRequest, step: Step) -> dict[str, Any]:
         """Host the strategy's steps until it is done: each wait deferred (or waited here), its event handed back."""

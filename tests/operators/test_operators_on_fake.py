@@ -269,9 +269,9 @@ def test_killing_deploy_blue_while_blue_provisions_deletes_it(fake, digits):
                               model_version=1, code_dir=str(REPO / "training"), data_dir=str(digits), defer_after_s=0)
     with pytest.raises(TaskDeferred):
         task.execute(context())
-    with pytest.raises(TaskDeferred):  # the endpoint is up: now blue provisions
+    with pytest.raises(TaskDeferred):  # the endpoint is up (an event without carry, as before the seam): now blue
         task.execute_complete(context(), {"endpoint": NAMES.endpoint, "deployment": None, "outcome": "ended",
-                                          "status": "Succeeded", "error": None, "carry": {"phase": "endpoint"}})
+                                          "status": "Succeeded", "error": None})
     task.on_kill()
     assert "blue" not in fake.endpoints.endpoints[NAMES.endpoint].deployments
 
