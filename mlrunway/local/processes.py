@@ -96,11 +96,12 @@ def marked(token: str) -> list[psutil.Process]:
     return found
 
 
-def kill_marked(token: str, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to every process marked with ``token``; return how many there were. Never blocks."""
+def kill_marked(token: str, sig: int = signal.SIGKILL, sparing: int | None = None) -> int:
+    """Send ``sig`` to every process marked with ``token`` but ``sparing`` (a PID: the caller, marked too); return
+    how many there were. Never blocks."""
     import psutil
 
-    procs = marked(token)
+    procs = [proc for proc in marked(token) if proc.pid != sparing]
     for proc in procs:
         try:
             proc.send_signal(sig)

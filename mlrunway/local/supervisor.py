@@ -6,8 +6,9 @@ after a grace period) and records the outcome with the exit code, or the signal 
 tail of stderr.
 
 Its processes cannot outlive it unsupervised: each dies with it (PR_SET_PDEATHSIG), and every process of the
-job, torchrun's workers included, carries the job's token, by which a reader that finds the supervisor dead
-stops what is left (:meth:`mlrunway.local.jobs.LocalJobs.get`).
+job, torchrun's workers and mpirun's ranks included, carries the job's token, by which a reader that finds the
+supervisor dead stops what is left (:meth:`mlrunway.local.jobs.LocalJobs.get`), and by which the supervisor stops
+the ranks of an MPI job, each in a process group of its own, that outlive mpirun.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mlrunway.local.processes import (
     Identity,
     ProcessLaunch,
     die_with_parent,
+    kill_marked,
     signal_name,
     terminate_group,
 )
@@ -244,6 +246,10 @@ def run(job_dir: Path) -> str:
                  pgid=leader.pid, pgid_started=leader.started)
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
                                       "sweep controller" if job["kind"] == "sweep" else "trainer")
+    if (spec.get("distribution") or {}).get("type") == "mpi":
+        # mpirun starts each rank in a process group of its own, which the group's end reaches only through mpirun;
+        # an mpirun killed by a signal (SIGKILL, a crash) leaves them running. They carry the token.
+        kill_marked(job["token"], sparing=me.pid)
     killed = any((p.returncode or 0) < 0 for p in procs) and status == "Failed"  # by a signal: recover may resume a sweep
     exit_code = next((p.returncode for p in procs if p.returncode), 0)  # -9: killed by SIGKILL
     error = None
