@@ -5,8 +5,8 @@
   LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and NODE_RANK is set here (Azure sets all six);
 - ``tensorflow``: one process per worker and parameter server, each with its own ``TF_CONFIG``;
 - ``mpi``: Open MPI's ``mpirun -np N``, which gives each rank OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
-  OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE; AZ_BATCH_MASTER_NODE (``address:port``, Azure's
-  documented variable) and AZ_BATCHAI_MPI_MASTER_NODE (the address alone, what Azure sets on one node) are set here.
+  OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE; AZ_BATCHAI_MPI_MASTER_NODE (the master's address) is
+  set here, as Azure ML sets it on a single node (AZ_BATCH_MASTER_NODE, ``address:port``, only on several nodes).
 
 A leading ``python`` runs under this interpreter, so a job uses the backend's environment.
 """
@@ -117,10 +117,10 @@ def _mpirun_argv(argv: list[str], processes: int) -> list[str]:
 
 
 def _mpi_master() -> dict[str, str]:
-    """Azure ML's master-node variables for an MPI job, on this machine: the docs' AZ_BATCH_MASTER_NODE (the first
-    node as ``address:port``, which a script splits into MASTER_ADDR and MASTER_PORT) and, as Azure sets on a
-    single node, AZ_BATCHAI_MPI_MASTER_NODE (the address alone)."""
-    return {"AZ_BATCH_MASTER_NODE": f"127.0.0.1:{free_port()}", "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1"}
+    """Azure ML's master-node variable for an MPI job on one node: AZ_BATCHAI_MPI_MASTER_NODE, the address alone.
+    On several nodes Azure sets AZ_BATCH_MASTER_NODE (``address:port``) instead, and scripts tell the two cases apart
+    by which one is set (Microsoft's PyMarlin, ``is_azureml_mpirun``), so a single machine sets only this one."""
+    return {"AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1"}
 
 
 def _tensorflow(argv: list[str], env: dict[str, str], workers: int, servers: int) -> list[ProcessLaunch]:

@@ -53,4 +53,4 @@ def test_mpi_plan_runs_mpirun_with_azure_mls_master_node(uid, as_root, monkeypat
     assert launch.argv == [find_mpirun(), "-np", "4", "--oversubscribe", "--bind-to", "none", *as_root,
                            sys.executable, "train.py"]
     assert launch.env["A"] == "1" and launch.env["AZ_BATCHAI_MPI_MASTER_NODE"] == "127.0.0.1"
-    assert launch.env["AZ_BATCH_MASTER_NODE"].startswith("127.0.0.1:")
+    assert "AZ_BATCH_MASTER_NODE" not in launch.env  # Azure's multi-node variable
