@@ -203,3 +203,19 @@ def test_a_thousand_pipelined_requests_on_one_connection_are_all_answered(endpoi
         sender.join(30)
     statuses = [int(line.split()[1]) for line in answers.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
     assert len(statuses) == requests and set(statuses) == {200}, (len(statuses), set(statuses))
+
+
+def test_a_refusal_on_a_pipelined_connection_follows_the_answers_before_it(endpoint):
+    """Issue 31 (found by the generated pipelines): requests followed in the same write by junk or by a head over
+    the limit are answered, in order, and the refusal comes after them (before: the refusal alone, the answer of
+    the request that ran dropped and those queued behind it never sent)."""
+    _, state = endpoint
+    body = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
+    for trailer, refusal in ((b"\x00junk", 400), (head(state, b"X-Big: " + b"a" * (40 * 1024) + b"\r\n"), 431)):
+        with socket.create_connection((state.host, state.port), timeout=10) as sock:
+            sock.sendall((head(state, length=len(body)) + body) * 3 + trailer)
+            answers = b""
+            while part := sock.recv(65536):
+                answers += part
+        statuses = [int(line.split()[1]) for line in answers.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+        assert statuses == [200, 200, 200, refusal], (trailer[:8], statuses)
