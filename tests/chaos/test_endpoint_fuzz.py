@@ -73,6 +73,9 @@ BAD_BODIES = {  # each a client's mistake or attack: score.py's 400
     "a string as data": b'{"data": "x"}',
     "null as data": b'{"data": null}',
     "an object as data": b'{"data": {"a": 1}}',
+    # Issue 31 (found by the generated bodies): values near float32's limits overflow the model, and the answer was
+    # a 200 whose probabilities were NaN, which is no JSON a client can read.
+    "1e38 in every pixel": json.dumps({"data": [[[[1e38] * 8] * 8]]}).encode(),
     "a list as the body": b"[1, 2]",
     "a number as images": b'{"images": 3}',
 }
