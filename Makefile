@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup check test test-fast test-long soak demo data bench bench-quick bench-readme clean
+.PHONY: setup check test test-fast test-long soak fuzz-long demo data bench bench-quick bench-readme clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,13 @@ test-long: soak
 soak: $(STAMP)
 	@rc=3; while [ $$rc -eq 3 ]; do $(PY) -m tests.chaos.soak --faults $(SOAK_FAULTS) --chunk-s 3000; rc=$$?; done; \
 		exit $$rc
+
+# Outside CI: the endpoint fuzz test's long profile, FUZZ_EXAMPLES generated bodies (and a share of that of heads,
+# pipelines and slow clients; tests/chaos/fuzz.py), derandomized as in the suite; the case counts go to
+# tests/chaos/results/fuzz.json.
+FUZZ_EXAMPLES ?= 5000
+fuzz-long: $(STAMP)
+	MLRUNWAY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/chaos/test_endpoint_fuzz.py -k generated
 
 data: $(STAMP)
 	$(PY) -m mlrunway.data data/digits

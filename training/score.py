@@ -9,8 +9,9 @@ one ONNX Runtime session. ``run(raw_data)`` takes the request body as a string:
 It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``. Every malformed request comes
 back as an ``AMLResponse`` with status 400 and a message that names the problem: JSON nested too deep, a number
 out of range, values that are not numbers (strings, booleans), a wrong shape, too many images, an image that is
-not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), or one that
-does not decode. The same file runs on Azure ML.
+not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), one that
+does not decode, or values so large that the model's output overflows (NaN is no JSON a client can read). The
+same file runs on Azure ML.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def run(raw_data: str) -> dict | AMLResponse:
     except ValueError as exc:
         return _bad(str(exc))
     logits = session.run(None, {session.get_inputs()[0].name: batch})[0]
+    if not np.isfinite(logits).all():  # inputs near float32's limits, far from any preprocessed image's
+        return _bad('"data" holds values so large that the model\'s output overflows (NaN or infinity)')
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     probabilities = shifted / shifted.sum(axis=1, keepdims=True)
     classes = signature["classes"]

@@ -10,6 +10,9 @@ uvicorn's httptools protocol with
 - a declared ``Content-Length`` over the drain cap is refused at once (413); smaller bodies over the endpoint's
   limit are read and drained by the app, so that the client sees its 413.
 
+On a pipelined connection, a refusal answers the request it concerns: the requests before it are answered first, in
+order, and the refusal follows the last of them.
+
 uvicorn's own ``timeout_keep_alive`` closes idle keep-alive connections between requests. At shutdown, a connection
 with no request under way is given :data:`SHUTDOWN_GRACE_S` to deliver one (uvicorn closes it at once, losing a
 request already on the wire to a connection just accepted); that request is served with ``Connection: close``.
@@ -18,12 +21,13 @@ request already on the wire to a connection just accepted); that request is serv
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
 HEAD_SLICE = 1024  # a head is fed to the parser, and counted, this many bytes at a time
@@ -68,7 +72,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._reading_head = True
         self._body_left: int | None = None  # of a body whose length is declared
         self._deadline: asyncio.TimerHandle | None = None
-        self._refused = False
+        self._refusal: tuple[int, str] | None = None  # once refused: the status and message to answer
+        self._in_body: RequestResponseCycle | None = None  # the request whose body is being read
         self._closing = False
 
     # -- deadlines -----------------------------------------------------------------------------------
@@ -82,19 +87,33 @@ class GuardedProtocol(HttpToolsProtocol):
             self._deadline = None
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` with ``message``, stop reading the request, and close a second later: what the client
-        still sends meanwhile is discarded unparsed (closing at once, with its data unread, would reset the
-        connection, and the client could lose the answer). A response already begun is cut short instead."""
+        """Answer ``status`` with ``message``, stop reading, and close a second later: what the client still sends
+        meanwhile is discarded unparsed (closing at once, with its data unread, would reset the connection, and the
+        client could lose the answer). A request whose body was being read is given up (a response of it already
+        begun is cut short instead); the requests before the refused one, complete and pipelined, are answered
+        first (before, the one running was given up and the others never answered)."""
         self._disarm()
-        if self.transport.is_closing() or self._refused:
+        if self.transport.is_closing() or self._refusal is not None:
             return
-        self._refused = True
-        if self.cycle is not None:
-            self.cycle.disconnected = True  # the app stops reading the body and answers nobody
-            self.cycle.message_event.set()
-            if self.cycle.response_started:
+        self._refusal = (status, message)
+        refused = self._in_body
+        if refused is not None:
+            refused.disconnected = True  # the app stops reading the body and answers nobody
+            refused.message_event.set()
+            if refused.response_started:
                 self.transport.close()
                 return
+            self.pipeline = collections.deque(entry for entry in self.pipeline if entry[0] is not refused)
+        if not self._answers_owed():
+            self._send_refusal(status, message)
+
+    def _answers_owed(self) -> bool:
+        """Whether a request before the refused one awaits its response: queued behind the one that runs (uvicorn
+        runs a connection's requests one at a time), or running as the newest (``cycle``), its body complete."""
+        return bool(self.pipeline) or (self.cycle is not None and self.cycle is not self._in_body and
+                                       not self.cycle.response_complete)
+
+    def _send_refusal(self, status: int, message: str) -> None:
         body = message.encode()
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
                              b"connection: close\r\n\r\n%s" % (status, REASONS[status], len(body), body))
@@ -117,10 +136,10 @@ class GuardedProtocol(HttpToolsProtocol):
         (pipelining), or a whole head at once: so a head is fed in slices of :data:`HEAD_SLICE` bytes, counted
         against the limit after each (to within a slice: a head past it is refused at the slice that crosses
         it, never accumulated), and a body whose length is declared is fed whole, up to its last byte."""
-        if self._refused:
+        if self._refusal is not None:
             return
         self._unset_keepalive_if_required()
-        while data and not self._refused:
+        while data and self._refusal is None:
             in_head = self._reading_head
             if in_head:
                 size = HEAD_SLICE
@@ -160,6 +179,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_left = int(length) if length is not None and length.isdigit() else None
         self._arm(self.limits.body_timeout_s, f"request body not complete within {self.limits.body_timeout_s:g} s")
         super().on_headers_complete()
+        self._in_body = self.cycle
         if self._closing and self.cycle is not None:  # the last request this connection carries
             self.cycle.keep_alive = False
 
@@ -185,13 +205,19 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
-        self._reading_head, self._body_left = True, None  # what follows is the next head (its count starts anew
-        # at on_message_begin)
+        self._reading_head, self._body_left, self._in_body = True, None, None  # what follows is the next head (its
+        # count starts anew at on_message_begin)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():  # the next request's head, on a kept-alive connection
+        if self.transport.is_closing():
+            return
+        if self._refusal is not None:  # a refusal that waited for the requests before it
+            if not self._answers_owed():
+                self._unset_keepalive_if_required()
+                self._send_refusal(*self._refusal)
+        else:  # the next request's head, on a kept-alive connection
             self._arm(max(self.limits.header_timeout_s, self.timeout_keep_alive),
                       f"no complete request head within {self.limits.header_timeout_s:g} s")
 
