@@ -106,9 +106,14 @@ def _channels(prep: dict, key: str, default: float) -> np.ndarray:
 
 
 def _depth(value: object, limit: int) -> None:
-    """Raise ValueError when ``value`` nests lists deeper than ``limit`` (iteratively: no recursion to exhaust)."""
+    """Raise ValueError when ``value`` nests lists deeper than ``limit`` or holds a boolean anywhere (numpy would
+    read ``true`` among numbers as 1.0). Iteratively, one level at a time: no recursion to exhaust."""
     level, frontier = 0, [value]
-    while any(isinstance(item, list) for item in frontier):
+    while True:
+        if any(item is True or item is False for item in frontier):
+            raise ValueError('"data" must hold numbers only, not booleans')
+        if not any(isinstance(item, list) for item in frontier):
+            return
         level += 1
         if level > limit:
             raise ValueError(f'"data" is nested deeper than {limit} levels')

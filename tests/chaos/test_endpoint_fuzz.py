@@ -46,7 +46,7 @@ from tests.chaos import fuzz
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
-TIMEOUT_S = 1.0  # the endpoint's head and body timeouts in this test
+TIMEOUT_S = 1.0  # the endpoint's head, body and send timeouts in this test
 
 
 def _png(width: int, height: int) -> bytes:
@@ -89,6 +89,8 @@ BAD_BODIES = {  # each a client's mistake or attack: score.py's 400
     # a 200 whose probabilities were NaN, which is no JSON a client can read.
     "1e38 in every pixel": json.dumps({"data": [[[[1e38] * 8] * 8]]}).encode(),
     "a list as the body": b"[1, 2]",
+    # Issue 31: numpy reads a boolean among numbers as 1.0, and the request was scored though booleans are refused.
+    "one boolean among numbers": json.dumps({"data": [[[[0.5] * 7 + [True]] * 8]]}).encode(),
     "a number as images": b'{"images": 3}',
 }
 
@@ -100,7 +102,7 @@ def endpoint(tmp_path_factory, onnx_model):
     workspace = Workspace.at(tmp_path_factory.mktemp("fuzz") / "ws")
     endpoints = LocalEndpoints(workspace)
     endpoints.create_or_update("fuzz", EndpointSettings(workers=2), header_timeout_s=TIMEOUT_S,
-                               body_timeout_s=TIMEOUT_S)
+                               body_timeout_s=TIMEOUT_S, send_timeout_s=TIMEOUT_S)
     model = LocalModels(workspace).register("digits", onnx_model)
     endpoints.create_or_update_deployment("fuzz", "blue", DeploymentSettings(
         model=f"digits:{model.version}", code_dir=str(REPO / "training")))
@@ -234,6 +236,42 @@ def test_a_refusal_on_a_pipelined_connection_follows_the_answers_before_it(endpo
                 answers += part
         statuses = [int(line.split()[1]) for line in answers.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
         assert statuses == [200, 200, 200, refusal], (trailer[:8], statuses)
+
+
+def test_a_client_that_never_reads_its_answers_is_dropped_after_the_send_timeout(endpoint):
+    """Issue 31: a client that pipelined requests and read none of the answers held its connection for good (the
+    server's writes blocked on full buffers, and no timeout covered them). Each answer here is a 404 of about 16 KB
+    (it names its path); the socket's receive buffer is small, so the server's writes block within milliseconds."""
+    _, state = endpoint
+    request = f"GET /{'x' * 16_000} HTTP/1.1\r\nHost: endpoint\r\n\r\n".encode()
+    count = 400  # about 6.4 MB of answers, more than every buffer between the server and this socket holds
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((state.host, state.port))
+
+    def send() -> None:
+        with contextlib.suppress(OSError):  # the server drops the connection while this is still sending
+            sock.sendall(request * count)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    time.sleep(TIMEOUT_S + SLACK_S)  # the writes block, then the send timeout passes: the server drops us
+    sock.settimeout(KEEP_ALIVE_S)
+    answers, ended = b"", False
+    try:
+        while part := sock.recv(65536):
+            answers += part
+        ended = True
+    except ConnectionResetError:
+        ended = True
+    except TimeoutError:
+        pass
+    finally:
+        sock.close()
+    sender.join(10)
+    answered = answers.count(b"HTTP/1.1 404")
+    assert ended and answered < count, (ended, answered)
+    assert_alive(state)
 
 
 # -- generated ------------------------------------------------------------------------------------------------------

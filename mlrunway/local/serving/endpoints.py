@@ -36,6 +36,7 @@ from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import master, metrics, provision
 from mlrunway.local.serving.state import (
+    SERVER_LIMITS,
     DeploymentState,
     EndpointState,
     check_traffic,
@@ -58,12 +59,18 @@ class LocalEndpoints(Endpoints):
     def create_or_update(self, name: str, settings: EndpointSettings | None = None, *, request_timeout_ms: int = 5000,
                          max_concurrent_requests_per_worker: int = 64, **limits: Any) -> EndpointInfo:
         """Create the endpoint and start its server, or return the running one (settings updated). ``limits``
-        are the server's (``max_header_bytes``, ``max_headers``, ``header_timeout_s``, ``body_timeout_s``; see
-        :mod:`mlrunway.local.serving.guard`), set when the endpoint is created."""
-        unknown = sorted(set(limits) - {"max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s"})
+        are the server's (``max_header_bytes``, ``max_headers``, ``header_timeout_s``, ``body_timeout_s``,
+        ``send_timeout_s``; see :mod:`mlrunway.local.serving.guard`), set when the endpoint is created."""
+        unknown = sorted(set(limits) - set(SERVER_LIMITS))
         if unknown:
-            raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit",
-                             "use max_header_bytes, max_headers, header_timeout_s or body_timeout_s")
+            raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit", f"use one of {', '.join(SERVER_LIMITS)}")
+        for field, value in limits.items():  # counts are whole numbers, timeouts any positive number of seconds
+            if field.endswith("_s"):
+                if check.number(f"endpoint.{field}", value) <= 0:
+                    raise check.fail(f"endpoint.{field}", f"{value!r} is not a positive number of seconds",
+                                     "pass seconds > 0")
+            else:
+                check.positive_int(f"endpoint.{field}", value)
         return self._info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
                                                 max_concurrent_requests_per_worker, limits))
 

@@ -7,6 +7,9 @@ uvicorn's httptools protocol with
 - ``header_timeout_s``: a connection's next request head must arrive whole within it (408, then closed), so a
   client sending half a head, or nothing, never holds a connection;
 - ``body_timeout_s``: a request's body must arrive whole within it once its head has (408, then closed);
+- ``send_timeout_s``: a client must go on reading its answers: once the server's writes to it are blocked (the
+  socket's buffers full), it must take more within this time or the connection is dropped (as nginx's
+  ``send_timeout``), so a client that pipelines requests and never reads holds no connection;
 - a declared ``Content-Length`` over the drain cap is refused at once (413); smaller bodies over the endpoint's
   limit are read and drained by the app, so that the client sees its 413.
 
@@ -29,7 +32,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # "max_header_bytes,max_headers,header_timeout_s,body_timeout_s,max_body_bytes"
+LIMITS_ENV = "MLRUNWAY_HTTP_LIMITS"  # the fields of Limits, in order, comma-separated
 HEAD_SLICE = 1024  # a head is fed to the parser, and counted, this many bytes at a time
 LINGER_S = 1.0  # how long a refused connection stays open, discarding what the client still sends
 SHUTDOWN_GRACE_S = 0.5  # at shutdown, how long a connection between requests may still deliver one
@@ -44,14 +47,15 @@ class Limits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_body_bytes: int = 64 * 1024 * 1024
+    send_timeout_s: float = 30.0
 
     def encode(self) -> str:
         return ",".join(str(v) for v in vars(self).values())
 
     @classmethod
     def decode(cls, text: str) -> Limits:
-        a, b, c, d, e = text.split(",")
-        return cls(int(a), int(b), float(c), float(d), int(e))
+        a, b, c, d, e, f = text.split(",")
+        return cls(int(a), int(b), float(c), float(d), int(e), float(f))
 
 
 class _Refused(Exception):
@@ -75,6 +79,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None  # once refused: the status and message to answer
         self._in_body: RequestResponseCycle | None = None  # the request whose body is being read
         self._closing = False
+        self._stalled: asyncio.TimerHandle | None = None  # armed while the transport's writes are paused
 
     # -- deadlines -----------------------------------------------------------------------------------
     def _arm(self, seconds: float, message: str) -> None:
@@ -128,7 +133,27 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is over its high-water mark: the client reads nothing more for now."""
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.limits.send_timeout_s, self._drop_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _drop_stalled(self) -> None:
+        """The client took nothing for ``send_timeout_s``: nothing more can reach it, so the connection is dropped
+        at once (uvicorn then frees the answer waiting to be written, and the requests queued behind it)."""
+        self._stalled = None
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and each head's

@@ -27,7 +27,7 @@ def main(endpoint_dir: Path) -> None:
     os.environ[ENDPOINT_DIR_ENV] = str(endpoint_dir)
     # The workers read their limits from the environment when the protocol's module is imported.
     os.environ[LIMITS_ENV] = Limits(state.max_header_bytes, state.max_headers, state.header_timeout_s,
-                                    state.body_timeout_s, DRAIN_CAP_BYTES).encode()
+                                    state.body_timeout_s, DRAIN_CAP_BYTES, state.send_timeout_s).encode()
     from mlrunway.local.serving.guard import GuardedProtocol
 
     serve(state, GuardedProtocol, listening_socket(state.host, state.port))

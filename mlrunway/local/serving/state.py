@@ -18,6 +18,8 @@ from mlrunway.local.files import read_json, write_json
 
 STATE_FILE = "endpoint.json"
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
+# The limits the server enforces before the app (mlrunway.local.serving.guard), set when an endpoint is created.
+SERVER_LIMITS = ("max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "send_timeout_s")
 
 
 def new_key() -> str:
@@ -57,12 +59,13 @@ class EndpointState:
     request_timeout_ms: int = 5000
     max_concurrent_requests_per_worker: int = 64
     max_body_bytes: int = MAX_BODY_BYTES
-    # Enforced by the server before the app (mlrunway.local.serving.guard): a request's head, and how long a
-    # client may take to send its head and its body.
+    # Enforced by the server before the app (mlrunway.local.serving.guard): a request's head, how long a client
+    # may take to send its head and its body, and to take its answers.
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    send_timeout_s: float = 30.0
 
     @property
     def scoring_uri(self) -> str:

@@ -295,3 +295,15 @@ def test_endpoints_listen_on_loopback_unless_the_connection_names_a_host(tmp_pat
         assert listening and {c.laddr.ip for c in listening} == {"0.0.0.0"}
     finally:
         served.endpoints.delete("wide")
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"send_timeout": 5}, "endpoint.send_timeout: is not a server limit; use one of max_header_bytes, "),
+    ({"send_timeout_s": -1}, "endpoint.send_timeout_s: -1 is not a positive number of seconds"),
+    ({"header_timeout_s": "10"}, "endpoint.header_timeout_s: '10' is not a finite number"),
+    ({"max_headers": 0}, "endpoint.max_headers: 0 is not an integer >= 1"),
+])
+def test_server_limits_are_checked_before_any_server_starts(endpoints, limits, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        endpoints.create_or_update("limits", **limits)
+    assert not (endpoints.workspace.endpoints / "limits").exists()
