@@ -143,7 +143,8 @@ def main() -> None:
     harness_args(parser, repeats=5)
     args = parser.parse_args()
     if args.plain_run:  # one run of the core calls, in this fresh interpreter (plain_run)
-        print(core_calls(*args.plain_run, args))
+        workspace, data = args.plain_run
+        print(core_calls(workspace, data, args))
         return
     bench = Bench("orchestration", args)
     from mlrunway.data import write_digits
