@@ -8,6 +8,28 @@ from typing import Any
 
 from mlrunway.errors import ParityError
 
+# The parity rule, numpy's ``isclose``: |candidate - reference| <= ATOL + RTOL * |reference|, on every output. The
+# relative part scales with the outputs (float32 rounding grows with them); the absolute part covers outputs
+# near zero.
+ATOL = 1e-4
+RTOL = 1e-4
+
+
+def tolerance_used(reference: Any, candidate: Any, atol: float = ATOL, rtol: float = RTOL) -> float:
+    """The largest share of the tolerance any output uses: max |candidate - reference| / (atol + rtol *
+    |reference|), elementwise over arrays of the same shape; within the rule when at most 1. A NaN or infinity
+    where the other side has a different value uses it all (``inf``)."""
+    import numpy as np
+
+    reference, candidate = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+    if reference.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        used = np.abs(candidate - reference) / (atol + rtol * np.abs(reference))
+    same = (candidate == reference) | (np.isnan(candidate) & np.isnan(reference))
+    used = np.where(same, 0.0, np.where(np.isfinite(used), used, np.inf))
+    return float(used.max())
+
 
 @dataclass(frozen=True)
 class ParityReport:
