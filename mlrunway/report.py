@@ -241,7 +241,10 @@ def _onnx_html(onnx: dict[str, Any] | None) -> str:
     elif parity.get("max_abs_diff") is None:
         figures = f"no PyTorch model to compare with: ran on {parity['samples']} {parity['inputs']}"
     else:
-        figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g} on {parity['samples']} {parity['inputs']}, "
+        share = "" if parity.get("tolerance_used") is None else (  # recorded since the relative part
+            f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance {parity['atol']:g} + "
+            f"{parity.get('rtol', 0):g}·|torch|)")
+        figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
                    + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
                       else "not a classifier"))
     return (f"<p><b>{html.escape(onnx['name'])}:{onnx['version']}</b>, opset {onnx['properties'].get('opset', '?')}: "

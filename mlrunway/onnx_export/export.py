@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.errors import ParityError, SpecError
-from mlrunway.onnx_export.parity import ParityReport, compare
+from mlrunway.onnx_export.parity import ATOL, RTOL, ParityReport, check_tolerance, compare
 
 DEFAULT_OPSET = 18
 ONNX_FILE = "model.onnx"
@@ -59,8 +59,8 @@ def check_signature(signature: Any) -> None:
 def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int,
                     inputs_file: str | Path | None = None):
     """The parity gate's inputs: a file of model inputs the user names (``.npy``, batch first), else validation
-    images (an image signature and ``data_dir/val/``), else seeded random inputs of the signature's shape;
-    return (inputs, description)."""
+    images (an image classifier's signature, with ``classes`` and ``preprocessing``, and ``data_dir/val/``), else
+    seeded random inputs of the signature's shape; return (inputs, description)."""
     import numpy as np
 
     from mlrunway.data.images import load_labeled
@@ -75,16 +75,23 @@ def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samp
             raise SpecError(f"inputs_file: {inputs_file} holds shape {list(inputs.shape)}; the signature wants "
                             f"[N, {', '.join(map(str, expected))}]")
         return inputs[:samples], f"inputs from {Path(inputs_file).name}"
-    if data_dir is not None and signature.get("preprocessing") and (Path(data_dir) / "val").is_dir():
-        inputs, _ = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=samples)
+    if data_dir is not None and signature.get("classes") and signature.get("preprocessing"):
+        # An image classifier's data: its validation images, or a named error (never random inputs in their place).
+        # Any other model's data_dir is not images to read, and the gate takes random inputs of its shape.
+        val = Path(data_dir) / "val"
+        if not val.is_dir():
+            raise SpecError(f"data_dir: {val} does not exist; an image classifier's parity gate reads its validation "
+                            "images: pass ImageFolder data (val/<class>/<image>), or inputs_file")
+        inputs, _ = load_labeled(val, signature["classes"], signature["preprocessing"], limit=samples)
         return inputs, "validation images"
     shape = [samples, *signature["inputs"][0]["shape"][1:]]
     return np.random.default_rng(0).standard_normal(shape).astype(np.float32), "random inputs"
 
 
-def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float,
+def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float = ATOL, rtol: float = RTOL,
                 min_top1_agreement: float, classifier: bool = True) -> ParityReport:
-    """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``; ParityError when they disagree."""
+    """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``; ParityError when an output is outside
+    ``atol + rtol * |torch|`` (or a classifier's top-1 answers disagree)."""
     import numpy as np
     import onnxruntime as ort
     import torch
@@ -99,10 +106,11 @@ def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol:
             return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
 
     return compare(torch_logits, lambda batch: session.run(None, {name: batch})[0], inputs, source=source,
-                   atol=atol, min_top1_agreement=min_top1_agreement, classifier=classifier)
+                   atol=atol, rtol=rtol, min_top1_agreement=min_top1_agreement, classifier=classifier)
 
 
-def run_once(onnx_path: Path, inputs: Any, *, source: str, atol: float, min_top1_agreement: float) -> ParityReport:
+def run_once(onnx_path: Path, inputs: Any, *, source: str, atol: float = ATOL, rtol: float = RTOL,
+             min_top1_agreement: float) -> ParityReport:
     """ONNX Runtime on the inputs, with no source to compare against: it must load, take the inputs and give
     finite outputs for each of them; ParityError says what went wrong."""
     import numpy as np
@@ -118,14 +126,15 @@ def run_once(onnx_path: Path, inputs: Any, *, source: str, atol: float, min_top1
         raise ParityError(f"onnx: {onnx_path.name} gave {outputs.shape} outputs with non-finite values or the "
                           f"wrong batch size for {len(inputs)} {source}")
     return ParityReport(max_abs_diff=None, top1_agreement=None, samples=len(inputs), inputs=source, atol=atol,
-                        min_top1_agreement=min_top1_agreement)
+                        rtol=rtol, min_top1_agreement=min_top1_agreement)
 
 
 def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
-                data_dir: str | Path | None = None, samples: int = 256, atol: float = 1e-4,
+                data_dir: str | Path | None = None, samples: int = 256, atol: float = ATOL, rtol: float = RTOL,
                 min_top1_agreement: float = 1.0, inputs_file: str | Path | None = None) -> ParityReport:
     """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails).
-    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate.
+    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate, which
+    wants every output within ``atol + rtol * |torch|`` (numpy's ``isclose``; see :mod:`.parity`).
 
     A model folder whose signature names a ``.onnx`` (the team exported it itself) is taken as it is: the ONNX
     checker, then the gate against a ``model.pt2`` beside it, else one ONNX Runtime run on the gate's inputs
@@ -133,6 +142,7 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     import onnx
     import torch
 
+    check_tolerance(atol, rtol)
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     signature = read_signature(model_dir)
     model_file = signature.get("file", "model.pt2")
@@ -155,9 +165,10 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     inputs, source = held_out_inputs(signature, data_dir, samples,
                                      None if inputs_file is None else model_dir / inputs_file)
     if program is None:
-        report = run_once(onnx_path, inputs, source=source, atol=atol, min_top1_agreement=min_top1_agreement)
+        report = run_once(onnx_path, inputs, source=source, atol=atol, rtol=rtol,
+                          min_top1_agreement=min_top1_agreement)
     else:
-        report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol,
+        report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol, rtol=rtol,
                              min_top1_agreement=min_top1_agreement, classifier="classes" in signature)
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))

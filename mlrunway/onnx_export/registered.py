@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx
+from mlrunway.onnx_export.parity import ATOL, RTOL
 
 
 class ModelStore(Protocol):
@@ -19,16 +20,18 @@ class ModelStore(Protocol):
 
 
 def export_registered(models: ModelStore, name: str, version: int | str, *, onnx_name: str | None = None,
-                      data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float = 1e-4,
-                      min_top1_agreement: float = 1.0, inputs_file: str | None = None) -> tuple[Any, dict[str, Any]]:
+                      data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float = ATOL,
+                      rtol: float = RTOL, min_top1_agreement: float = 1.0,
+                      inputs_file: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Download ``name:version``, export and gate it, register ``onnx_name`` (default ``<name>-onnx``).
 
-    Return (the new model version, the parity report as a dict). A failed gate registers nothing.
+    Return (the new model version, the parity report as a dict). A failed gate (an output outside
+    ``atol + rtol * |torch|``) registers nothing.
     """
     with tempfile.TemporaryDirectory() as scratch:
         source = models.download(name, version, Path(scratch) / "source")
         report = export_onnx(source, Path(scratch) / "onnx", opset=opset, data_dir=data_dir, atol=atol,
-                             min_top1_agreement=min_top1_agreement, inputs_file=inputs_file)
+                             rtol=rtol, min_top1_agreement=min_top1_agreement, inputs_file=inputs_file)
         figures = report.to_dict()
         registered = models.register(
             onnx_name or f"{name}-onnx", "onnx", base=scratch, format="onnx",

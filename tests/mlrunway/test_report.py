@@ -110,3 +110,22 @@ def test_a_stable_endpoints_decision_on_the_runs_model_is_in_the_report():
     assert "<b>rolled_back</b> on digits-prod" in decision and "30 of 100" in decision
     assert "<td>10%</td><td>OUT OF BOUNDS</td>" in page
     assert _production({"tags": {}}) is None and "<h2>Production</h2>" not in render_html(report(), b"")
+
+
+OLD_PARITY = {"max_abs_diff": 3.8e-06, "top1_agreement": 1.0, "samples": 256, "inputs": "validation images",
+              "atol": 1e-4, "min_top1_agreement": 1.0, "passed": True}  # as recorded before issue 32: no rtol
+
+
+def test_the_onnx_figures_read_as_recorded_before_and_after_the_relative_tolerance():
+    def onnx_line(parity):
+        onnx = {"name": "d-onnx", "version": 1, "properties": {"opset": 18, "parity": parity}}
+        return render_html(report(onnx=onnx), b"").split("<b>d-onnx:1</b>")[1].split("</p>")[0]
+
+    assert onnx_line(OLD_PARITY) == (", opset 18: max |onnx - torch| 3.8e-06 on 256 validation images, "
+                                     "top-1 agreement 100.00%")
+    new = {**OLD_PARITY, "atol": 1e-5, "rtol": 1e-4, "tolerance_used": 0.0412}
+    assert onnx_line(new) == (", opset 18: max |onnx - torch| 3.8e-06 (4.12% of the tolerance 1e-05 + 0.0001·|torch|) "
+                              "on 256 validation images, top-1 agreement 100.00%")
+    regressor = {**new, "top1_agreement": None, "max_abs_diff": 0.00195, "tolerance_used": 0.0074}
+    assert "max |onnx - torch| 0.00195 (0.74% of the tolerance" in onnx_line(regressor)
+    assert "not a classifier" in onnx_line(regressor)
