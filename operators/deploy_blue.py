@@ -12,7 +12,7 @@ from airflow.sdk import Context
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
-from mlrunway.deploy import DeploymentStrategy, DeployRequest, strategy
+from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError
 from mlrunway.production import stable
@@ -21,9 +21,10 @@ from operators._base import MlrunwayWaitingOperator
 
 
 class DeployBlueOperator(MlrunwayWaitingOperator):
-    """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it with a real validation image
-    through the deployment header, then move traffic to ``{"blue": 100}``. A failed smoke test fails the task
-    and leaves traffic where it was.
+    """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it through the deployment header (the
+    team's ``sample_request``, whose answer must match the expected one; for an image classifier without one, a
+    real validation image), then move traffic to ``{"blue": 100}``. A failed smoke test fails the task and
+    leaves traffic where it was.
 
     Deferrable (the default), the task waits in the triggerer while the endpoint and then the deployment
     provision (minutes on Azure; a local deployment is up within ``defer_after_s`` and is not deferred);
@@ -36,7 +37,12 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param scoring_script: its file name in ``code_dir`` (``init()`` and ``run(raw_data)``).
     :param data_dir: ImageFolder data; the smoke image comes from val/ (an image classifier's smoke test).
     :param sample_request: a JSON request file score.py answers (Azure's ``request_file``), in the code folder
-        or absolute: the smoke test sends it instead of an image, for any model.
+        or absolute: the smoke test sends it instead of an image, for any model, and `blue`'s answer must match
+        the expected one (numbers by the ONNX parity rule, everything else equal) before traffic moves.
+    :param expected_response: that expected answer, a JSON file in the code folder or absolute; default: the
+        answer ``scoring_script`` gives to ``sample_request`` here, run once on the deployed model version (give
+        this file when score.py cannot run in the worker's Python).
+    :param ignore_keys: key names skipped wherever they appear in both answers (a request id, a timestamp).
     :param workers: server workers of a local endpoint.
     :param instance_type: VM size of the deployment (Azure; default: the connection's).
     :param instance_count: instances of the deployment (Azure; default: the connection's); locally, the
@@ -71,11 +77,13 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     """
 
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
-                       "data_dir", "instance_type", "instance_count", "sample_request", "scoring_script", "endpoint_name",
+                       "data_dir", "instance_type", "instance_count", "sample_request", "expected_response",
+                       "ignore_keys", "scoring_script", "endpoint_name",
                        "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
-                 sample_request: str | None = None, scoring_script: str = "score.py", workers: int = 2,
+                 sample_request: str | None = None, expected_response: str | None = None,
+                 ignore_keys: list[str] | None = None, scoring_script: str = "score.py", workers: int = 2,
                  instance_type: str | None = None, instance_count: int | str | None = None,
                  endpoint_name: str | None = None, min_improvement: float | str = 0.0,
                  evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
@@ -89,6 +97,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
         self.sample_request, self.scoring_script = sample_request, scoring_script
+        self.expected_response, self.ignore_keys = expected_response, ignore_keys
         self.instance_type, self.instance_count = instance_type, instance_count
         self.strategy = strategy
 
@@ -105,6 +114,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                                         instance_count=int(self.instance_count) if self.instance_count else None),
             endpoint_settings=EndpointSettings(workers=self.workers), data_dir=self.data_dir,
             sample_request=Path(self.code_dir) / self.sample_request if self.sample_request else None,
+            expected_response=Path(self.code_dir) / self.expected_response if self.expected_response else None,
+            ignore_keys=smoke.ignore_keys(self.ignore_keys),
             run_key=self.names(context).run_key, not_newest=self.not_newest(context), max_wait_s=self.max_wait_s,
             poll_s=self.poll_s, min_improvement=float(self.min_improvement or 0), evaluation=self.evaluation,
             rollout=RolloutPolicy.parse(self.rollout, default_window_s=capabilities.rollout_window_s,

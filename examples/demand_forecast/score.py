@@ -41,4 +41,4 @@ def run(raw_data: str):
         return AMLResponse(json.dumps({"error": f"data has shape {list(rows.shape)}; expected [N, {FEATURES}] "
                                                 "finite numbers"}), 400, json_str=True)
     predictions = session.run(None, {session.get_inputs()[0].name: rows})[0][:, 0]
-    return {"predictions": [round(float(p), 4) for p in predictions]}
+    return {"predictions": [float(p) for p in predictions]}

@@ -54,14 +54,17 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
                      f"model {pick['model_name']}:{pick['model_version']}")
     if parity:
         top1 = "" if parity.get("top1_agreement") is None else f", top-1 agreement {parity['top1_agreement']:.0%}"
+        share = "" if parity.get("tolerance_used") is None else \
+            f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance)"  # recorded since the relative part
         diff = "no PyTorch model to compare with" if parity.get("max_abs_diff") is None else \
-            f"max |onnx - torch| {parity['max_abs_diff']:.2g}{top1}"
+            f"max |onnx - torch| {parity['max_abs_diff']:.2g}{share}{top1}"
         lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, {diff} on "
                      f"{parity['samples']} {parity['inputs']}")
     if deploy.get("decision"):
         lines.append(stable_line(deploy))
     elif deploy:
-        smoke = f"{deploy['smoke_request']} -> {deploy['smoke_answer']}" if "smoke_request" in deploy else (
+        matched = f", {deploy['smoke_matched']}" if deploy.get("smoke_matched") else ""
+        smoke = f"{deploy['smoke_request']} -> {deploy['smoke_answer']}{matched}" if "smoke_request" in deploy else (
             f"a real validation image of a {deploy['smoke_truth']} -> {deploy['smoke_label']} "
             f"(p={deploy['smoke_probability']:.2f})")
         lines.append(f"endpoint: blue at 100% on {deploy['scoring_uri']}; {smoke}")

@@ -37,6 +37,8 @@ class DeployRequest:
     endpoint_settings: EndpointSettings = field(default_factory=EndpointSettings)
     data_dir: str | None = None
     sample_request: Path | None = None
+    expected_response: Path | None = None
+    ignore_keys: tuple[str, ...] = ()
     run_key: str = ""
     not_newest: str | None = None
     max_wait_s: float = 3600.0

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, EndpointSettings
+from mlrunway.deploy import smoke
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step
+from mlrunway.deploy.smoke import check_prediction, smoke_payload
 from mlrunway.errors import EndpointError, NotFound
 
 log = logging.getLogger(__name__)
@@ -34,7 +37,9 @@ class PerRunBlue:
                                 operation=started.operation)
         event.provisioned(f"deployment {endpoint}/blue", request.max_wait_s)
         name, version = request.model
-        return Done(result=promote_blue(backend, endpoint, name, version, request.data_dir, request.sample_request))
+        return Done(result=promote_blue(backend, endpoint, name, version, request.data_dir, request.sample_request,
+                                        settings=request.settings, expected_response=request.expected_response,
+                                        ignore_keys=request.ignore_keys))
 
     def abandon(self, backend: Backend, request: DeployRequest) -> None:
         """`blue` still provisioning has no traffic yet: delete it; one that serves is left to the run's cleanup."""
@@ -45,46 +50,42 @@ class PerRunBlue:
             pass
 
 
-def smoke_payload(data_dir: str | Path, signature: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """One real validation image as a request, and its true label."""
-    from mlrunway.data.images import load_labeled
-
-    inputs, labels = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=1)
-    return {"data": inputs.tolist()}, signature["classes"][int(labels[0])]
-
-
-def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
-    """The smoke test's bar: one prediction whose label is a class and whose probabilities sum to 1."""
-    try:
-        prediction = json.loads(body)["predictions"][0]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise EndpointError(f"smoke test: the endpoint answered {body[:200]!r}, not a prediction") from exc
-    if prediction.get("label") not in classes or abs(sum(prediction.get("probabilities", [])) - 1) > 1e-3:
-        raise EndpointError(f"smoke test: {prediction} is not a valid prediction over classes {classes}")
-    return prediction
-
-
 def start_blue(backend: Backend, endpoint: str, settings: DeploymentSettings) -> DeploymentInfo:
     """Start provisioning `blue` with the settings' model on an existing endpoint; return at once."""
     return backend.endpoints.begin_create_or_update_deployment(endpoint, "blue", settings)
 
 
 def promote_blue(backend: Backend, endpoint: str, model_name: str, model_version: int,
-                 data_dir: str | Path | None, sample_request: str | Path | None = None) -> dict[str, Any]:
-    """Smoke-test the provisioned `blue` by header, then give it 100% of traffic: with ``sample_request`` (a
-    request file, as Azure's ``invoke(request_file=...)``) when the team gives one, which must answer 200 with
-    JSON; else with a real validation image of ``data_dir``, whose answer must be a prediction over the classes.
+                 data_dir: str | Path | None, sample_request: str | Path | None = None, *,
+                 settings: DeploymentSettings | None = None, expected_response: str | Path | None = None,
+                 ignore_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """Smoke-test the provisioned `blue` by header, then give it 100% of traffic and test it again through the
+    endpoint: with ``sample_request`` (a request file, as Azure's ``invoke(request_file=...)``) when the team gives
+    one, whose answer must match the expected one (:mod:`mlrunway.deploy.smoke`: ``expected_response``, else
+    ``settings``' score.py run here on the model, with ``ignore_keys`` skipped); else, for an image classifier,
+    with a real validation image of ``data_dir``, whose answer must be a prediction over the classes.
 
-    A failed smoke test raises EndpointError and leaves traffic where it was.
+    A failed smoke test by header raises EndpointError and leaves traffic where it was.
     """
     if sample_request is not None:
-        return _promote_with_request(backend, endpoint, model_name, model_version, Path(sample_request))
+        return _promote_with_request(backend, endpoint, model_name, model_version, Path(sample_request), settings,
+                                     Path(expected_response) if expected_response is not None else None,
+                                     tuple(ignore_keys))
+    if expected_response is not None:
+        raise check.fail("deploy.expected_response", "is given without sample_request",
+                         "pass sample_request: the JSON request file whose answer it is")
     if data_dir is None:
         raise check.fail("deploy.sample_request", "is missing and there is no data_dir with validation images",
                          "pass sample_request: a JSON request file score.py answers")
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = backend.models.download(model_name, model_version, Path(scratch) / "model")
-        signature = json.loads((model_dir / "signature.json").read_text())
+        path = model_dir / "signature.json"
+        signature = json.loads(path.read_text()) if path.is_file() else {}
+    if not isinstance(signature.get("classes"), list) or "preprocessing" not in signature:
+        raise check.fail("deploy.sample_request", f"is missing, and {model_name}:{model_version} is no image "
+                         "classifier to smoke-test with a validation image of data_dir (its signature.json has no "
+                         "classes or no preprocessing)", "pass sample_request: a JSON request file score.py "
+                         "answers (and expected_response, or the answer is computed with score.py)")
     payload, truth = smoke_payload(data_dir, signature)
     prediction = check_prediction(backend.endpoints.invoke(endpoint, payload=payload, deployment="blue"), signature["classes"])
     backend.endpoints.set_traffic(endpoint, {"blue": 100})
@@ -96,10 +97,14 @@ def promote_blue(backend: Backend, endpoint: str, model_name: str, model_version
             "smoke_label": prediction["label"], "smoke_truth": truth, "smoke_probability": prediction["probability"]}
 
 
-def _promote_with_request(backend: Backend, endpoint: str, model_name: str, model_version: int,
-                          request: Path) -> dict[str, Any]:
+def _promote_with_request(backend: Backend, endpoint: str, model_name: str, model_version: int, request: Path,
+                          settings: DeploymentSettings | None, expected_response: Path | None,
+                          ignore: tuple[str, ...]) -> dict[str, Any]:
     if not request.is_file():
         raise check.fail("deploy.sample_request", f"{request} does not exist", "pass a JSON request file")
+    expected: Any = smoke.read_expected(expected_response) if expected_response is not None else None
+    source = expected_response.name if expected_response is not None else ""
+    worst = 0.0
     answers = []
     for deployment in ("blue", None):  # by header first, then through the traffic it has just been given
         body = backend.endpoints.invoke(endpoint, request_file=request, deployment=deployment)
@@ -107,20 +112,38 @@ def _promote_with_request(backend: Backend, endpoint: str, model_name: str, mode
             answers.append(json.loads(body))
         except ValueError as exc:
             raise EndpointError(f"smoke test: the endpoint answered {body[:200]!r} to {request.name}, not JSON") from exc
+        if not source:  # no expected_response: the team's score.py answers the request here, on the same model
+            expected, source = smoke.expected_answer(backend, model_name, model_version, settings, request)
+        found = smoke.match(expected, answers[-1], ignore)
+        if found.difference is not None:
+            where = "by the blue deployment header, before any traffic moved" if deployment == "blue" else \
+                "through the endpoint after blue was given 100% of traffic"
+            ignoring = f" (ignoring keys {', '.join(ignore)})" if ignore else ""
+            raise EndpointError(
+                f"smoke test: {endpoint} answered {request.name} {where}, not as expected ({source}){ignoring}; "
+                f"first difference (expected != answered): {found.difference}\n"
+                f"  expected: {smoke.shown(expected)}\n  answered: {smoke.shown(answers[-1])}\n"
+                "A deployment serving the wrong model or a score.py that changed its outputs answers so; a key "
+                "that may differ between calls (a request id, a timestamp) belongs in ignore_keys.")
+        worst = max(worst, found.tolerance_used)
         if deployment == "blue":
             backend.endpoints.set_traffic(endpoint, {"blue": 100})
     scoring_uri = backend.endpoints.get(endpoint).scoring_uri
     shown = json.dumps(answers[0])[:200]
-    log.info("blue serves %s:%s at %s; smoke request %s -> %s", model_name, model_version, scoring_uri, request.name,
-             shown)
+    ignored = f"; {', '.join(ignore)} ignored" if ignore else ""
+    matched = f"as expected ({source}: {worst:.0%} of the parity tolerance used{ignored})"
+    log.info("blue serves %s:%s at %s; smoke request %s -> %s, %s", model_name, model_version, scoring_uri,
+             request.name, shown, matched)
     return {"endpoint": endpoint, "deployment": "blue", "scoring_uri": scoring_uri, "smoke_request": request.name,
-            "smoke_answer": shown}
+            "smoke_answer": shown, "smoke_expected": smoke.shown(expected), "smoke_matched": matched}
 
 
 def deploy_blue(backend: Backend, endpoint: str, settings: DeploymentSettings, data_dir: str | Path | None, *,
                 endpoint_settings: EndpointSettings | None = None, timeout_s: float = 3600.0,
-                sample_request: str | Path | None = None) -> dict[str, Any]:
+                sample_request: str | Path | None = None, expected_response: str | Path | None = None,
+                ignore_keys: Sequence[str] = ()) -> dict[str, Any]:
     """Safe rollout, waiting here: the endpoint, `blue` with no traffic, a smoke test by header, then 100%."""
     backend.endpoints.create_or_update(endpoint, endpoint_settings)
     backend.endpoints.create_or_update_deployment(endpoint, "blue", settings, timeout_s=timeout_s)
-    return promote_blue(backend, endpoint, settings.model_name, settings.model_version, data_dir, sample_request)
+    return promote_blue(backend, endpoint, settings.model_name, settings.model_version, data_dir, sample_request,
+                        settings=settings, expected_response=expected_response, ignore_keys=ignore_keys)

@@ -92,7 +92,9 @@ class ChampionChallenger:
     def _provisioned(self, backend: Backend, request: DeployRequest, r: Progress) -> Step:
         if r.champion is None:  # a new endpoint: the mission's blue at 100%, smoke-tested
             name, _, version = r.model.partition(":")
-            promote_blue(backend, r.endpoint, name, int(version), request.data_dir, request.sample_request)
+            promote_blue(backend, r.endpoint, name, int(version), request.data_dir, request.sample_request,
+                         settings=request.settings, expected_response=request.expected_response,
+                         ignore_keys=request.ignore_keys)
             return self._conclude(backend, r, Decision.CREATED, "the endpoint's first model")
         if request.rollback_to:
             r.gate = {"summary": f"rollback_to={request.rollback_to}: {r.model} goes back, by a person's decision, "

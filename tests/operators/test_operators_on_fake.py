@@ -375,12 +375,15 @@ def test_a_model_that_is_not_an_image_classifier_is_smoke_tested_with_its_sample
     code = tmp_path / "code"
     code.mkdir()
     (code / "sample_request.json").write_text(json.dumps({"data": [[0.1] * 8]}))
+    (code / "expected.json").write_text(json.dumps({"predictions": [0.8]}))
     fake.models.register("reg", REPO / "training" / "score.py")
     fake.endpoints.scorer = lambda payload, deployment: json.dumps({"predictions": [sum(payload["data"][0])]})
     deployed = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
                                   model_version=1, code_dir=str(code), sample_request="sample_request.json",
-                                  defer_after_s=1, poll_interval_s=0.001).execute(context())
+                                  expected_response="expected.json", defer_after_s=1,
+                                  poll_interval_s=0.001).execute(context())
     assert deployed["smoke_request"] == "sample_request.json" and deployed["smoke_answer"].startswith('{"predictions"')
+    assert deployed["smoke_expected"] == '{"predictions": [0.8]}' and "(expected.json:" in deployed["smoke_matched"]
     assert [(d, p) for _, d, p in fake.endpoints.invocations] == [("blue", {"data": [[0.1] * 8]})] * 2
     assert fake.endpoints.get(NAMES.endpoint).traffic == {"blue": 100}
 

@@ -44,6 +44,7 @@ def team(tmp_path) -> Path:
     code.mkdir()
     (code / "score.py").write_text("def init(): pass\ndef run(raw): return {}\n")
     (code / "sample.json").write_text(json.dumps({"x": 1}))
+    (code / "expected.json").write_text(json.dumps({"y": 3.0}))  # what version 1, which creates the endpoint, answers
     (code / "eval.jsonl").write_text("\n".join(json.dumps({"request": {"x": x}, "expected": 2 * x}) for x in range(20)))
     (code / "metrics.py").write_text(
         "def rmse(answers, expected):\n"
@@ -68,6 +69,7 @@ def run(fake, team, version: int, run_id: str, *, run_type: str = "manual", **kw
                "dag_run": SimpleNamespace(run_type=run_type), "outlet_events": defaultdict(lambda: events)}
     task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
                               model_version=version, code_dir=str(team), sample_request="sample.json",
+                              expected_response="expected.json",
                               endpoint_name=ENDPOINT, evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse",
                                                                   "goal": "minimize"},
                               deferrable=False, poll_interval_s=0.001,

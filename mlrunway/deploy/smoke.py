@@ -1,0 +1,255 @@
+"""The deploy step's smoke test: what `blue` must answer, and whether it did.
+
+A deployment that answers 200 with JSON may still serve the wrong numbers (the wrong model version, a score.py
+that scales or reorders its outputs). So a request file (``sample_request``, as Azure's ``invoke(request_file=...)``)
+is held to an expected answer: the team's ``expected_response`` file, or else the answer the team's own score.py
+gives here, run once in a subprocess on the deployed model version (:func:`reference_answer`), as the serving
+container runs it. The two answers match (:func:`difference`) when their numbers agree by the ONNX parity rule
+(:func:`mlrunway.onnx_export.parity.tolerance_used` at most 1) and everything else is equal, keys named in
+``ignore_keys`` (a request id, a timestamp) aside wherever they appear.
+
+An image classifier with no request file is smoke-tested as before: one real validation image
+(:func:`smoke_payload`), whose answer must be a prediction over its classes (:func:`check_prediction`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrunway import check
+from mlrunway.backend.protocol import Backend
+from mlrunway.backend.types import DeploymentSettings
+from mlrunway.errors import EndpointError, shorten
+from mlrunway.onnx_export.parity import tolerance_used
+
+__all__ = ["REFERENCE_TIMEOUT_S", "Match", "check_prediction", "difference", "expected_answer", "ignore_keys",
+           "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
+
+REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
+SHOWN_CHARS = 300  # each answer as an error shows it
+
+# What the reference subprocess runs: Azure's scoring contract, as the local endpoint server keeps it (score.py
+# imported from the code folder, which is the working directory and first on sys.path, AZUREML_MODEL_DIR set,
+# init() then run(<the request's text>)), and the body the server would send: an AMLResponse's message, else
+# the JSON of what run() returned. It imports nothing of mlrunway, so the team's imports meet only their own
+# environment. Its answer goes to a file (argv[4]): score.py may print what it likes.
+_SCORE_ONCE = """\
+import importlib.util, json, os, sys
+code_dir, script, request, out = sys.argv[1:5]
+sys.path.insert(0, code_dir)
+spec = importlib.util.spec_from_file_location("score", os.path.join(code_dir, script))
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.init()
+with open(request, encoding="utf-8") as handle:
+    result = module.run(handle.read())
+if hasattr(result, "status_code"):
+    message = result.message
+    answer = {"status": int(result.status_code), "body": message if isinstance(message, str) else json.dumps(message)}
+else:
+    answer = {"status": 200, "body": json.dumps(result)}
+with open(out, "w", encoding="utf-8") as handle:
+    json.dump(answer, handle)
+"""
+
+
+def smoke_payload(data_dir: str | Path, signature: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """One real validation image as a request, and its true label."""
+    from mlrunway.data.images import load_labeled
+
+    inputs, labels = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=1)
+    return {"data": inputs.tolist()}, signature["classes"][int(labels[0])]
+
+
+def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
+    """The image smoke test's bar: one prediction whose label is a class and whose probabilities sum to 1."""
+    try:
+        prediction = json.loads(body)["predictions"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EndpointError(f"smoke test: the endpoint answered {body[:200]!r}, not a prediction") from exc
+    if prediction.get("label") not in classes or abs(sum(prediction.get("probabilities", [])) - 1) > 1e-3:
+        raise EndpointError(f"smoke test: {prediction} is not a valid prediction over classes {classes}")
+    return prediction
+
+
+def ignore_keys(value: Any) -> tuple[str, ...]:
+    """The ``ignore_keys`` argument as key names: a list of strings, or (rendered from a template) its JSON or a
+    comma-separated string; None for none."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, str):
+            value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(key, str) and key for key in value):
+        raise check.fail("deploy.ignore_keys", f"{value!r} is not a list of key names",
+                         'pass key names the answers may differ in, e.g. ["request_id", "timestamp"]')
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Match:
+    """How an answer compares with the expected one: ``difference`` is the first differing path and both values,
+    expected first (``predictions[0].value: 15.2 != 16.9``), None when they match; ``tolerance_used`` the
+    largest share of the parity tolerance any number used."""
+
+    difference: str | None
+    tolerance_used: float
+
+
+def match(expected: Any, answer: Any, ignore: Iterable[str] = ()) -> Match:
+    """Compare two parsed JSON answers: numbers by the parity rule, booleans, strings and nulls by equality, lists
+    by length then item by item, objects by their keys then key by key, in the expected answer's order. A key in
+    ``ignore`` is skipped wherever it appears."""
+    walk = _Walk(frozenset(ignore))
+    found = walk.compare(expected, answer, "")
+    return Match(found, walk.worst)
+
+
+def difference(expected: Any, answer: Any, ignore: Iterable[str] = ()) -> str | None:
+    """The first difference (path and both values) of :func:`match`, or None when the answers match."""
+    return match(expected, answer, ignore).difference
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)  # JSON's true is no number
+
+
+def _shown(value: Any) -> str:
+    """A leaf as JSON writes it (NaN and the infinities as Python does: JSON has none)."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else json.dumps(value)
+
+
+class _Walk:
+    def __init__(self, ignore: frozenset[str]) -> None:
+        self.ignore, self.worst = ignore, 0.0
+
+    def compare(self, expected: Any, answer: Any, path: str) -> str | None:
+        where = path or "the answer"
+        if _is_number(expected) and _is_number(answer):
+            used = tolerance_used(expected, answer)
+            self.worst = max(self.worst, used)
+            return None if used <= 1 else f"{where}: {_shown(expected)} != {_shown(answer)}"
+        if isinstance(expected, dict) and isinstance(answer, dict):
+            return self._objects(expected, answer, path)
+        if isinstance(expected, list) and isinstance(answer, list):
+            if len(expected) != len(answer):
+                return f"{where}: {len(expected)} items != {len(answer)}"
+            for index, (want, got) in enumerate(zip(expected, answer, strict=True)):
+                if (found := self.compare(want, got, f"{path}[{index}]")) is not None:
+                    return found
+            return None
+        if type(expected) is not type(answer):  # two numbers were compared above
+            if isinstance(expected, (dict, list)) or isinstance(answer, (dict, list)):
+                return f"{where}: expected {_kind(expected)}, answered {_kind(answer)}"
+            return f"{where}: {_shown(expected)} != {_shown(answer)} (expected {_kind(expected)}, answered " \
+                f"{_kind(answer)})"
+        return None if expected == answer else f"{where}: {_shown(expected)} != {_shown(answer)}"
+
+    def _objects(self, expected: dict[str, Any], answer: dict[str, Any], path: str) -> str | None:
+        want = [key for key in expected if key not in self.ignore]
+        got = [key for key in answer if key not in self.ignore]
+        missing, extra = [k for k in want if k not in answer], [k for k in got if k not in expected]
+        if missing or extra:
+            parts = ([f"answered no key {', '.join(map(repr, missing))}"] if missing else []) + \
+                ([f"answered an unexpected key {', '.join(map(repr, extra))}"] if extra else [])
+            return f"{path or 'the answer'}: {' and '.join(parts)}"
+        for key in want:
+            if (found := self.compare(expected[key], answer[key], f"{path}.{key}" if path else key)) is not None:
+                return found
+        return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if _is_number(value):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def expected_answer(backend: Backend, model_name: str, model_version: int, settings: DeploymentSettings | None,
+                    request: Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> tuple[Any, str]:
+    """What `blue` must answer to ``request`` when the team gave no ``expected_response``, and where that came
+    from: :func:`reference_answer` with the deployment's code folder (``settings``)."""
+    if settings is None:
+        raise check.fail("deploy.expected_response", "is missing, and no code folder was given to compute it "
+                         "with score.py", "pass expected_response: the JSON answer to sample_request")
+    return reference_answer(backend, model_name, model_version, settings, request, timeout_s), \
+        f"{settings.scoring_script} run here on {model_name}:{model_version}"
+
+
+def read_expected(path: Path) -> Any:
+    """The ``expected_response`` file, parsed; a missing file or one that is not JSON is a SpecError."""
+    if not path.is_file():
+        raise check.fail("deploy.expected_response", f"{path} does not exist",
+                         "pass a JSON file in the code folder (or an absolute path): the answer to sample_request")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise check.fail("deploy.expected_response", f"{path} is not JSON ({exc})",
+                         "write the answer score.py should give to sample_request, as JSON") from exc
+
+
+def reference_answer(backend: Backend, model_name: str, model_version: int, settings: DeploymentSettings,
+                     request: Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> Any:
+    """The team's score.py's answer to ``request`` on the registered model ``model_name:model_version``: the
+    version downloaded into a scratch folder that is ``AZUREML_MODEL_DIR``, score.py imported from the code
+    folder in a fresh interpreter (this one's: it has onnxruntime and numpy), ``init()``, then ``run(<the request's
+    text>)``, within ``timeout_s``. A score.py that cannot run here (an import the worker lacks, an ``init()``
+    that fails) is a SpecError with its error, asking for ``expected_response``."""
+    code_dir = Path(settings.code_dir).resolve()
+    script = code_dir / settings.scoring_script
+    fix = (f"pass expected_response: a JSON file in the code folder holding the answer {request.name} should get, "
+           "so the smoke test need not run score.py here")
+    if not script.is_file():
+        raise check.fail("deploy.expected_response", f"is missing, and there is no {script} to compute it with", fix)
+    with tempfile.TemporaryDirectory(prefix="mlrunway-smoke-") as scratch:
+        model_dir = backend.models.download(model_name, model_version, Path(scratch) / "model")
+        out = Path(scratch) / "answer.json"
+        env = {**os.environ, **settings.environment_variables, "AZUREML_MODEL_DIR": str(Path(model_dir).resolve())}
+        argv = [sys.executable, "-c", _SCORE_ONCE, str(code_dir), settings.scoring_script, str(request.resolve()),
+                str(out)]
+        try:
+            done = subprocess.run(argv, cwd=code_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, errors="replace", timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise check.fail("deploy.expected_response", f"is missing, and {settings.scoring_script} did not answer "
+                             f"{request.name} here within {timeout_s:g} s", fix) from exc
+        if done.returncode != 0 or not out.is_file():
+            tail = shorten((done.stderr or done.stdout).strip(), 1500)
+            raise check.fail("deploy.expected_response", f"is missing, and {settings.scoring_script} could not "
+                             f"compute it here with {sys.executable} (exit code {done.returncode})",
+                             f"{fix}. Its error:\n{tail}")
+        answer = json.loads(out.read_text())
+    if answer["status"] != 200:
+        raise check.fail("deploy.sample_request", f"{settings.scoring_script} answers {request.name} here with status "
+                         f"{answer['status']}: {shorten(answer['body'], SHOWN_CHARS)}",
+                         "pass a request score.py answers with 200")
+    try:
+        return json.loads(answer["body"])
+    except ValueError as exc:
+        raise check.fail("deploy.sample_request", f"{settings.scoring_script} answers {request.name} here with "
+                         f"{shorten(answer['body'], SHOWN_CHARS)!r}, not JSON",
+                         "pass a request score.py answers with JSON") from exc
+
+
+def shown(answer: Any) -> str:
+    """An answer as JSON, shortened to what an error or a log line shows."""
+    return shorten(json.dumps(answer), SHOWN_CHARS)
