@@ -14,17 +14,9 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
-from operators import (
-    CleanupOperator,
-    DeployBlueOperator,
-    ExportOnnxOperator,
-    PickBestModelOperator,
-    SweepOperator,
-    TrainModelOperator,
-)
-from operators.preflight import check_production, check_run
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
@@ -44,12 +36,13 @@ EXPRESSIONS = ["choice", "uniform", "loguniform", "quniform", "qloguniform", "no
 
 
 def training_job(params: dict) -> dict:
-    """The job in azure-ai-ml's words: the tutorial's, or the form's own command with its own inputs."""
+    """The job in azure-ai-ml's words: the tutorial's, or the form's own command with its own inputs and outputs."""
     own = bool(params.get("command"))
     inputs = {} if own else {"data": {"type": "uri_folder", "path": params["data_dir"]},
                              "num_epochs": params["epochs"], "learning_rate": 0.01, "momentum": 0.9}
     return {"command": params.get("command") or TUTORIAL_COMMAND, "code": params["code_dir"],
-            "inputs": {**inputs, **(params.get("inputs") or {})}, "distribution": params.get("distribution") or None,
+            "inputs": {**inputs, **(params.get("inputs") or {})}, "outputs": params.get("outputs") or None,
+            "distribution": params.get("distribution") or None,
             "compute": params.get("compute") or None, "environment": params.get("environment") or None,
             "experiment_name": "mlrunway"}
 
@@ -89,32 +82,23 @@ def early_termination(params: dict) -> dict:
         "delay_evaluation": params["delay_evaluation"]}
 
 
-def sweep_arguments(params: dict) -> dict:
-    return {"trial": training_job(params), "search_space": search_space(params),
-            "objective": {"primary_metric": params["primary_metric"], "goal": params["goal"]},
-            "sampling_algorithm": sampling_algorithm(params), "seed": params["seed"],
-            "limits": {"max_total_trials": params["max_trials"], "max_concurrent_trials": params["max_concurrent_trials"]},
-            "early_termination": early_termination(params)}
-
-
 def preflight(context: dict) -> None:
-    """Before the first job: the example's own checks (ranges, ImageFolder data, score.py), then every job built
-    and checked together with the backend's checks (operators.preflight.check_run)."""
+    """Before the first job, the form's own checks (score.py, ranges, the tutorial's ImageFolder data); lifecycle()
+    then checks the job, the sweep and the deployment (what the smoke test sends and expects) together. With a command of the
+    team's own, data_dir is not checked as images here: the export and the smoke test use its images only for a
+    model whose signature has classes and image preprocessing, and say so when it has none."""
     params = context["params"]
     code = Path(params["code_dir"])
     if not (code / "score.py").is_file():
         raise fail("code_dir", f"{code} has no score.py", "pass the folder that holds the scoring script")
-    check_image_folder("data_dir", params["data_dir"])
+    if not params.get("command"):  # the tutorial's train.py reads ImageFolder data
+        check_image_folder("data_dir", params["data_dir"])
     for low, high in (("lr_min", "lr_max"), ("momentum_min", "momentum_max")):
         if params[low] >= params[high]:
             raise fail(low, f"{params[low]} is not less than {high} {params[high]}", f"make {low} < {high}")
     if params["max_concurrent_trials"] > params["max_trials"]:
         raise fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
                                                   f"{params['max_trials']}", "lower it to at most max_trials")
-    check_run(context, job=training_job(params), sweep=sweep_arguments(params), name_prefix=params["endpoint_prefix"])
-    check_production(context, endpoint_name=params["endpoint_name"], rollout=params["rollout"],
-                     evaluation=params["evaluation"], code_dir=params["code_dir"], data_dir=params["data_dir"],
-                     min_improvement=params["min_improvement"])
 
 
 CODE, JOB, SWEEP, POLICY, DEPLOY, BACKEND = ("Code and data", "Training job", "Sweep", "Early termination",
@@ -129,20 +113,27 @@ with DAG(
     catchup=False,
     max_active_runs=2,
     default_args={"defer_after_s": DEFER_AFTER_S},
-    render_template_as_native_obj=True,
     user_defined_macros={"training_job": training_job, "search_space": search_space,
                          "sampling_algorithm": sampling_algorithm, "early_termination": early_termination},
     tags=["mlrunway", "pytorch"],
     params={
         "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, section=CODE,
                           description="The code folder: the training script and score.py."),
-        "data_dir": Param(DEFAULT_DATA, type="string", minLength=1, section=CODE,
-                          description="ImageFolder data (train/ and val/): the example's input, the parity gate's "
-                                      "and the smoke test's images."),
+        "data_dir": Param(DEFAULT_DATA, type=NULLABLE_STRING, section=CODE,
+                          description="ImageFolder data (train/, val/, test/): the tutorial's input, and the parity "
+                                      "gate's and smoke test's images for an image classifier. Empty for any other "
+                                      "model: give inputs, sample_request and the model's own parity inputs."),
         "command": Param(None, type=NULLABLE_STRING, section=JOB,
-                         description="Your own command, with ${{inputs.x}}; empty: the tutorial's train.py."),
-        "inputs": Param({}, type="object", section=JOB,
-                        description='Inputs of your command: literals, or {"type": "uri_folder", "path": ...}.'),
+                         description="Your own command, with ${{inputs.x}} and ${{outputs.y}}; empty: the "
+                                     "tutorial's train.py."),
+        "inputs": Param({}, type="object", section=JOB, description=(
+            'Inputs of your command: literals, or {"type": "uri_file", "path": "/data/train.csv"} (a file) and '
+            '{"type": "uri_folder", "path": ...} (a folder); paths are checked before the first job.')),
+        "outputs": Param({}, type="object", section=JOB, description=(
+            'Named outputs of your command: {"model": {"type": "uri_folder"}} for --model-dir ${{outputs.model}}.')),
+        "model_path": Param("outputs/model", type="string", minLength=1, section=JOB, description=(
+            "Where the job leaves its model: a folder under ./outputs, or a named output such as "
+            "${{outputs.model}}. It holds the model and its signature.json.")),
         "epochs": Param(20, type="integer", minimum=1, maximum=500, section=JOB,
                         description="Epochs per training run and sweep trial (the tutorial's command)."),
         "distribution": Param(None, section=JOB, type=["null", "object"], description=(
@@ -185,6 +176,18 @@ with DAG(
                                      description="Epochs between evaluations."),
         "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500, section=POLICY,
                                   description="Epochs before the first evaluation."),
+        "sample_request": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
+            "A JSON request file in code_dir that score.py answers: the smoke test sends it (needed for any model "
+            "that is not an image classifier with data_dir).")),
+        "expected_response": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
+            "A JSON file in code_dir with the answer sample_request must get (numbers within the parity rule); "
+            "empty: the answer of your score.py run on the exported model before it is deployed.")),
+        "ignore_keys": Param([], type="array", items={"type": "string", "minLength": 1}, section=DEPLOY,
+                             description="Keys of the answer the smoke test does not compare (a request id, a "
+                                         "timestamp), wherever they appear."),
+        "inputs_file": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
+            "A .npy of model inputs in the model folder (e.g. sample_inputs.npy): the ONNX parity gate's inputs; "
+            "empty: data_dir's images for an image model, else random inputs of the signature's shape.")),
         "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", section=DEPLOY,
                                  description="Prefix of the run's names; the endpoint is <prefix>-<8 hex of the run>."),
         "keep_endpoint": Param(False, type="boolean", section=DEPLOY, description="Keep the endpoint serving after the run."),
@@ -223,28 +226,16 @@ with DAG(
                                  description="Airflow connection of the backend; mlrunway_default is local."),
     },
 ) as dag:
-    common = {"backend_conn_id": P % "backend_conn_id", "name_prefix": P % "endpoint_prefix"}
-    job = "{{ training_job(params) }}"
-    train = TrainModelOperator(task_id="train", job=job, pre_execute=preflight, **common)
-    sweep = SweepOperator(
-        task_id="sweep", trial=job, search_space="{{ search_space(params) }}",
-        objective={"primary_metric": P % "primary_metric", "goal": P % "goal"}, sampling_algorithm="{{ sampling_algorithm(params) }}",
-        seed=P % "seed", limits={"max_total_trials": P % "max_trials", "max_concurrent_trials": P % "max_concurrent_trials"},
-        early_termination="{{ early_termination(params) }}", **common,
-    )
-    pick = PickBestModelOperator(task_id="pick_best", sweep_name=sweep.output["sweep_name"], **common)
-    export = ExportOnnxOperator(
-        task_id="export_onnx", model_name=pick.output["model_name"], model_version=pick.output["model_version"],
-        data_dir=P % "data_dir", **common,
-    )
-    deploy = DeployBlueOperator(
-        task_id="deploy_blue", model_name=export.output["model_name"], model_version=export.output["model_version"],
-        code_dir=P % "code_dir", data_dir=P % "data_dir", instance_type=P % "instance_type",
-        instance_count=P % "instance_count", endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement",
-        require_approval=P % "require_approval",
-        evaluation=P % "evaluation", rollout=P % "rollout", **common,
-    )
-    clean = CleanupOperator(task_id="cleanup", keep_endpoint=P % "keep_endpoint", endpoint_name=P % "endpoint_name",
-                            **common)
-
-    train >> sweep >> pick >> export >> deploy >> clean
+    tasks = lifecycle(
+        job="{{ training_job(params) }}",
+        sweep={"search_space": "{{ search_space(params) }}", "sampling_algorithm": "{{ sampling_algorithm(params) }}",
+               "objective": {"primary_metric": P % "primary_metric", "goal": P % "goal"}, "seed": P % "seed",
+               "limits": {"max_total_trials": P % "max_trials", "max_concurrent_trials": P % "max_concurrent_trials"},
+               "early_termination": "{{ early_termination(params) }}"},
+        export={"data_dir": P % "data_dir", "inputs_file": P % "inputs_file"},
+        deployment={name: P % name for name in (
+            "code_dir", "data_dir", "sample_request", "expected_response", "ignore_keys", "instance_type",
+            "instance_count", "endpoint_name", "min_improvement", "require_approval", "evaluation", "rollout",
+            "keep_endpoint")},
+        model_path=P % "model_path", name_prefix=P % "endpoint_prefix", backend_conn_id=P % "backend_conn_id",
+        preflight=preflight)

@@ -68,6 +68,9 @@ class MlrunwayBaseOperator(BaseOperator):
 
     No exception of an operator carries a message longer than a screen (:func:`~mlrunway.errors.shorten`), from
     ``execute`` or from whichever method a deferral resumes in.
+
+    Templates render natively whatever the DAG says (``render_template_as_native_obj=False`` on a task turns it
+    off): a templated job, search space or limit renders to the object or number it describes, not to its text.
     """
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
@@ -80,6 +83,7 @@ class MlrunwayBaseOperator(BaseOperator):
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
+        kwargs.setdefault("render_template_as_native_obj", True)
         super().__init__(**kwargs)
         self.backend_conn_id = backend_conn_id
         self.name_prefix = name_prefix

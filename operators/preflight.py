@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,31 @@ def check_production(context: Any, *, endpoint_name: str | None, rollout: Mappin
     if isinstance(task, MlrunwayBaseOperator) and not isinstance(task.backend.endpoints, Rollout):
         raise check.fail("endpoint_name", f"the {task.backend.kind} backend has no staged rollout yet",
                          "leave endpoint_name empty: each run deploys to its own endpoint")
+
+
+def check_smoke(*, code_dir: str, data_dir: str | None, sample_request: str | None,
+                expected_response: str | None, ignore_keys: Sequence[str] | None) -> None:
+    """What the smoke test will send and compare, before any job: ``sample_request`` and ``expected_response``
+    (in the code folder, or absolute) exist and hold JSON, ``ignore_keys`` is a list of key names, and without a
+    request there is ``data_dir`` (an image classifier's validation images) to smoke-test with."""
+    files = {"sample_request": sample_request, "expected_response": expected_response}
+    for field, name in files.items():
+        if not name:
+            continue
+        path = Path(code_dir) / name
+        if not path.is_file():
+            raise check.fail(f"deployment.{field}", f"{path} does not exist", "name a JSON file in code_dir")
+        try:
+            json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise check.fail(f"deployment.{field}", f"{path} is not JSON ({exc})", "write it with json.dump") from exc
+    if expected_response and not sample_request:
+        raise check.fail("deployment.expected_response", "is given without sample_request",
+                         "name the request file whose answer it is in sample_request")
+    if not sample_request and not data_dir:
+        raise check.fail("deployment.sample_request", "is missing, and without data_dir there are no images to "
+                         "smoke-test with", "name a JSON request file in code_dir that score.py answers")
+    if ignore_keys is not None and (isinstance(ignore_keys, str) or not isinstance(ignore_keys, Sequence)
+                                    or not all(isinstance(k, str) and k for k in ignore_keys)):
+        raise check.fail("deployment.ignore_keys", f"{ignore_keys!r} is not a list of key names",
+                         'write e.g. ["request_id", "timestamp"]')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import Context
@@ -19,7 +20,8 @@ class TrainModelOperator(MlrunwayJobOperator):
     and check the model it leaves against the model contract before anything downstream spends on it.
 
     :param job: the job as ``azure.ai.ml.command`` takes it, one dict (``{"command": "python fit.py --lr
-        ${{inputs.lr}}", "code": "./src", "inputs": {"lr": 0.01}, ...}``), or a ``CommandJobSpec`` as it is.
+        ${{inputs.lr}}", "code": "./src", "inputs": {"lr": 0.01}, ...}``), a template that renders to one, or a
+        ``CommandJobSpec`` as it is.
         The keyword arguments below, when given, override its fields one by one; all are templated.
     :param command: the command line, with ``${{inputs.x}}`` and ``${{outputs.y}}``.
     :param code: the folder snapshotted as the job's working directory.
@@ -42,7 +44,7 @@ class TrainModelOperator(MlrunwayJobOperator):
 
     template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path")
 
-    def __init__(self, *, job: dict[str, Any] | CommandJobSpec | None = None, command: str | None = None,
+    def __init__(self, *, job: Mapping[str, Any] | CommandJobSpec | str | None = None, command: str | None = None,
                  code: str | None = None, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None,
                  environment: str | None = None, compute: str | None = None, distribution: Any = None,
                  instance_count: int | str | None = None, environment_variables: dict[str, str] | None = None,

@@ -55,12 +55,13 @@ class Ctx:
 
     def preflight(self, **changes) -> None:
         sys.path.insert(0, str(REPO / "dags"))
-        from train_sweep_deploy import dag, preflight
+        from train_sweep_deploy import dag, tasks
 
         params = {**dag.params.validate(), "data_dir": str(self.digits), **changes}
         task = copy.copy(dag.get_task("train"))
         task.backend_conn_id = params["backend_conn_id"]  # rendered, as pre_execute sees it
-        preflight({"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__x", "task": task})
+        tasks.preflight({"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__x",
+                         "task": task})
 
     def folder(self, layout: dict[str, bytes]) -> str:
         root = self.tmp / "data"

@@ -57,6 +57,10 @@ _DISTRIBUTIONS: _Table = {
 
 
 def _mapping(field: str, value: Any, example: str) -> Mapping[str, Any]:
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        raise check.fail(field, f"is the text {value[:80]!r}, not the object it spells", "render templates as objects "
+                         "(Airflow: render_template_as_native_obj=True, which mlrunway's operators set unless a task "
+                         f"turns it off, or mlrunway.airflow.lifecycle), or pass e.g. {example}")
     if not isinstance(value, Mapping):
         raise check.fail(field, f"{value!r} is not an object", f"pass e.g. {example}")
     return value
@@ -209,10 +213,10 @@ def as_arguments(spec: CommandJobSpec) -> dict[str, Any]:
                                for k, v in data["inputs"].items()}}
 
 
-def merged_job(job: Mapping[str, Any] | CommandJobSpec | None, overrides: Mapping[str, Any]) -> CommandJobSpec:
+def merged_job(job: Mapping[str, Any] | CommandJobSpec | str | None, overrides: Mapping[str, Any]) -> CommandJobSpec:
     """``job`` (a dict in the SDK's words, or a spec) with each override that was given (not None) in place of
     its field; what an operator's ``job=`` and its keyword arguments describe together."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(job, CommandJobSpec):
         return job if not given else command_job({**as_arguments(job), **given})
-    return command_job({**(job or {}), **given})
+    return command_job({**_mapping("job", job or {}, '{"command": "python train.py", "code": "./src"}'), **given})

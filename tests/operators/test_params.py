@@ -67,6 +67,13 @@ def test_defaults_are_valid(dag):
     assert dag.params.validate()["primary_metric"] == "best_val_acc"
 
 
+def preflight(context: dict) -> None:
+    """The train task's pre_execute: the form's own checks, then lifecycle()'s (the job, sweep and deployment)."""
+    from train_sweep_deploy import tasks
+
+    tasks.preflight(context)
+
+
 def context(dag, digits, **changes):
     """What the train task's pre_execute gets: the params, the run, and the task (its backend: local)."""
     params = {**dag.params.validate(), "data_dir": str(digits), **changes}
@@ -113,8 +120,6 @@ def context(dag, digits, **changes):
     ],
 )
 def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes, message, tmp_path, monkeypatch):
-    from train_sweep_deploy import preflight
-
     from mlrunway.local import launch
 
     monkeypatch.setattr(launch, "find_mpirun", lambda: None)  # a machine without Open MPI (the test extra has it)
@@ -127,8 +132,6 @@ def test_preflight_rejects_bad_combinations_before_any_job(dag, digits, changes,
 
 
 def test_preflight_accepts_the_defaults(dag, digits):
-    from train_sweep_deploy import preflight
-
     preflight(context(dag, digits))
     preflight(context(dag, digits, endpoint_name="digits-prod", rollout={"steps": [100], "window_s": 5}))
     for sampling in ("sobol", "bayesian", "grid"):  # the form's defaults fit each (bayesian: uniform, no policy)
@@ -136,8 +139,6 @@ def test_preflight_accepts_the_defaults(dag, digits):
 
 
 def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_job(dag, digits, monkeypatch):
-    from train_sweep_deploy import preflight
-
     from mlrunway.backend.fake import FakeBackend
 
     train = copy.copy(dag.get_task("train"))
@@ -151,8 +152,6 @@ def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):
     """After the params, the backend checks the job it will run (Azure: the compute exists) before any job."""
     from dataclasses import replace
 
-    from train_sweep_deploy import preflight
-
     from mlrunway.backend.fake import FakeBackend
 
     train = copy.copy(dag.get_task("train"))
@@ -165,3 +164,65 @@ def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):
     backend.jobs.computes = {"gpu-cluster"}
     with pytest.raises(SpecError, match="command_job.compute: 'cpu-cluster' is not a compute of the fake workspace"):
         backend.jobs.validate(replace(spec, compute="cpu-cluster"))
+
+
+def regressor(tmp_path, **changes) -> dict:
+    """The form filled for a team's regressor (examples/demand_forecast) with a uri_file input: no images at all."""
+    table = tmp_path / "history.csv"
+    table.write_text("week,demand\n1,12.5\n")
+    command = ("python fit.py --rows 500 --history ${{inputs.history}} --hidden-units ${{inputs.hidden_units}} "
+               "--lr ${{inputs.lr}} --epochs ${{inputs.epochs}} --model-dir ${{outputs.model}}")
+    return {"command": command, "code_dir": str(REPO / "examples" / "demand_forecast"), "data_dir": None,
+            "inputs": {"history": {"type": "uri_file", "path": str(table)}, "hidden_units": 32, "lr": 0.01, "epochs": 3},
+            "outputs": {"model": {"type": "uri_folder"}}, "model_path": "${{outputs.model}}",
+            "search_space": {"hidden_units": {"type": "choice", "values": [16, 32]},
+                             "lr": {"type": "loguniform", "min_value": -7, "max_value": -2}},
+            "primary_metric": "val_rmse", "goal": "minimize", "sample_request": "sample_request.json", **changes}
+
+
+def test_the_form_carries_a_model_that_is_no_image_classifier(dag, digits, tmp_path):
+    """Before: preflight refused any project without image class folders, and the form had no field for the
+    request to smoke-test with or the model's location."""
+    params = regressor(tmp_path)
+    preflight(context(dag, digits, **params))
+    copy.deepcopy(dag.params).validate()  # the new fields' defaults are valid
+    form = copy.deepcopy(dag.params)
+    for name, value in params.items():
+        form[name] = value  # each is a field of the form, and the regressor's values are valid in it
+    train = copy.copy(dag.get_task("train"))
+    train.render_template_fields({**context(dag, digits, **params), "ti": None})
+    assert train.model_path == "${{outputs.model}}" and train.job["inputs"]["history"]["type"] == "uri_file"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    pytest.param({"inputs": {"history": {"type": "uri_file", "path": "/nowhere.csv"}, "hidden_units": 32, "lr": 0.01,
+                             "epochs": 3}}, "command_job.inputs.history: uri_file '/nowhere.csv' does not exist",
+                 id="uri-file-missing"),
+    pytest.param({"inputs": {"history": {"type": "uri_file", "path": str(REPO / "examples")}, "hidden_units": 32,
+                             "lr": 0.01, "epochs": 3}}, "command_job.inputs.history: uri_file .* does not exist",
+                 id="uri-file-is-a-folder"),
+    pytest.param({"sample_request": None}, "deployment.sample_request: is missing, and without data_dir there are "
+                 "no images to smoke-test with; name a JSON request file", id="nothing-to-smoke-test-with"),
+    pytest.param({"sample_request": "request.json"}, "deployment.sample_request: .*request.json does not exist",
+                 id="request-missing"),
+    pytest.param({"sample_request": "score.py"}, "deployment.sample_request: .*score.py is not JSON",
+                 id="request-not-json"),
+    pytest.param({"expected_response": "answer.json"}, "deployment.expected_response: .*answer.json does not exist",
+                 id="expected-missing"),
+    pytest.param({"sample_request": None, "data_dir": "DIGITS", "expected_response": "sample_request.json"},
+                 "deployment.expected_response: is given without sample_request", id="expected-without-request"),
+])
+def test_a_regressors_mistakes_are_refused_before_any_job(dag, digits, tmp_path, changes, message):
+    changes = {k: str(digits) if v == "DIGITS" else v for k, v in changes.items()}
+    with pytest.raises(SpecError, match=message):
+        preflight(context(dag, digits, **regressor(tmp_path, **changes)))
+
+
+def test_ignore_keys_is_a_list_of_key_names(dag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dag.params)
+    params["ignore_keys"] = ["request_id"]
+    for bad in ("request_id", [""], [3]):
+        with pytest.raises(ParamValidationError, match="Invalid input for param ignore_keys: "):
+            params["ignore_keys"] = bad

@@ -1,0 +1,105 @@
+"""lifecycle(): a team's six tasks from one job, one sweep and one deployment; the preflight that checks them
+together before any job; native rendering whatever the DAG says; the README's team DAG is the shipped one."""
+
+from __future__ import annotations
+
+import copy
+import re
+from datetime import datetime
+
+import pytest
+from airflow.sdk import DAG, Param
+
+from mlrunway.airflow.lifecycle import lifecycle
+from mlrunway.errors import SpecError
+from operators import TrainModelOperator
+from tests.conftest import REPO
+
+CODE = str(REPO / "examples" / "demand_forecast")
+JOB = {"command": "python fit.py --lr ${{inputs.lr}} --epochs ${{inputs.epochs}} --model-dir ${{outputs.model}}",
+       "code": CODE, "inputs": {"lr": 0.01, "epochs": "{{ params.epochs }}"}, "outputs": {"model": {"type": "uri_folder"}}}
+SWEEP = {"search_space": {"lr": {"type": "loguniform", "min_value": -7, "max_value": -2}},
+         "objective": {"primary_metric": "val_rmse", "goal": "minimize"},
+         "limits": {"max_total_trials": "{{ params.trials }}", "max_concurrent_trials": 2}}
+
+
+def team_dag(**changes) -> tuple[DAG, object]:
+    with DAG(f"team_{len(changes)}", schedule=None, start_date=datetime(2026, 1, 5),
+             params={"epochs": Param(3, type="integer"), "trials": Param(4, type="integer")}) as dag:
+        tasks = lifecycle(**{"job": JOB, "sweep": SWEEP, "deployment": {"sample_request": "sample_request.json"},
+                             "model_path": "${{outputs.model}}", "name_prefix": "team", **changes})
+    return dag, tasks
+
+
+def context(dag: DAG, **params) -> dict:
+    """What the train task's pre_execute gets: the params, the run and the task (local backend)."""
+    return {"params": {**dag.params.validate(), **params}, "dag": dag, "run_id": "manual__2026-11-25",
+            "task": copy.copy(dag.get_task("train"))}
+
+
+def test_the_six_tasks_are_chained_and_render_their_templates_natively():
+    dag, _ = team_dag()
+    order = ["train", "sweep", "pick_best", "export_onnx", "deploy_blue", "cleanup"]
+    assert [dag.get_task(t).upstream_task_ids for t in order] == [set(), *({t} for t in order[:-1])]
+    assert dag.render_template_as_native_obj is False  # the DAG says nothing; the tasks render natively anyway
+    sweep = copy.copy(dag.get_task("sweep"))
+    sweep.render_template_fields(context(dag, trials=6))
+    assert sweep.limits["max_total_trials"] == 6 and sweep.trial["inputs"]["epochs"] == 3  # numbers, not text
+    assert sweep.trial["command"] == JOB["command"]  # azure-ai-ml's placeholders pass through
+    assert dag.get_task("deploy_blue").code_dir == CODE  # the job's code folder holds score.py
+
+
+def test_preflight_checks_the_sweep_described_once_before_any_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    dag, tasks = team_dag()
+    tasks.preflight(context(dag))  # the descriptions as given pass
+    dag, tasks = team_dag(sweep={**SWEEP, "search_space": {**SWEEP["search_space"],
+                                                           "batch": {"type": "choice", "values": [16, 32]}}})
+    with pytest.raises(SpecError, match="sweep.search_space.batch: never reaches the trial's command line"):
+        tasks.preflight(context(dag))
+    dag, tasks = team_dag(sweep={**SWEEP, "limits": {"max_total_trials": "{{ params.trials }}"}})
+    with pytest.raises(SpecError, match="max_total_trials"):
+        tasks.preflight(context(dag, trials=0))
+    assert not (tmp_path / "ws" / "jobs").exists() or not any((tmp_path / "ws" / "jobs").iterdir())
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"sweep": {**SWEEP, "max_trials": 3}}, "sweep.max_trials: is not one of its arguments; use trial, search_space"),
+    ({"deployment": {"smoke_request": "r.json"}}, "deployment.smoke_request: is not one of its arguments"),
+    ({"export": {"tolerance": 1e-3}}, "export.tolerance: is not one of its arguments"),
+    ({"deployment": {"model_version": 3}}, "deployment.model_version: is not one of its arguments"),
+    ({"job": "{{ job(params) }}"}, "deployment.code_dir: is missing and the job has no code folder"),
+    ({"sweep": "{{ sweep(params) }}"}, "sweep: '{{ sweep\\(params\\) }}' is not an object"),
+])
+def test_a_description_with_an_unknown_key_is_refused_when_the_dag_is_parsed(changes, message):
+    with pytest.raises(SpecError, match=message):
+        team_dag(**changes)
+
+
+def test_a_job_rendered_as_text_says_how_to_render_it_as_an_object():
+    """Before: TypeError: 'str' object is not a mapping, after the form was submitted."""
+    with DAG("text", schedule=None, start_date=datetime(2026, 1, 5)):
+        task = TrainModelOperator(task_id="train", job=str(JOB), render_template_as_native_obj=False)
+    with pytest.raises(SpecError, match=r"job: is the text .* not the object it spells; render templates as objects "
+                                        r"\(Airflow: render_template_as_native_obj=True"):
+        task.spec()
+
+
+@pytest.mark.parametrize("field", ["trial", "search_space", "objective", "limits"])
+def test_a_sweep_argument_rendered_as_text_says_how_to_render_it_as_an_object(field):
+    from operators.sweep import sweep_spec
+
+    arguments = {"trial": JOB, **SWEEP, "limits": {"max_total_trials": 4}}
+    arguments[field] = str(arguments[field])  # what a template gives when rendered as text
+    with pytest.raises(SpecError, match=rf"^{field}: is the text .* not the object it spells; render templates"):
+        sweep_spec(**arguments)
+
+
+def test_the_readme_team_dag_is_the_shipped_regressor_dag_in_at_most_30_lines():
+    """The README's "your own job" DAG is dags/demand_forecast.py, which tests/e2e runs end to end."""
+    readme = (REPO / "README.md").read_text()
+    shown = re.search(r"<!-- team-dag: dags/demand_forecast.py -->\n```python\n(.*?)```", readme, re.S)
+    assert shown is not None, "the README's team DAG block is missing"
+    shipped = (REPO / "dags" / "demand_forecast.py").read_text()
+    assert shown.group(1) == shipped
+    assert len(shipped.splitlines()) <= 30
