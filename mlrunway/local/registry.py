@@ -1,19 +1,24 @@
 """The local model registry: named models with versions 1, 2, 3..., each an immutable copy of its files.
 
-``models/<name>/<version>/`` holds ``files/`` (read-only copies) and ``model.json`` (format, tags,
-properties such as the source job and its metric). A version is built aside and renamed into place under a
-lock, so concurrent registrations get distinct versions and a reader never sees half a copy.
+``models/<name>/<version>/`` holds ``files/`` (read-only copies), ``model.json`` (format, tags, properties such
+as the source job and its metric) and ``mlflow/`` (the files, hard-linked, with an ``MLmodel`` where MLflow can
+load the format). A version is built aside and renamed into place under the model's lock, so concurrent
+registrations get distinct versions and a reader never sees half a copy; under the same lock it becomes MLflow's
+model version of the same number in the workspace's store (:mod:`mlrunway.local.mlflow_registry`), where the
+``production`` and ``previous`` aliases live.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +26,11 @@ from mlrunway import check
 from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
+from mlrunway.local import mlflow_registry
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 
@@ -45,8 +53,12 @@ def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.
 
 
 class LocalModels(Models):
+    """The registry of one workspace. Reads (``get``, ``list``, ``download``) never import MLflow (an endpoint's
+    start reads a version); writes and aliases go through MLflow too, which first mirrors what it lacks."""
+
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
+        self._synced: set[str] = set()
 
     def register(
         self, name: str, path: str | Path, *, base: str | Path | None = None, format: str = "custom",
@@ -67,7 +79,9 @@ class LocalModels(Models):
                 files.mkdir()
                 shutil.copy2(source, files / source.name)
             _make_read_only(files)
+            mlflow_registry.write_view(files, staging / mlflow_registry.VIEW, format)
             with locked(folder / ".lock"):
+                self._sync(name, force=True)  # MLflow holds every earlier version: its next number is ours
                 version = max(self._versions(name), default=0) + 1
                 model = ModelVersion(
                     name=name, version=version, path=str(folder / str(version) / "files"), format=format,
@@ -76,6 +90,7 @@ class LocalModels(Models):
                 )
                 write_json(staging / "model.json", model.to_dict())
                 staging.rename(folder / str(version))
+                self._mirror(model, lambda: mlflow_registry.create_version(self.workspace, model, folder / str(version)))
         except BaseException:  # a full disk mid-copy: no half-copied version is left to fill it further
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -111,19 +126,75 @@ class LocalModels(Models):
         model = self.get(name, version)
         folder = self.workspace.models / name / str(model.version)
         with locked(self.workspace.models / name / ".lock"):
+            self._sync(name)
             write_json(folder / "model.json", {**model.to_dict(), "archived": True})
-        return self._read(name, model.version)
+            archived = self._read(name, model.version)
+            self._mirror(archived, lambda: mlflow_registry.update_tags(self.workspace, archived))
+        return archived
 
     def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
         """Set (or, with None, remove) tags of a version: tags are mutable, as on Azure; files never are."""
         model = self.get(name, version)
         with locked(self.workspace.models / name / ".lock"):
+            self._sync(name)
             merged = {**self._read(name, model.version).tags, **{k: v for k, v in tags.items() if v is not None}}
-            for key in [k for k, v in tags.items() if v is None]:
+            removed = {k for k, v in tags.items() if v is None}
+            for key in removed:
                 merged.pop(key, None)
             write_json(self.workspace.models / name / str(model.version) / "model.json",
                        {**self._read(name, model.version).to_dict(), "tags": merged})
-        return self._read(name, model.version)
+            updated = self._read(name, model.version)
+            self._mirror(updated, lambda: mlflow_registry.update_tags(self.workspace, updated, removed))
+        return updated
+
+    def set_alias(self, name: str, version: int, alias: str) -> None:
+        """Give ``alias`` to one version of ``name`` in MLflow's registry, which takes it from any other at once."""
+        model = self.get(name, version)
+        with locked(self.workspace.models / name / ".lock"):
+            self._sync(name)
+            mlflow_registry.client(self.workspace).set_registered_model_alias(name, alias, str(model.version))
+
+    def alias(self, name: str, alias: str) -> ModelVersion | None:
+        """The version of ``name`` holding ``alias`` in MLflow's registry; None when none does."""
+        from mlflow.exceptions import MlflowException
+
+        if not self._versions(name):
+            return None
+        if name not in self._synced:
+            with locked(self.workspace.models / name / ".lock"):
+                self._sync(name)
+        try:
+            holder = mlflow_registry.client(self.workspace).get_model_version_by_alias(name, alias)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
+        return self._read(name, int(holder.version))
+
+    def sync(self, name: str | None = None) -> None:
+        """Mirror ``name`` (every model when None) into MLflow's registry now: what the first write or alias
+        read of a model does by itself (a workspace written before the mirror; a registration cut short)."""
+        names = [name] if name else sorted(p.name for p in self.workspace.models.glob("*") if p.is_dir())
+        for each in names:
+            with locked(self.workspace.models / each / ".lock"):
+                self._sync(each, force=True)
+
+    def _sync(self, name: str, *, force: bool = False) -> None:
+        """:func:`mlflow_registry.sync` once per model and instance (each write mirrors itself), or ``force``d;
+        the caller holds the model's lock."""
+        if force or name not in self._synced:
+            mlflow_registry.sync(self.workspace, name, self._versions(name))
+            self._synced.add(name)
+
+    def _mirror(self, model: ModelVersion, write: Callable[[], None]) -> None:
+        """Write ``model``'s change to MLflow; on failure (a full disk) the folder, already written, stays the
+        record and the next use of the model repairs MLflow (:meth:`_sync`)."""
+        try:
+            write()
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the same repairable state
+            self._synced.discard(model.name)
+            log.warning("Model %s:%s: MLflow's registry not updated (%s); the next use of the model repairs it",
+                        model.name, model.version, exc)
 
     def _versions(self, name: str) -> builtins.list[int]:
         folder = self.workspace.models / name

@@ -1,0 +1,213 @@
+"""The local registry's mirror in MLflow's Model Registry: every version of ``models/<name>/`` is also MLflow's
+model version of the same number, in the workspace's own store, so ``mlflow server``/``mlflow ui`` over the
+workspace shows the registered models and ``models:/<name>@production`` loads.
+
+The folder stays the record of a version's files and metadata (``model.json``); MLflow holds its mirror (tags,
+properties as ``mlrunway.property.<key>`` tags, the source job's run) and is the only record of aliases. A version's
+``source`` is its ``mlflow/`` folder: hard links to its read-only ``files/`` (no space, nothing MLflow can change
+in ``files/``) plus an ``MLmodel`` for formats MLflow can load (ONNX). MLflow writes ``registered_model_meta``
+into the folder it loads a local model from: that lands in ``mlflow/``, never in ``files/``.
+
+:func:`sync` brings MLflow up to the folder under the model's lock: versions missing in MLflow are created in
+order (a workspace written before the mirror existed, or a registration cut short between its rename and MLflow),
+tags repaired, and the old alias tags (``mlrunway.alias.<alias>``) turned into MLflow aliases.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlrunway.backend.protocol import Models
+from mlrunway.backend.types import ModelVersion
+from mlrunway.errors import MlrunwayError
+from mlrunway.local import tracking
+from mlrunway.local.files import read_json, write_json
+from mlrunway.local.workspace import Workspace
+
+if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion as MlflowVersion
+    from mlflow.tracking import MlflowClient
+
+log = logging.getLogger(__name__)
+
+VIEW = "mlflow"  # a version's folder that MLflow's ``source`` names
+PROPERTY_TAG = "mlrunway.property.{}"
+FORMAT_TAG = "mlrunway.format"
+ARCHIVED_TAG = "mlrunway.archived"
+_OURS = "mlrunway."  # tags under this prefix are the mirror's to remove; others may be a person's, set in MLflow's UI
+
+
+class RegistryMismatch(MlrunwayError):
+    """MLflow's model versions and the workspace's folder disagree in a way the mirror cannot repair alone."""
+
+
+@functools.cache
+def client(workspace: Workspace) -> MlflowClient:
+    """An MlflowClient whose tracking and registry are both the workspace's store (never a registry an
+    environment variable names), creating the store the first time."""
+    from mlflow.tracking import MlflowClient
+
+    tracking.client(workspace)  # creates the store under its lock, in WAL mode
+    return MlflowClient(workspace.tracking_uri, registry_uri=workspace.tracking_uri)
+
+
+def write_view(files: Path, view: Path, format: str) -> None:
+    """Hard-link every file of ``files`` into ``view`` (a copy where the file system refuses links) and add an
+    ``MLmodel`` when MLflow has a flavor for ``format``."""
+    for dirpath, _dirnames, filenames in os.walk(files):
+        target = view / Path(dirpath).relative_to(files)
+        target.mkdir(parents=True, exist_ok=True)
+        for filename in filenames:
+            try:
+                os.link(Path(dirpath) / filename, target / filename)
+            except OSError:
+                shutil.copy2(Path(dirpath) / filename, target / filename)
+    if format == "onnx":
+        _write_onnx_mlmodel(view)
+
+
+def _write_onnx_mlmodel(view: Path) -> None:
+    """The ``MLmodel`` ``mlflow.onnx.save_model`` writes (onnx and python_function flavors) for the folder's one
+    top-level ``.onnx`` file, which MLflow's ONNX loader wants beside ``MLmodel``. None there: no MLmodel."""
+    from mlflow import pyfunc
+    from mlflow.models import Model
+
+    found = sorted(p.name for p in view.iterdir() if p.suffix == ".onnx" and p.is_file())
+    if len(found) != 1:
+        log.warning("ONNX version at %s has %s top-level .onnx files; no MLmodel written, so MLflow cannot load it",
+                    view.parent, len(found) or "no")
+        return
+    model = Model()
+    pyfunc.add_to_model(model, loader_module="mlflow.onnx", data=found[0])
+    model.add_flavor("onnx", onnx_version=metadata.version("onnx"), data=found[0],
+                     providers=["CPUExecutionProvider"], code=None)
+    model.save(str(view / "MLmodel"))
+
+
+def ensure_view(version_dir: Path, format: str) -> None:
+    """Give a version written before the mirror its ``mlflow/`` folder: built aside, renamed into place (a crash
+    leaves a ``.mlflow.new.*`` folder, removed by the next call)."""
+    if (version_dir / VIEW).is_dir():
+        return
+    for stale in version_dir.glob(".mlflow.new.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=version_dir, prefix=".mlflow.new."))
+    try:
+        write_view(version_dir / "files", staging, format)
+        staging.rename(version_dir / VIEW)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def mlflow_tags(model: ModelVersion) -> dict[str, str]:
+    """The MLflow tags of a version: its tags, its properties (JSON for what is not text), format, archived."""
+    tags = {k: v for k, v in model.tags.items() if not k.startswith(Models.ALIAS_TAG.format(""))}
+    for key, value in model.properties.items():
+        tags[PROPERTY_TAG.format(key)] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    tags[FORMAT_TAG] = model.format
+    if model.archived:
+        tags[ARCHIVED_TAG] = "true"
+    return tags
+
+
+def run_id_of(workspace: Workspace, model: ModelVersion) -> str | None:
+    """The MLflow run a version came from: its ``source_job``'s run; for an export, its ``source_model``'s."""
+    job = model.properties.get("source_job")
+    if isinstance(job, str) and (run_id := tracking.run_of_job(workspace, job)):
+        return run_id
+    source = model.properties.get("source_model")
+    if isinstance(source, str) and ":" in source:
+        name, _, version = source.rpartition(":")
+        if version.isdigit():
+            found = {int(v.version): v for v in _versions(client(workspace), name)}.get(int(version))
+            return found.run_id if found and found.run_id else None
+    return None
+
+
+def create_version(workspace: Workspace, model: ModelVersion, version_dir: Path) -> None:
+    """Create ``model`` in MLflow as version ``model.version`` of ``model.name``; the caller holds the model's lock
+    and has made every earlier version. Raises :class:`RegistryMismatch` when MLflow numbers it otherwise."""
+    from mlflow.exceptions import MlflowException
+
+    mlflow = client(workspace)
+    try:
+        mlflow.get_registered_model(model.name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        mlflow.create_registered_model(model.name)
+    created = mlflow.create_model_version(model.name, (version_dir / VIEW).as_uri(), run_id=run_id_of(workspace, model),
+                                          tags=mlflow_tags(model), description=model.description or None)
+    if int(created.version) != model.version:
+        raise RegistryMismatch(
+            f"model {model.name}: MLflow numbered version {model.version} as {created.version} in "
+            f"{workspace.tracking_uri}; a version was deleted or added in MLflow alone: restore the workspace's "
+            "mlflow.db, or delete the registered model in MLflow so the next use mirrors every version again")
+
+
+def update_tags(workspace: Workspace, model: ModelVersion, removed: set[str] | None = None) -> None:
+    """Bring one version's MLflow tags to :func:`mlflow_tags` (removing ``removed`` and stale ``mlrunway.`` tags)."""
+    mlflow = client(workspace)
+    current = dict(mlflow.get_model_version(model.name, str(model.version)).tags)
+    _repair(mlflow, model, current, removed or set())
+
+
+def _repair(mlflow: MlflowClient, model: ModelVersion, current: dict[str, str], removed: set[str]) -> None:
+    wanted = mlflow_tags(model)
+    for key, value in wanted.items():
+        if current.get(key) != value:
+            mlflow.set_model_version_tag(model.name, str(model.version), key, value)
+    for key in current:
+        if key not in wanted and (key in removed or key.startswith(_OURS)):
+            mlflow.delete_model_version_tag(model.name, str(model.version), key)
+
+
+def _versions(mlflow: MlflowClient, name: str) -> list[MlflowVersion]:
+    return list(mlflow.search_model_versions(f"name = '{name}'"))
+
+
+def sync(workspace: Workspace, name: str, versions: list[int]) -> None:
+    """Mirror every version of ``name`` (the folder's ``versions``, ascending) into MLflow, repair their tags, and
+    turn old alias tags into MLflow aliases (removing the tags). Idempotent; the caller holds the model's lock."""
+    mlflow = client(workspace)
+    mirrored = {int(v.version): v for v in _versions(mlflow, name)}
+    if extra := sorted(set(mirrored) - set(versions)):
+        raise RegistryMismatch(f"model {name}: MLflow has versions {extra} that {workspace.models / name} lacks; "
+                               "restore the folder, or delete those versions in MLflow")
+    aliases: dict[str, tuple[str, int]] = {}  # alias: (when, version), the newest holder's, as the tag default reads
+    tagged = set()
+    for version in versions:
+        folder = workspace.models / name / str(version)
+        model = ModelVersion(**read_json(folder / "model.json"))
+        for key, when in model.tags.items():
+            alias = key.removeprefix(Models.ALIAS_TAG.format(""))
+            if alias != key:
+                tagged.add(version)
+                if alias not in aliases or when > aliases[alias][0]:
+                    aliases[alias] = (when, version)
+        if version in mirrored:
+            _repair(mlflow, model, dict(mirrored[version].tags), set())
+            continue
+        ensure_view(folder, model.format)
+        create_version(workspace, model, folder)
+        log.info("Model %s:%s mirrored in MLflow's registry (%s)", name, version, workspace.tracking_uri)
+    for alias, (_when, version) in aliases.items():
+        mlflow.set_registered_model_alias(name, alias, str(version))
+    for version in tagged:
+        _drop_alias_tags(workspace.models / name / str(version) / "model.json")
+
+
+def _drop_alias_tags(path: Path) -> None:
+    """Remove the old alias tags once MLflow holds the aliases (they would name a holder no one updates)."""
+    data: dict[str, Any] = read_json(path)
+    prefix = Models.ALIAS_TAG.format("")
+    write_json(path, {**data, "tags": {k: v for k, v in data["tags"].items() if not k.startswith(prefix)}})
