@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.naming import RunNames, base_name
@@ -247,8 +248,11 @@ def _onnx_html(onnx: dict[str, Any] | None) -> str:
         figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
                    + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
                       else "not a classifier"))
+    card = ""
+    if onnx.get("tags", {}).get("mlrunway.model_card"):  # the card's page beside this report's (the UI plugin's)
+        card = (f' <a id="model-card" href="card/{quote(onnx["name"], safe="")}/{onnx["version"]}">Model card</a>')
     return (f"<p><b>{html.escape(onnx['name'])}:{onnx['version']}</b>, opset {onnx['properties'].get('opset', '?')}: "
-            f"{html.escape(figures)}</p>")
+            f"{html.escape(figures)}{card}</p>")
 
 
 def _endpoint_html(endpoint: dict[str, Any] | None) -> str:

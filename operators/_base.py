@@ -19,6 +19,7 @@ from mlrunway.airflow.links import ALL_LINKS, links_for
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import shorten_exception
+from mlrunway.lineage import LineageDataset, namespace_of
 from mlrunway.pipeline import check_prefix
 
 T = TypeVar("T")
@@ -53,6 +54,19 @@ def _freeze_heap_at_exit() -> None:
     atexit.register(gc.freeze)
 
 
+def _remembered(method: Callable[..., T]) -> Callable[..., T]:
+    """``method``, whose result the task also keeps as ``self.returned``: its OpenLineage outputs are read there
+    once it ends (a listener gets the task, not the XComs it pushed)."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> T:
+        self.returned = None  # a failed try made nothing, whatever an earlier one made
+        result = self.returned = method(self, *args, **kwargs)
+        return result
+
+    return run
+
+
 def _exits_quickly(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def run(*args: Any, **kwargs: Any) -> T:
@@ -75,11 +89,12 @@ class MlrunwayBaseOperator(BaseOperator):
 
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
     operator_extra_links = ALL_LINKS
+    returned: Any = None  # what execute (or the method a deferral resumed in) returned: the lineage's outputs
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "execute" in cls.__dict__:
-            cls.execute = _exits_quickly(_screen_sized(cls.__dict__["execute"]))  # type: ignore[method-assign]
+            cls.execute = _exits_quickly(_screen_sized(_remembered(cls.__dict__["execute"])))  # type: ignore[method-assign]
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -97,7 +112,10 @@ class MlrunwayBaseOperator(BaseOperator):
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Where every deferral comes back (``execute_complete`` or another method), under ``execute``'s wrappers."""
-        return _exits_quickly(_screen_sized(super().resume_execution))(next_method, next_kwargs, context)
+        self.returned = None
+        result = self.returned = _exits_quickly(_screen_sized(super().resume_execution))(next_method, next_kwargs,
+                                                                                           context)
+        return result
 
     @cached_property
     def backend(self) -> Backend:
@@ -116,6 +134,33 @@ class MlrunwayBaseOperator(BaseOperator):
         self.links = {**getattr(self, "links", {}), **links}
         for key, url in links.items():
             context["ti"].xcom_push(key=key, value=url)
+
+    # -- OpenLineage (the provider's listener calls these; :mod:`mlrunway.lineage` names the datasets) ----------
+    def get_openlineage_facets_on_start(self) -> Any:
+        """What the task reads, as it starts."""
+        from mlrunway.airflow.lineage import operator_lineage
+
+        return operator_lineage(self.lineage_inputs())
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What the task read and what it made, from what it returned (nothing made when it failed)."""
+        from mlrunway.airflow.lineage import operator_lineage
+
+        result = self.returned if isinstance(self.returned, dict) else {}
+        return operator_lineage(self.lineage_inputs(), self.lineage_outputs(result))
+
+    @property
+    def lineage_namespace(self) -> str:
+        """The namespace of what the backend holds (its jobs, models, endpoints)."""
+        return namespace_of(self.backend)
+
+    def lineage_inputs(self) -> list[LineageDataset]:
+        """The datasets the task reads, from its (rendered) arguments; each operator says which."""
+        return []
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[LineageDataset]:
+        """The datasets the task made, from its result; each operator says which."""
+        return []
 
 
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):

@@ -7,10 +7,11 @@ from typing import Any
 
 from airflow.sdk import Context, TriggerRule
 
+from mlrunway import lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import JobFailed
-from mlrunway.pipeline import cleanup
+from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.production import stable
 from mlrunway.report import save_run_report
 from operators._base import MlrunwayBaseOperator
@@ -64,3 +65,24 @@ class CleanupOperator(MlrunwayBaseOperator):
         self.log.info("Sweep report saved: %s", page)
         # The task's "Sweep report" link, to the saved report; the run's tab finds the saved one too.
         self.show_links(context, {SweepReportLink.key: ui_path("report", self.backend_conn_id, names.sweep)})
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What it removed (the run's endpoint, archived versions) and the sweep report it saved, read from the
+        run's names (the task instance's) and its result."""
+        from mlrunway.airflow.lineage import operator_lineage
+
+        names = RunNames.of(task_instance.dag_id, task_instance.run_id, check_prefix(self.name_prefix))
+        done = self.returned if isinstance(self.returned, dict) else {}
+        return operator_lineage(*self.lineage_of(names, done))
+
+    def lineage_of(self, names: RunNames, done: dict[str, Any]) -> tuple[list[lineage.LineageDataset],
+                                                                         list[lineage.LineageDataset]]:
+        namespace = self.lineage_namespace
+        removed = [lineage.endpoint(namespace, names.endpoint)] if done.get("endpoint_deleted") else []
+        if done.get("stable_endpoint"):
+            removed += [lineage.deployment(namespace, done["stable_endpoint"], d)
+                        for d in done.get("deleted_deployments") or []]
+        removed += [lineage.model_version(namespace, *ref.split(":", 1)) for ref in done.get("archived_models") or []]
+        report = self.backend.reports / names.sweep / "report.html"
+        return removed, [lineage.local_path(report)] if report.is_file() else []

@@ -9,13 +9,14 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError
-from mlrunway.production import stable
+from mlrunway.errors import EndpointError, MlrunwayError
+from mlrunway.production import card, stable
 from mlrunway.production.rollout import RolloutPolicy
 from operators._base import MlrunwayWaitingOperator
 
@@ -71,6 +72,12 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param rollback_to: a registry alias (``previous``): deploy the version of ``model_name`` holding it instead
         of ``model_version``, through the same staged rollout, without the gate (a person decided).
 
+    :param intended_use: what the model is for and not for, in the team's words: the first section of the model
+        card each version that reaches an endpoint gets (:mod:`mlrunway.production.card`).
+    :param model_card: what the card says of the training: ``{"job": ..., "sweep": ...}`` in azure-ai-ml's words,
+        as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.airflow.lifecycle.lifecycle` passes
+        them); the rest of the card comes from the registry and the sweep's record.
+
     :param strategy: the deployment strategy by name (:data:`mlrunway.deploy.STRATEGIES`); default
         ``champion_challenger`` with ``endpoint_name``, else ``blue``. The task only hosts it: each wait the
         strategy asks for becomes a trigger (or a wait in the worker) and its event goes back to the strategy.
@@ -79,7 +86,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
                        "data_dir", "instance_type", "instance_count", "sample_request", "expected_response",
                        "ignore_keys", "scoring_script", "endpoint_name",
-                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy")
+                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy",
+                       "intended_use", "model_card")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
                  sample_request: str | None = None, expected_response: str | None = None,
@@ -88,7 +96,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                  endpoint_name: str | None = None, min_improvement: float | str = 0.0,
                  evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                  rollback_to: str | None = None, require_approval: bool | str = False,
-                 approval_timeout_s: float = 7 * 24 * 3600.0, strategy: str | None = None, **kwargs: Any) -> None:
+                 approval_timeout_s: float = 7 * 24 * 3600.0, strategy: str | None = None,
+                 intended_use: str | None = None, model_card: dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
         super().__init__(**kwargs)
         self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
@@ -99,7 +108,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         self.sample_request, self.scoring_script = sample_request, scoring_script
         self.expected_response, self.ignore_keys = expected_response, ignore_keys
         self.instance_type, self.instance_count = instance_type, instance_count
-        self.strategy = strategy
+        self.strategy, self.intended_use, self.model_card = strategy, intended_use, model_card
 
     def chosen(self) -> DeploymentStrategy:
         return strategy(self.strategy or ("champion_challenger" if self.endpoint_name else "blue"))
@@ -180,15 +189,48 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                 context["ti"].xcom_push(key=key, value=done.result[key])
         if done.production is not None:
             emit_production(context, done.result["endpoint"], done.production)
+        page = self.write_model_cards(context, done.result)
         if done.failure:
             raise EndpointError(done.failure)
-        return done.result
+        return {**done.result, "model_card": page}
+
+    def write_model_cards(self, context: Context, result: dict[str, Any]) -> str | None:
+        """The model card of each version the decision changed (:mod:`mlrunway.production.card`), kept with the run's
+        reports and linked from the task; return the deployed version's page. A card that cannot be written is
+        logged: the decision stands."""
+        interval = context.get("data_interval_start"), context.get("data_interval_end")
+        try:
+            pages = card.record_deployment(
+                self.backend, self.backend.reports, f"{self.model_name}:{self.model_version}", result,
+                description=self.model_card or None, intended_use=self.intended_use or None,
+                data_interval=(str(interval[0]), str(interval[1])) if all(interval) else None)
+        except (OSError, MlrunwayError) as exc:
+            self.log.warning("The model card of %s:%s was not written: %s", self.model_name, self.model_version, exc)
+            return None
+        name, _, version = str(result.get("model") or f"{self.model_name}:{self.model_version}").partition(":")
+        self.link(context, "model_card", name, version)
+        self.log.info("Model card: %s", pages[0])
+        return str(pages[0])
 
     def on_kill(self) -> None:
         """The task was killed while it waited: the strategy undoes what serves nobody yet (a `blue` still
         provisioning); what serves is left to the run's cleanup."""
         if (request := getattr(self, "_request", None)) is not None:
             self.chosen().abandon(self.backend, request)
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[lineage.LineageDataset]:
+        """The model version it deploys and the scoring code (versioned by its hash)."""
+        return [lineage.model_version(self.lineage_namespace, self.model_name, self.model_version),
+                lineage.code_snapshot(self.code_dir)]
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[lineage.LineageDataset]:
+        """The endpoint and the deployment the model went to (none when a stable endpoint skipped it)."""
+        namespace, endpoint = self.lineage_namespace, result.get("endpoint")
+        if not endpoint:
+            return []
+        deployed = [lineage.deployment(namespace, endpoint, result["deployment"])] if result.get("deployment") else []
+        return [lineage.endpoint(namespace, endpoint), *deployed]
 
     def not_newest(self, context: Context) -> str | None:
         """Why this run may not change production (a backfill, a catch-up or cleared old run), or None. A scheduled

@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import lineage
 from mlrunway.onnx_export import ATOL, DEFAULT_OPSET, RTOL, ParityReport, export_registered
 from operators._base import MlrunwayBaseOperator
 
@@ -42,3 +43,16 @@ class ExportOnnxOperator(MlrunwayBaseOperator):
         self.log.info("Exported %s:%s to %s:%s; parity: %s", self.model_name, self.model_version, model.name,
                       model.version, ParityReport.from_dict(parity).summary())
         return {"model_name": model.name, "model_version": model.version, "opset": self.opset, "parity": parity}
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[lineage.LineageDataset]:
+        """The model version it exports and the data its parity gate reads."""
+        namespace = self.lineage_namespace
+        gate = [lineage.data(self.data_dir, namespace)] if self.data_dir else []
+        return [lineage.model_version(namespace, self.model_name, self.model_version), *gate]
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[lineage.LineageDataset]:
+        """The ONNX model version it registered."""
+        if not result.get("model_name"):
+            return []
+        return [lineage.model_version(self.lineage_namespace, result["model_name"], result["model_version"])]

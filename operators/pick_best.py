@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import lineage
 from mlrunway.pipeline import pick_best
 from operators._base import MlrunwayBaseOperator
 
@@ -26,3 +27,14 @@ class PickBestModelOperator(MlrunwayBaseOperator):
         picked = pick_best(self.backend, self.sweep_name, self.names(context).model, self.model_path)
         self.link(context, "model", picked["model_name"], picked["model_version"])
         return picked
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[lineage.LineageDataset]:
+        """The sweep whose best trial it registers."""
+        return [lineage.job(self.lineage_namespace, self.sweep_name)]
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[lineage.LineageDataset]:
+        """The model version it registered."""
+        if not result.get("model_name"):
+            return []
+        return [lineage.model_version(self.lineage_namespace, result["model_name"], result["model_version"])]

@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import lineage
 from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import CommandJobSpec, Objective, SweepSpec, vocabulary
@@ -90,6 +91,15 @@ class SweepOperator(MlrunwayJobOperator):
         return {"sweep_name": info.name, "trials": len(result.trials), "stopped_early": stopped,
                 "best_trial": result.best_trial, "epochs": sum(len(t.history) for t in result.trials),
                 "carried_over": list(result.carried_over)}
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[lineage.LineageDataset]:
+        """The trials' data inputs and code snapshot (versioned by its hash)."""
+        return lineage.command_job_inputs(self.spec().trial, self.lineage_namespace)
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[lineage.LineageDataset]:
+        """The sweep's run (the attempt that ran); pick-best reads it."""
+        return [lineage.job(self.lineage_namespace, result["sweep_name"])] if result.get("sweep_name") else []
 
 
 class TrialReporter:

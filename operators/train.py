@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import lineage
 from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import check_model_output, require_completed
 from mlrunway.specs import CommandJobSpec
@@ -79,6 +80,15 @@ class TrainModelOperator(MlrunwayJobOperator):
         files = check_model_output(self.backend, info.name, self.model_path)
         self.log.info("%s left a model at %s: %s", info.name, self.model_path, ", ".join(files))
         return {"job_name": info.name, "status": info.status.value, "metrics": self.backend.jobs.metrics(info.name)}
+
+    # -- OpenLineage -------------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[lineage.LineageDataset]:
+        """The job's data inputs and its code snapshot (versioned by its hash)."""
+        return lineage.command_job_inputs(self.spec(), self.lineage_namespace)
+
+    def lineage_outputs(self, result: dict[str, Any]) -> list[lineage.LineageDataset]:
+        """The job's run (the attempt that ran)."""
+        return [lineage.job(self.lineage_namespace, result["job_name"])] if result.get("job_name") else []
 
 
 class LogFollower:

@@ -38,7 +38,8 @@ from operators.preflight import check_production, check_run, check_smoke
 SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed", "limits", "early_termination")
 CLEANUP_KEYS = ("keep_endpoint",)  # a deployment's keys that belong to the cleanup task
 # Arguments the builder sets itself, which a description may not override.
-OWN = frozenset({"task_id", "backend_conn_id", "name_prefix", "model_name", "model_version", "sweep_name"})
+OWN = frozenset({"task_id", "backend_conn_id", "name_prefix", "model_name", "model_version", "sweep_name",
+                 "model_card"})
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
     exported = ExportOnnxOperator(task_id="export_onnx", model_name=_out(pick, "model_name"),
                                   model_version=_out(pick, "model_version"), **export_args, **common)
     deploy = DeployBlueOperator(task_id="deploy_blue", model_name=_out(exported, "model_name"),
-                                model_version=_out(exported, "model_version"), **deploy_args, **common)
+                                model_version=_out(exported, "model_version"),
+                                model_card={"job": job, "sweep": sweep_args}, **deploy_args,
+                                **common)
     clean = CleanupOperator(task_id="cleanup", endpoint_name=deploy_args.get("endpoint_name"),
                             keep_endpoint=deployment.get("keep_endpoint", False), **common)
     train >> swept >> pick >> exported >> deploy >> clean

@@ -52,7 +52,12 @@ class EndpointLink(_RecordedLink):
     key = "endpoint_url"
 
 
-ALL_LINKS = (StudioLink(), MlflowRunLink(), SweepReportLink(), EndpointLink())
+class ModelCardLink(_RecordedLink):
+    name = "Model card"
+    key = "model_card_url"
+
+
+ALL_LINKS = (StudioLink(), MlflowRunLink(), SweepReportLink(), EndpointLink(), ModelCardLink())
 
 
 def ui_path(*parts: str) -> str:
@@ -67,8 +72,10 @@ def ui_path(*parts: str) -> str:
 
 def links_for(backend: Backend, conn_id: str, kind: str, name: str,
               version: int | str | None = None) -> dict[str, str]:
-    """The links of what a task created, by key: ``kind`` is job, sweep, model or endpoint. A backend with a
+    """The links of what a task created, by key: ``kind`` is job, sweep, model, endpoint or model_card. A backend with a
     UI of its own links there; one without gets the plugin's MLflow and endpoint pages instead."""
+    if kind == "model_card":  # the plugin serves the card from the backend's reports, whatever the backend
+        return {ModelCardLink.key: ui_path("report", conn_id, "card", name, str(version))}
     links: dict[str, str] = {}
     studio = isinstance(backend, Studio)
     if isinstance(backend, Studio):

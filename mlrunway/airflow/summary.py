@@ -77,6 +77,8 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
                      f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
     if report is not None:
         lines.append(f"report: {report} (in the Airflow UI: the run's Sweep report tab)")
+    if deploy.get("model_card"):
+        lines.append(f"model card: {deploy['model_card']} (in the Airflow UI: the deploy_blue task's Model card link)")
     return "\n".join(lines)
 
 

@@ -4,7 +4,9 @@
   wrote it, else built live from the backend, so a sweep can be watched while it runs;
 - ``runs/<dag_id>/<run_id>``: the report of a DAG run (the "Sweep report" tab of the run's page);
 - ``mlflow/<conn_id>/<job>``: a job's MLflow run: params, metrics and their curves;
-- ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys).
+- ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys);
+- ``report/<conn_id>/card/<model>/<version>``: the model card of a version that reached an endpoint
+  (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively.
 
 The last two stand in for a backend's own UI: where it has one (:class:`~mlrunway.backend.protocol.Studio`, Azure ML studio),
 they answer 404 and the task's studio link is the way there.
@@ -153,3 +155,14 @@ def endpoint(conn_id: str, name: str) -> Any:
             f"{html.escape(info.auth_mode)} auth, scoring URI {html.escape(info.scoring_uri)}</p><table><tr>"
             f"<th>deployment</th><th>model</th><th>state</th><th>traffic</th></tr>{rows}</table>")
     return _page(name, body)
+
+
+@app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def model_card(conn_id: str, name: str, version: str) -> Any:
+    from mlrunway.production.card import card_page
+
+    page = card_page(_backend(conn_id).reports, name, version)
+    if page is None:
+        raise HTTPException(404, f"{name}:{version} has no model card: a card is written when a version reaches an "
+                                 "endpoint")
+    return FileResponse(page, media_type="text/html")

@@ -18,7 +18,7 @@ from typing import Any
 
 from azure.ai.ml import MLClient
 
-from mlrunway import check
+from mlrunway import check, lineage
 from mlrunway.azure import outputs
 from mlrunway.azure.clouds import CLOUDS, hosts
 from mlrunway.azure.deployments import AzureDeployments
@@ -29,7 +29,7 @@ from mlrunway.azure.models import AzureModels
 from mlrunway.azure.monitor import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
-from mlrunway.backend.protocol import Backend, Capabilities, Rollout, Studio
+from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
 
 __all__ = ["AzureBackend"]
 
@@ -120,6 +120,12 @@ class AzureBackend:
         c = self.client
         return f"/subscriptions/{c.subscription_id}/resourcegroups/{c.resource_group_name}/workspaces/{c.workspace_name}"
 
+    @property
+    def lineage_namespace(self) -> str:
+        """The workspace, as its ``azureml://`` URIs start (``azureml://subscriptions/<sub>/resourceGroups/...``)."""
+        c = self.client
+        return lineage.azure_namespace(str(c.subscription_id), str(c.resource_group_name), str(c.workspace_name))
+
     def link(self, kind: str, name: str, version: int | str | None = None) -> str:
         """The Azure ML studio page of a job, sweep, model or endpoint."""
         wsid = f"wsid={self.workspace_id}"
@@ -132,7 +138,7 @@ class AzureBackend:
         raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
-def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout]:
-    """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio`` and ``Rollout`` endpoints (a
-    mismatch fails ``make test``); its jobs keep no artifacts."""
-    return backend, backend, backend.endpoints
+def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage]:
+    """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio``, ``Rollout`` endpoints and its
+    ``Lineage`` namespace (a mismatch fails ``make test``); its jobs keep no artifacts."""
+    return backend, backend, backend.endpoints, backend

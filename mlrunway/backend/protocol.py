@@ -8,7 +8,7 @@ parts as capability protocols, and the ``Backend`` that holds them (MLflow's ``A
 - What only some backends can do is a capability protocol, asked with ``isinstance``, never a probe of the
   backend's kind: :class:`Artifacts` (jobs keep files with their run), :class:`Rollout` (a deployment's served
   metrics and the endpoint's rollout lease), :class:`Studio` (pages of the backend's own UI), :class:`Leftovers`
-  (what of it still runs on this machine).
+  (what of it still runs on this machine), :class:`Lineage` (the namespace its lineage datasets are named in).
 
 Every backend (``local``, ``azure``, the shipped :class:`~mlrunway.backend.fake.FakeBackend`) satisfies it under
 mypy, and the core, the operators and the triggers take it, never a concrete backend. Records that cross it are
@@ -43,8 +43,8 @@ from mlrunway.errors import EndpointError, JobTimedOut, NotSupportedOnBackend
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
-__all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Models", "Rollout",
-           "Studio", "rollout_of"]
+__all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Models",
+           "Rollout", "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,6 +256,17 @@ class Leftovers(Protocol):
     def leftovers(self) -> builtins.list[str]:
         """One line per live process of the backend (a job's supervisor or script, a sweep's controller, an
         endpoint's server): after a cleanup, none."""
+        ...
+
+
+@runtime_checkable
+class Lineage(Protocol):
+    """A backend that names its own OpenLineage namespace (:mod:`mlrunway.lineage`); elsewhere the namespace is
+    ``mlrunway-<kind>://<host>``."""
+
+    @property
+    def lineage_namespace(self) -> str:
+        """Where the backend's jobs, models and endpoints are, as a URI (``azureml://subscriptions/...``)."""
         ...
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Rollout
+from mlrunway import lineage
+from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Rollout
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
 from mlrunway.local.registry import LocalModels
@@ -61,9 +62,14 @@ class LocalBackend:
     def leftovers(self) -> list[str]:
         return leftovers(self.workspace)
 
+    @property
+    def lineage_namespace(self) -> str:
+        """This workspace on this machine: ``mlrunway-local://<host><workspace root>``."""
+        return lineage.local_namespace(lineage.host(), self.workspace.root)
 
-def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout]:
-    """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers``, that its jobs keep artifacts and
-    that its endpoints are ``Rollout`` (a mismatch fails ``make test``). It has no studio: the sweep report and
-    MLflow pages come with the UI plugin."""
-    return backend, backend, backend.jobs, backend.endpoints
+
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage]:
+    """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
+    artifacts and that its endpoints are ``Rollout`` (a mismatch fails ``make test``). It has no studio: the sweep
+    report and MLflow pages come with the UI plugin."""
+    return backend, backend, backend.jobs, backend.endpoints, backend

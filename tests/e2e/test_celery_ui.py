@@ -128,6 +128,10 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
             page.goto(stack.base_url + report_url)
             page.screenshot(path=SHOTS / "3-sweep-report.png", full_page=True)
             report_text = page.inner_text("body")
+            page.locator("a#model-card").click()  # the served version's model card, linked from the report
+            page.wait_for_url(re.compile("/report/mlrunway_default/card/"))
+            card_text = page.inner_text("body")
+            page.screenshot(path=SHOTS / "5-model-card.png", full_page=True)
             page.goto(stack.base_url + links["train"]["MLflow run"])
             mlflow_text = page.inner_text("body")
             page.screenshot(path=SHOTS / "4-mlflow-run.png", full_page=True)
@@ -152,6 +156,9 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
     assert f"{names.model}:1 from trial" in report_text and "top-1 agreement 100.00%" in report_text
     assert f"{names.endpoint} Succeeded, traffic blue 100%" in report_text  # saved while blue still served
     assert "best_val_acc" in mlflow_text and "learning_rate" in mlflow_text
+    assert f"Model card: {names.model}-onnx:1" in card_text and "Decision history" in card_text
+    assert f"deployed on {names.endpoint}" in card_text and "--learning-rate" in card_text  # the command it ran
+    assert links["deploy_blue"]["Model card"].endswith(f"/report/mlrunway_default/card/{names.model}-onnx/1")
     assert links["deploy_blue"]["Endpoint"].endswith(f"/endpoint/mlrunway_default/{names.endpoint}")
     assert links["cleanup"]["Sweep report"] == report_url
 

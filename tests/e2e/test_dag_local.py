@@ -10,11 +10,13 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
+from mlrunway import lineage
 from mlrunway.airflow.summary import run_results
 from mlrunway.early_termination import evaluate_in_order
 from mlrunway.local.backend import LocalBackend
 from mlrunway.specs import BanditPolicy
 from tests.conftest import REPO
+from tests.e2e import openlineage_events as ol
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SMALL = {"epochs": 12, "max_trials": 4, "max_concurrent_trials": 2, "delay_evaluation": 3}
@@ -52,7 +54,8 @@ def assert_nothing_left(backend, scoring_uri=None):
 
 
 def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, digits, tmp_path, monkeypatch):
-    run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
+    with ol.file_transport(tmp_path / "openlineage.jsonl", monkeypatch) as lineage_file:
+        run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
     assert str(run.state) == "success", states
     backend = LocalBackend.at(tmp_path / "ws")
 
@@ -85,6 +88,13 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert results["cleanup"]["endpoint_deleted"] is True
     assert_nothing_left(backend, deploy["scoring_uri"])
 
+    # The served version's model card: the job the DAG described, the trial's hyperparameters, parity, history.
+    onnx = f"{results['export_onnx']['model_name']}/{results['export_onnx']['model_version']}"
+    card = (tmp_path / "ws" / "reports" / "model-cards" / onnx / "card.md").read_text()
+    assert deploy["model_card"] == str(tmp_path / "ws" / "reports" / "model-cards" / onnx / "card.html")
+    assert "--learning-rate ${{inputs.learning_rate}}" in card and f"| trial job | {best.name} |" in card
+    assert f"deployed on {deploy['endpoint']}" in card and "| tolerance_used |" in card
+
     sweep = results["sweep"]["sweep_name"]  # the report, saved by cleanup while blue still served
     saved = json.loads((tmp_path / "ws" / "reports" / sweep / "report.json").read_text())
     assert {t["name"] for t in saved["trials"]} == {t.name for t in trials} and saved["best_trial"] == best.name
@@ -98,8 +108,38 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert shown == {"train": {"MlflowRunLink": results["train"]["mlflow_url"]},
                      "sweep": {"MlflowRunLink": f"/mlrunway/mlflow/mlrunway_default/{sweep}",
                                "SweepReportLink": results["sweep"]["report_url"]},
-                     "deploy_blue": {"EndpointLink": f"/mlrunway/endpoint/mlrunway_default/{deploy['endpoint']}"},
+                     "deploy_blue": {"EndpointLink": f"/mlrunway/endpoint/mlrunway_default/{deploy['endpoint']}",
+                                     "ModelCardLink": f"/mlrunway/report/mlrunway_default/card/{onnx}"},
                      "cleanup": {"SweepReportLink": results["cleanup"]["report_url"]}}
+    assert_one_lineage_graph(ol.events(lineage_file), backend, results, digits)
+
+
+def assert_one_lineage_graph(events, backend, results, digits):
+    """The OpenLineage events of the run (the provider's listener, the client's file transport) form one graph:
+    the data reaches the endpoint's deployment through sweep, pick_best, export_onnx and deploy_blue, each
+    task's input named exactly as its upstream task's output; train reads the same data and code as the sweep."""
+    ns = backend.lineage_namespace
+    completed = {e["job"]["name"].rsplit(".", 1)[1]: e for e in events
+                 if e.get("eventType") == "COMPLETE" and e["job"]["name"].count(".") == 1}
+    assert set(completed) == {"train", "sweep", "pick_best", "export_onnx", "deploy_blue", "cleanup"}
+    edges = ol.graph(events)
+    picked, onnx, deploy = results["pick_best"], results["export_onnx"], results["deploy_blue"]
+    chain = [ol.dataset(vars(lineage.local_path(digits))), ol.task(edges, "sweep"),
+             ol.dataset(vars(lineage.job(ns, results["sweep"]["sweep_name"]))), ol.task(edges, "pick_best"),
+             ol.dataset(vars(lineage.model_version(ns, picked["model_name"], picked["model_version"]))),
+             ol.task(edges, "export_onnx"),
+             ol.dataset(vars(lineage.model_version(ns, onnx["model_name"], onnx["model_version"]))),
+             ol.task(edges, "deploy_blue"), ol.dataset(vars(lineage.deployment(ns, deploy["endpoint"], "blue")))]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert downstream in edges[upstream], f"{upstream} -/-> {downstream}; it leads to {edges[upstream]}"
+    assert chain[1] in edges[chain[0]] and ol.task(edges, "train") in edges[chain[0]]  # train reads the same data
+    assert ol.dataset(vars(lineage.job(ns, results["train"]["job_name"]))) in edges[ol.task(edges, "train")]
+    code = {(d["name"], d["facets"]["version"]["datasetVersion"]) for e in (completed["train"], completed["sweep"])
+            for d in e["inputs"] if "version" in d.get("facets", {})}
+    assert code == {(str(REPO / "training"), lineage.snapshot_hash(REPO / "training"))}
+    assert ol.task(edges, "cleanup") in edges[ol.dataset(vars(lineage.endpoint(ns, deploy["endpoint"])))]
+    assert len(ol.components(edges)) == 1, ol.components(edges)
+
 
 
 def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, tmp_path, monkeypatch):

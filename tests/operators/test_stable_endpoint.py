@@ -364,3 +364,32 @@ def test_a_rollout_cut_short_before_its_decision_was_recorded_gives_production_b
         {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance()})
     assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
     assert stable.serving(fake, ENDPOINT) == {"deployment": "blue", "model": "m:1"}
+
+
+def test_every_version_that_reaches_the_endpoint_gets_a_model_card_rebuilt_as_decisions_change(registered, team):
+    """The card's history follows the decisions (created, then replaced by a promotion; promoted; held), each card
+    is kept with the run's reports, and the version's tag and the task's link point to it."""
+    from mlrunway.production import card
+
+    fake = registered
+    described = {"job": {"command": "python fit.py --lr ${{inputs.lr}}", "inputs": {"lr": 0.01, "history": {
+        "type": "uri_file", "path": "/data/history.csv"}}}, "sweep": {"early_termination": {"type": "bandit"}}}
+    _, _, ti = run(fake, team, 1, "manual__1", intended_use="Weekly demand per store; not for new stores.",
+                   model_card=described)
+    run(fake, team, 2, "manual__2", model_card=described)
+    run(fake, team, 3, "manual__3")  # a task told nothing of the training: the card says what the registry knows
+    folder = fake.reports / card.FOLDER / "m"
+    first, second, third = (card.load(folder / str(v)) for v in (1, 2, 3))
+    assert [e["decision"] for e in first.history] == ["created", "replaced"]
+    assert first.history[1]["reason"] == "m:2 promoted" and first.history[1]["at"] >= first.history[0]["at"]
+    assert first.intended_use == "Weekly demand per store; not for new stores."
+    assert ("input history", "uri_file /data/history.csv") in first.data  # kept when a later run rebuilt it
+    assert ("sweep early_termination", '{"type": "bandit"}') in first.training
+    assert [e["decision"] for e in second.history] == ["promoted"]
+    assert dict(second.evaluation)["gate challenger"] == "0.5" and dict(second.evaluation)["gate samples"] == "20"
+    assert [e["decision"] for e in third.history] == ["held"] and third.training == []
+    assert fake.models.get("m", 2).tags[card.CARD_TAG] == str(folder / "2" / card.HTML_FILE)
+    page = (folder / "1" / card.HTML_FILE).read_text()
+    assert "<h2>Decision history</h2>" in page and "replaced on digits-prod: m:2 promoted" in page
+    assert "| input lr | 0.01 |" in (folder / "1" / card.MARKDOWN).read_text()
+    assert ti.pushed["model_card_url"].endswith("/mlrunway/report/fake/card/m/1")

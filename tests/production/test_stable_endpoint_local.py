@@ -239,6 +239,22 @@ def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run
     assert backend.models.alias("digits", "production").version == 1
     assert backend.models.alias("digits", "previous").version == 2
 
+    # MLflow's own server over the workspace shows the registered model, its versions and aliases, each version
+    # linked to its run where one made it (these were registered by the test: no run).
+    from tests.mlrunway.local.test_registry_mlflow import mlflow_server
+
+    with mlflow_server(backend.workspace.tracking_uri, backend.workspace.root) as remote:
+        assert sorted(int(v.version) for v in remote.search_model_versions("name = 'digits'")) == [1, 2, 3]
+        assert int(remote.get_model_version_by_alias("digits", "production").version) == 1
+        assert {a: int(v) for a, v in remote.get_registered_model("digits").aliases.items()} == {
+            "production": 1, "previous": 2}
+    # Each version that reached the endpoint has a model card whose history follows the decisions.
+    from mlrunway.production import card
+
+    histories = {v: [e["decision"] for e in card.load(backend.reports / card.FOLDER / "digits" / str(v)).history]
+                 for v in (1, 2, 3)}
+    assert histories == {1: ["created", "replaced", "promoted"], 2: ["promoted", "replaced"], 3: ["held"]}
+
 
 def test_the_batch_scoring_dag_scores_the_test_split_through_what_serves(backend, digits):
     """dags/batch_scoring.py's task: every test image through the endpoint's traffic, the predictions saved."""

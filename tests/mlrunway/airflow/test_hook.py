@@ -77,7 +77,8 @@ def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
     for op in (TrainModelOperator, SweepOperator, PickBestModelOperator, ExportOnnxOperator, DeployBlueOperator,
                CleanupOperator):
         assert op.operator_extra_links == ALL_LINKS
-    assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint"]
+    assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint",
+                                                 "Model card"]
 
     class Studio(FakeBackend):  # a backend with a UI of its own (the Studio protocol), as Azure ML's studio
         def link(self, kind, name, version=None):
@@ -93,6 +94,9 @@ def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
     assert links_for(Studio(), "aml", "model", "m", 2) == {"studio_url": "https://ml.azure.com/model/m/2"}
     assert links_for(Studio(), "aml", "sweep", "s") == {"studio_url": "https://ml.azure.com/sweep/s/None",
                                                        "report_url": "/mlrunway/report/aml/s"}
+    for backend, conn in ((local, "mlrunway_default"), (Studio(), "aml")):  # the plugin's page on both backends
+        assert links_for(backend, conn, "model_card", "m-onnx", 3) == {
+            "model_card_url": f"/mlrunway/report/{conn}/card/m-onnx/3"}
 
 
 def test_both_connection_types_are_registered_with_their_form_fields():

@@ -79,3 +79,17 @@ def test_the_mlflow_page_shows_a_real_jobs_params_metrics_and_curves(client, tmp
 def test_no_schema_page_answers_without_a_session(client):
     anonymous = TestClient(client.app)
     assert [anonymous.get(page).status_code for page in ("/docs", "/redoc", "/openapi.json")] == [404, 404, 404]
+
+
+def test_a_model_card_is_served_beside_the_reports_and_a_missing_one_says_why(client, tmp_path):
+    from mlrunway.production import card
+
+    card.save(card.ModelCard(model="digits-0123abcd-onnx:2", history=[
+        {"at": "2026-11-26T10:00:00Z", "decision": "deployed", "endpoint": "digits-0123abcd", "reason": "smoke test"}]),
+        tmp_path / "ws" / "reports" / card.FOLDER / "digits-0123abcd-onnx" / "2")
+    page = client.get("/report/mlrunway_test/card/digits-0123abcd-onnx/2")
+    assert page.status_code == 200 and "Model card: digits-0123abcd-onnx:2" in page.text
+    assert "deployed on digits-0123abcd: smoke test" in page.text
+    missing = client.get("/report/mlrunway_test/card/digits-0123abcd-onnx/3")
+    assert missing.status_code == 404 and "has no model card" in missing.json()["detail"]
+    assert TestClient(client.app).get("/report/mlrunway_test/card/digits-0123abcd-onnx/2").status_code == 401
