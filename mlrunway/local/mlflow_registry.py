@@ -4,9 +4,10 @@ workspace shows the registered models and ``models:/<name>@production`` loads.
 
 The folder stays the record of a version's files and metadata (``model.json``); MLflow holds its mirror (tags,
 properties as ``mlrunway.property.<key>`` tags, the source job's run) and is the only record of aliases. A version's
-``source`` is its ``mlflow/`` folder: hard links to its read-only ``files/`` (no space, nothing MLflow can change
-in ``files/``) plus an ``MLmodel`` for formats MLflow can load (ONNX). MLflow writes ``registered_model_meta``
-into the folder it loads a local model from: that lands in ``mlflow/``, never in ``files/``.
+files are copied into MLflow's artifact store, the workspace's ``artifacts/`` (where its runs' artifacts are), at
+``artifacts/model-registry/<name>/<version>/``, read-only as the version's own ``files/``, with an ``MLmodel`` for
+formats MLflow can load (ONNX); that copy is the MLflow version's ``source``. A version mirrored by mlrunway 0.1's
+first registry format (before this copy) keeps its ``source``, its hard-linked ``mlflow/`` folder beside it.
 
 :func:`sync` brings MLflow up to the folder under the model's lock: versions missing in MLflow are created in
 order (a workspace written before the mirror existed, or a registration cut short between its rename and MLflow),
@@ -18,7 +19,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import shutil
 import tempfile
 from importlib import metadata
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VIEW = "mlflow"  # a version's folder that MLflow's ``source`` names
+STORE = "model-registry"  # the versions' folder in MLflow's artifact store
 PROPERTY_TAG = "mlrunway.property.{}"
 FORMAT_TAG = "mlrunway.format"
 ARCHIVED_TAG = "mlrunway.archived"
@@ -59,19 +59,29 @@ def client(workspace: Workspace) -> MlflowClient:
     return MlflowClient(workspace.tracking_uri, registry_uri=workspace.tracking_uri)
 
 
-def write_view(files: Path, view: Path, format: str) -> None:
-    """Hard-link every file of ``files`` into ``view`` (a copy where the file system refuses links) and add an
-    ``MLmodel`` when MLflow has a flavor for ``format``."""
-    for dirpath, _dirnames, filenames in os.walk(files):
-        target = view / Path(dirpath).relative_to(files)
-        target.mkdir(parents=True, exist_ok=True)
-        for filename in filenames:
-            try:
-                os.link(Path(dirpath) / filename, target / filename)
-            except OSError:
-                shutil.copy2(Path(dirpath) / filename, target / filename)
-    if format == "onnx":
-        _write_onnx_mlmodel(view)
+def artifact_dir(workspace: Workspace, name: str, version: int) -> Path:
+    """Where a version's copy lives in MLflow's artifact store (the workspace's experiments' artifact location)."""
+    return tracking.artifact_root(workspace) / STORE / name / str(version)
+
+
+def publish(files: Path, target: Path, format: str) -> None:
+    """Copy ``files`` into ``target`` in MLflow's artifact store, with an ``MLmodel`` when MLflow has a flavor for
+    ``format``: built aside and renamed into place (a crash leaves a ``.new.*`` folder, removed by the next call); a
+    copy already there is kept (versions are immutable)."""
+    if target.is_dir():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".new.{target.name}.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".new.{target.name}."))
+    try:
+        shutil.copytree(files, staging, dirs_exist_ok=True)  # copy2: the files stay read-only
+        if format == "onnx":
+            _write_onnx_mlmodel(staging)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _write_onnx_mlmodel(view: Path) -> None:
@@ -90,22 +100,6 @@ def _write_onnx_mlmodel(view: Path) -> None:
     model.add_flavor("onnx", onnx_version=metadata.version("onnx"), data=found[0],
                      providers=["CPUExecutionProvider"], code=None)
     model.save(str(view / "MLmodel"))
-
-
-def ensure_view(version_dir: Path, format: str) -> None:
-    """Give a version written before the mirror its ``mlflow/`` folder: built aside, renamed into place (a crash
-    leaves a ``.mlflow.new.*`` folder, removed by the next call)."""
-    if (version_dir / VIEW).is_dir():
-        return
-    for stale in version_dir.glob(".mlflow.new.*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=version_dir, prefix=".mlflow.new."))
-    try:
-        write_view(version_dir / "files", staging, format)
-        staging.rename(version_dir / VIEW)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def mlflow_tags(model: ModelVersion) -> dict[str, str]:
@@ -145,7 +139,9 @@ def create_version(workspace: Workspace, model: ModelVersion, version_dir: Path)
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
         mlflow.create_registered_model(model.name)
-    created = mlflow.create_model_version(model.name, (version_dir / VIEW).as_uri(), run_id=run_id_of(workspace, model),
+    copy = artifact_dir(workspace, model.name, model.version)
+    publish(version_dir / "files", copy, model.format)
+    created = mlflow.create_model_version(model.name, copy.as_uri(), run_id=run_id_of(workspace, model),
                                           tags=mlflow_tags(model), description=model.description or None)
     if int(created.version) != model.version:
         raise RegistryMismatch(
@@ -197,7 +193,6 @@ def sync(workspace: Workspace, name: str, versions: list[int]) -> None:
         if version in mirrored:
             _repair(mlflow, model, dict(mirrored[version].tags), set())
             continue
-        ensure_view(folder, model.format)
         create_version(workspace, model, folder)
         log.info("Model %s:%s mirrored in MLflow's registry (%s)", name, version, workspace.tracking_uri)
     for alias, (_when, version) in aliases.items():

@@ -79,7 +79,6 @@ class LocalModels(Models):
                 files.mkdir()
                 shutil.copy2(source, files / source.name)
             _make_read_only(files)
-            mlflow_registry.write_view(files, staging / mlflow_registry.VIEW, format)
             with locked(folder / ".lock"):
                 self._sync(name, force=True)  # MLflow holds every earlier version: its next number is ours
                 version = max(self._versions(name), default=0) + 1

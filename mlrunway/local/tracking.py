@@ -90,7 +90,7 @@ def start_run(workspace: Workspace, job_name: str, experiment: str, parent_run_i
     with locked(workspace.root / ".mlflow.lock"):
         found = tracking.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else tracking.create_experiment(
-            experiment, artifact_location=(workspace.root / "artifacts").as_uri())
+            experiment, artifact_location=artifact_root(workspace).as_uri())
     run = tracking.create_run(experiment_id, tags=tags, run_name=job_name)
     return experiment_id, run.info.run_id
 
@@ -127,6 +127,12 @@ def _store(workspace: Workspace) -> Iterator[sqlite3.Connection | None]:
         yield conn
 
 
+def artifact_root(workspace: Workspace) -> Path:
+    """The artifact location of the workspace's experiments: MLflow's artifact store, runs' artifacts and the
+    registry's copies of model versions."""
+    return workspace.root / "artifacts"
+
+
 def _start_run_quickly(workspace: Workspace, job_name: str, experiment: str,
                        tags: dict[str, str]) -> tuple[str, str] | None:
     """The rows ``MlflowClient.create_run`` writes (``SqlAlchemyStore.create_run``: the run, RUNNING, user
@@ -138,7 +144,7 @@ def _start_run_quickly(workspace: Workspace, job_name: str, experiment: str,
         now = int(time.time() * 1000)
         conn.execute("INSERT OR IGNORE INTO experiments (name, artifact_location, lifecycle_stage, creation_time, "
                      "last_update_time, workspace) VALUES (?, ?, 'active', ?, ?, 'default')",
-                     (experiment, (workspace.root / "artifacts").as_uri(), now, now))
+                     (experiment, artifact_root(workspace).as_uri(), now, now))
         found = conn.execute("SELECT experiment_id, artifact_location FROM experiments WHERE name = ? AND "
                              "workspace = 'default' AND lifecycle_stage = 'active'", (experiment,)).fetchone()
         if found is None:

@@ -62,10 +62,14 @@ def test_versions_are_mlflow_versions_with_tags_properties_and_the_jobs_run(work
     assert first.run_id == run_id and not found[2].run_id and first.description == "the sweep's best"
     assert first.tags == {"lr": "0.01", "mlrunway.format": "custom", "mlrunway.property.source_job": "trial-7",
                           "mlrunway.property.best_val_acc": "0.9", "mlrunway.property.params": '{"lr": 0.01}'}
+    # The files are copied into MLflow's artifact store (where the runs' artifacts are), read-only, not linked.
     source = first.source.removeprefix("file://")
-    assert source == str(workspace.models / "digits" / "1" / "mlflow")
-    assert open(os.path.join(source, "model.pt2"), "rb").read() == b"weights"
-    assert os.path.samefile(os.path.join(source, "model.pt2"), os.path.join(models.get("digits", 1).path, "model.pt2"))
+    assert source == str(workspace.root / "artifacts" / "model-registry" / "digits" / "1")
+    assert mlflow_client.get_run(run_id).info.artifact_uri.startswith((workspace.root / "artifacts").as_uri())
+    copied, kept = os.path.join(source, "model.pt2"), os.path.join(models.get("digits", 1).path, "model.pt2")
+    assert open(copied, "rb").read() == b"weights" and not os.path.samefile(copied, kept)
+    assert not os.stat(copied).st_mode & 0o222
+    assert not (workspace.models / "digits" / "1" / "mlflow").exists()
 
 
 def test_aliases_are_mlflow_aliases_and_tag_changes_reach_mlflow(models, mlflow_client, outputs):
@@ -149,7 +153,7 @@ def test_a_workspace_written_before_the_mirror_is_migrated_on_first_use(workspac
     assert models.get("legacy", 3).tags == {"mlrunway.decision": "rolled_back"}
     assert open(os.path.join(versions[3].source.removeprefix("file://"), "model.pt2"), "rb").read() == b"weights 3"
     assert models.register("legacy", "model", base=outputs).version == 4
-    assert mlflow_client.get_model_version("legacy", "4").source.endswith("/legacy/4/mlflow")
+    assert mlflow_client.get_model_version("legacy", "4").source.endswith("/artifacts/model-registry/legacy/4")
 
 
 def test_a_registration_cut_short_before_mlflow_is_mirrored_by_the_next(workspace, models, mlflow_client, outputs):
