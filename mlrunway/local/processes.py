@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import psutil
@@ -171,6 +171,26 @@ def group_alive(pgid: int) -> bool:
         except (ProcessLookupError, psutil.Error):
             continue
     return False
+
+
+def wait_gone(procs: list[Any], timeout_s: float) -> list[Any]:
+    """Wait up to ``timeout_s`` for ``procs`` (psutil Processes) to exit; those still running. A zombie counts as
+    gone: ``psutil.wait_procs`` waits out its whole timeout on one, and an orphan stays a zombie for as long as
+    the machine's init leaves it unreaped (a container's init may never reap it)."""
+    import psutil
+
+    def running(proc: Any) -> bool:
+        try:
+            return bool(proc.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in procs if running(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in left if running(p)]
+    return left
 
 
 def reap(pid: int, timeout_s: float = 5.0) -> None:

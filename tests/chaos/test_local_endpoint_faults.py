@@ -18,7 +18,7 @@ import pytest
 
 from mlrunway.backend.types import EndpointSettings, ProvisioningState
 from mlrunway.errors import EndpointError
-from mlrunway.local.processes import marked
+from mlrunway.local.processes import marked, wait_gone
 from mlrunway.local.serving.endpoints import LocalEndpoints
 from tests.chaos.disk import full_disk
 from tests.conftest import deployment, write_script
@@ -134,7 +134,7 @@ def kill_everything(state) -> None:
         assert time.monotonic() < deadline, f"still running: {procs}"
         for proc in procs:
             proc.kill()
-        psutil.wait_procs(procs, timeout=5)
+        wait_gone(procs, 5.0)
 
 
 def test_after_a_reboot_create_or_update_restarts_the_endpoint_with_its_keys_and_deployments(endpoints, serving):

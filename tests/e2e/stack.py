@@ -22,6 +22,32 @@ PG = "postgresql+psycopg2://postgres@127.0.0.1:5432"
 HOSTNAME_MODULE = "import os\n\ndef name():\n    return os.environ['MLRUNWAY_TEST_WORKER']\n"
 
 
+def query(database: str, sql: str, *args: object) -> list[tuple]:
+    """Rows of ``sql`` on the metadata database. The tests wait on the database itself: each ``airflow`` CLI call
+    costs 3-5 s of CPU (Airflow's import), which a poll every few seconds takes from the scheduler and its tasks."""
+    import contextlib
+
+    import psycopg2
+
+    with contextlib.closing(psycopg2.connect(database.replace("postgresql+psycopg2://", "postgresql://"))) as conn:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+
+def wait_parsed(database: str, dag_id: str, timeout: float = 180) -> None:
+    """Until the dag-processor has serialized ``dag_id`` (what ``airflow dags list`` and the UI read)."""
+    deadline = time.monotonic() + timeout
+    while not query(database, "SELECT 1 FROM serialized_dag WHERE dag_id = %s", dag_id):
+        assert time.monotonic() < deadline, f"the DAG {dag_id} was never parsed"
+        time.sleep(2)
+
+
+def run_states(database: str, dag_id: str) -> dict[str, str | None]:
+    """Each run of ``dag_id`` and its state."""
+    return dict(query(database, "SELECT run_id, state FROM dag_run WHERE dag_id = %s", dag_id))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

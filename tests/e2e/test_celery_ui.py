@@ -23,7 +23,7 @@ from mlrunway.backend.naming import RunNames
 from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
-from tests.e2e.stack import AirflowStack
+from tests.e2e.stack import AirflowStack, query, run_states, wait_parsed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 DAG = "train_sweep_deploy"
@@ -40,26 +40,20 @@ def chromium() -> str:
     return path
 
 
-def wait_for_run(stack: AirflowStack, run_id: str, timeout: float) -> str:
+def wait_for_run(database: str, run_id: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while True:
-        out = stack.cli("dags", "list-runs", DAG, "-o", "json")
-        runs = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))
-        state = next((r["state"] for r in runs if r["run_id"] == run_id), None)
+        state = run_states(database, DAG).get(run_id)
         if state in ("success", "failed"):
             return state
         assert time.monotonic() < deadline, f"run {run_id} still {state} after {timeout:.0f} s"
-        time.sleep(5)
+        time.sleep(3)
 
 
 def task_instances(database: str, run_id: str) -> dict[str, tuple[str, str]]:
-    import psycopg2
-
-    dsn = database.replace("postgresql+psycopg2://", "postgresql://")
-    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute("SELECT task_id, state, hostname FROM task_instance WHERE dag_id = %s AND run_id = %s",
-                    (DAG, run_id))
-        return {task: (state, host) for task, state, host in cur.fetchall()}
+    rows = query(database, "SELECT task_id, state, hostname FROM task_instance WHERE dag_id = %s AND run_id = %s",
+                 DAG, run_id)
+    return {task: (state, host) for task, state, host in rows}
 
 
 def api(stack: AirflowStack, token: str, path: str) -> dict:
@@ -89,10 +83,7 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
             page.wait_for_url(re.compile(r".*/$"))
             token = next(c["value"] for c in page.context.cookies() if c["name"] == "_token")
 
-            deadline = time.monotonic() + 180
-            while DAG not in stack.cli("dags", "list", "-o", "plain"):  # the dag-processor's first parse
-                assert time.monotonic() < deadline, "the DAG was never parsed"
-                time.sleep(3)
+            wait_parsed(database, DAG)  # the dag-processor's first parse
             page.goto(f"{stack.base_url}/dags/{DAG}")
             page.get_by_role("button", name=re.compile("^Trigger", re.I)).first.click()
             form = page.get_by_role("dialog")
@@ -112,7 +103,7 @@ def test_triggered_from_the_ui_form_on_celery_workers_then_its_sweep_report(data
             page.wait_for_url(re.compile(f"/dags/{DAG}/runs/"))
             run_id = urllib.parse.unquote(page.url.rsplit("/runs/", 1)[1])
 
-            state = wait_for_run(stack, run_id, timeout=900)
+            state = wait_for_run(database, run_id, timeout=900)
             page.goto(f"{stack.base_url}/dags/{DAG}/runs/{urllib.parse.quote(run_id)}")
             page.get_by_role("link", name="Sweep report").click()
             frame = page.frame_locator("iframe").first

@@ -20,7 +20,7 @@ import pytest
 
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
-from tests.e2e.stack import free_port
+from tests.e2e.stack import free_port, run_states, wait_parsed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TINY = {"epochs": 2, "max_trials": 2, "max_concurrent_trials": 2, "delay_evaluation": 1}
@@ -61,10 +61,7 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
     server = subprocess.Popen([str(BIN / "airflow"), "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while "train_sweep_deploy" not in airflow(env, "dags", "list", "-o", "plain"):
-            assert time.monotonic() < deadline, "the DAG was never parsed"
-            time.sleep(3)
+        wait_parsed(database, "train_sweep_deploy")
         conf = json.dumps({**TINY, "data_dir": str(small_digits)})
         airflow(env, "backfill", "create", "--dag-id", "train_sweep_deploy", "--from-date",
                 (latest - timedelta(days=14)).date().isoformat(), "--to-date", latest.date().isoformat(),
@@ -72,12 +69,11 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
         airflow(env, "dags", "unpause", "train_sweep_deploy")
         deadline = time.monotonic() + 900
         while True:
-            out = airflow(env, "dags", "list-runs", "train_sweep_deploy", "-o", "json")
-            runs = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))
-            if len(runs) >= 3 and all(r["state"] in ("success", "failed") for r in runs):
+            states = run_states(database, "train_sweep_deploy")
+            if len(states) >= 3 and set(states.values()) <= {"success", "failed"}:
                 break
-            assert time.monotonic() < deadline, f"runs still going after 15 min: {runs}"
-            time.sleep(5)
+            assert time.monotonic() < deadline, f"runs still going after 15 min: {states}"
+            time.sleep(3)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -86,10 +82,11 @@ def test_backfill_of_three_intervals_under_the_scheduler(database, small_digits,
             os.killpg(server.pid, signal.SIGKILL)
         log.close()
 
-    backfills = sorted(r["run_id"] for r in runs if r["run_id"].startswith("backfill__"))
+    runs = states
+    backfills = sorted(run for run in runs if run.startswith("backfill__"))
     assert backfills == [f"backfill__{(latest - timedelta(days=d)).isoformat()}" for d in (14, 7, 0)]
     assert len(runs) == 3, "the latest run is the backfill's: the scheduler adds none of its own"
-    assert {r["state"] for r in runs} == {"success"}, runs
+    assert set(runs.values()) == {"success"}, runs
 
     backend = LocalBackend.at(tmp_path / "ws")
     trains = [j for j in backend.jobs.list() if j.name.endswith("-train")]

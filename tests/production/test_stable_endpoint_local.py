@@ -17,13 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import psutil
 import pytest
 
 from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.backend import LocalBackend
-from mlrunway.local.processes import marked
+from mlrunway.local.processes import marked, wait_gone
 from operators import CleanupOperator, DeployBlueOperator
 from tests.conftest import REPO
 from tests.operators.test_operators_on_fake import TaskInstance
@@ -122,7 +121,7 @@ def test_three_scheduled_runs_create_promote_and_hold_and_one_deployment_serves_
     server = marked(backend.endpoints.state(ENDPOINT).token)
     for process in server:  # the whole server dies, as in a reboot
         process.kill()
-    psutil.wait_procs(server, timeout=10)
+    wait_gone(server, 10.0)
     with steady_load(backend):
         results += [deploy(digits, version, f"manual__{version}", **quick) for version in (2, 3)]
     assert backend.endpoints.get(ENDPOINT).scoring_uri == uri  # recovered on its port before the challenger came

@@ -25,7 +25,7 @@ import psutil
 
 from mlrunway.errors import EndpointError
 from mlrunway.local.files import tail
-from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, free_port, marked, reap
+from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, free_port, marked, reap, wait_gone
 from mlrunway.local.serving.state import EndpointState
 
 START_TIMEOUT_S = 60.0
@@ -153,7 +153,7 @@ def start(folder: Path, state: EndpointState) -> EndpointState:
             orphan.terminate()
         except psutil.Error:
             pass
-    psutil.wait_procs(orphans, timeout=15)
+    wait_gone(orphans, 15.0)
     return state
 
 
@@ -176,7 +176,7 @@ def stop(state: EndpointState, grace_s: float = 10.0) -> None:
             proc.terminate()
         except psutil.Error:
             pass
-    _, left = psutil.wait_procs(procs, timeout=grace_s)
+    left = wait_gone(procs, grace_s)
     for proc in left:
         try:
             proc.kill()
