@@ -29,6 +29,7 @@ from mlrunway.backend.types import DeploymentSettings
 from mlrunway.deploy.blue import promote_blue
 from mlrunway.local.backend import LocalBackend
 from mlrunway.production import stable
+from mlrunway.production.gate import GateSettings
 from mlrunway.production.rollout import RolloutPolicy
 from tests.production.test_stable_endpoint_local import FAULTY, perturbed
 
@@ -72,8 +73,8 @@ def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, 
     while not backend.endpoints.get_deployment(endpoint, r.slot).provisioning_state.is_terminal():
         time.sleep(0.2)
     mark(f"provision {r.slot}")
-    better = stable.judge_challenger(backend, r, stable.evaluation_set(backend, r.model, settings.code_dir, data,
-                                                                       None), 0)
+    evaluation = stable.evaluation_set(backend, r.model, settings.code_dir, data, None)
+    better = stable.judge_challenger(backend, r, evaluation, GateSettings())
     mark(f"gate ({r.gate['samples']} images, both deployments)")
     if not better:
         return stable.conclude(backend, r, "held", "not better"), stages

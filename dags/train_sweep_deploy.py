@@ -199,12 +199,17 @@ with DAG(
                                   description="Stable endpoint: wait for a person's approval (python -m "
                                               "mlrunway.airflow.approval) after the gate, before traffic moves."),
         "min_improvement": Param(0.0, type="number", minimum=0, section=DEPLOY,
-                                 description="Stable endpoint: how much better the challenger must score."),
+                                 description="Stable endpoint: how much better the challenger must score, "
+                                             "at the gate's confidence (its lower bound must clear this)."),
         "evaluation": Param(None, type=["null", "object"], section=DEPLOY, description=(
             'Stable endpoint: your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": '
-            '"minimize"} in the code folder; empty: accuracy on data_dir/test.'), properties={
+            '"minimize"} in the code folder; empty: accuracy on data_dir/test. The gate\'s settings: "confidence" '
+            '(0.95), "min_samples" (100), "resamples" (2000, a metric\'s paired bootstrap).'), properties={
                 "file": {"type": "string", "minLength": 1}, "metric": {"type": "string", "pattern": "^[^:]+\\.py:\\w+$"},
-                "goal": {"enum": ["maximize", "minimize"]}}, required=["file", "metric"], additionalProperties=False),
+                "goal": {"enum": ["maximize", "minimize"]},
+                "confidence": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1},
+                "min_samples": {"type": "integer", "minimum": 1}, "resamples": {"type": "integer", "minimum": 200}},
+            dependentRequired={"file": ["metric"], "metric": ["file"]}, additionalProperties=False),
         "rollout": Param(None, type=["null", "object"], section=DEPLOY, description=(
             'Stable endpoint: {"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
             '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '

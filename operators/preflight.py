@@ -43,10 +43,9 @@ def check_production(context: Any, *, endpoint_name: str | None, rollout: Mappin
         return
     check.endpoint_name(endpoint_name, "endpoint_name")
     RolloutPolicy.parse(dict(rollout or {}))
-    if isinstance(min_improvement, bool) or not isinstance(min_improvement, int | float) or min_improvement < 0:
-        raise check.fail("min_improvement", f"{min_improvement!r} is not a number >= 0", "write e.g. 0 or 0.005")
-    if evaluation:
-        gate.team_set(code_dir, dict(evaluation))
+    gate.GateSettings.parse(dict(evaluation or {}), min_improvement)
+    if gate.names_set(dict(evaluation or {})):
+        gate.team_set(code_dir, dict(evaluation or {}))
     elif data_dir is None or not (Path(data_dir) / "test").is_dir():
         raise check.fail("evaluation", f"there is no {Path(data_dir or '.') / 'test'} to compare the challenger with "
                          "the champion on", "add a test/ split no sweep sees, or name a file of labelled requests "

@@ -85,8 +85,7 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
 def stable_line(deploy: dict[str, Any]) -> str:
     """A stable endpoint's outcome: the decision, the gate's figures, what serves afterwards."""
     gate, live = deploy.get("gate") or {}, deploy.get("live")
-    figures = f" ({gate['metric']} {gate['challenger']} vs the champion's {gate['champion']} on {gate['samples']} " \
-              "samples)" if gate else ""
+    figures = f" ({gate['verdict']}: {gate['summary']})" if gate.get("verdict") else ""
     serving = f"{live['deployment']} serves {live['model']}" if live else "nothing serves"
     return f"endpoint: {deploy['endpoint']} {deploy['decision']}{figures}; {serving}; {deploy['reason']}"
 

@@ -22,7 +22,7 @@ from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import promote_blue
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
-from mlrunway.production import stable
+from mlrunway.production import gate, stable
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
 from mlrunway.production.stable import Rollout as Progress
 
@@ -102,8 +102,9 @@ class ChampionChallenger:
         else:
             evaluation = stable.evaluation_set(backend, r.model, request.settings.code_dir, request.data_dir,
                                                request.evaluation)
-            if not stable.judge_challenger(backend, r, evaluation, request.min_improvement):
-                return self._conclude(backend, r, Decision.HELD, f"not better: {r.gate['summary']}")
+            settings = gate.GateSettings.parse(request.evaluation, request.min_improvement)
+            if not stable.judge_challenger(backend, r, evaluation, settings):
+                return self._conclude(backend, r, Decision.HELD, f"{r.gate['verdict']}: {r.gate['summary']}")
             if request.not_newest:
                 return self._conclude(backend, r, Decision.SKIPPED,
                                       f"better ({r.gate['summary']}), but {request.not_newest}")

@@ -1,16 +1,24 @@
 """The champion/challenger gate: both deployments answer the same evaluation set through the endpoint (by the
-deployment header), and the gate's metric is computed from their answers, never from training logs.
+deployment header), and the gate compares their answers item by item, never training logs.
 
 The set is one no sweep saw: an image classifier's ``test/`` split (accuracy, maximized), or the team's own file of
 labelled requests in its code folder with a metric function beside it (``metrics.py:rmse``, with its goal).
+
+The decision is a paired comparison on the same items, so that chance does not promote: for accuracy, McNemar's
+exact test on the items only one model got right (a Clopper-Pearson bound on the share the challenger wins among
+them); for any other metric, a paired bootstrap of the metric's difference over the set's requests (resampled
+together, seeded: the same answers give the same decision). The challenger is promoted only when the one-sided lower
+confidence bound of its improvement exceeds ``min_improvement`` and the set holds at least ``min_samples`` items;
+fewer is no evidence, and no evidence never promotes.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +28,42 @@ from mlrunway.errors import EndpointError, SpecError
 
 Metric = Callable[[list[Any], list[Any]], float]
 BATCH = 32  # images per evaluation request
+SET_FIELDS = ("file", "metric", "goal")  # a team's set; without them, an image classifier's test/ split
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateSettings:
+    """How sure the gate must be. ``confidence``: of the one-sided lower bound on the improvement; ``min_samples``:
+    the items (images, or a team's requests) the set must hold to judge at all; ``resamples``: the paired
+    bootstrap's, for a metric other than accuracy."""
+
+    min_improvement: float = 0.0
+    confidence: float = 0.95
+    min_samples: int = 100
+    resamples: int = 2000
+
+    @classmethod
+    def parse(cls, spec: dict[str, Any] | None, min_improvement: float = 0.0) -> GateSettings:
+        """From the ``evaluation`` field (its ``confidence``, ``min_samples``, ``resamples``); a bad one names the
+        field and the fix."""
+        spec = dict(spec or {})
+        confidence = spec.get("confidence", cls.confidence)
+        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.5 <= confidence < 1:
+            raise check.fail("evaluation.confidence", f"{confidence!r} is not a confidence in [0.5, 1)",
+                             "write e.g. 0.95 (promote when the improvement's 95% lower bound clears min_improvement)")
+        samples = check.positive_int("evaluation.min_samples", spec.get("min_samples", cls.min_samples))
+        resamples = check.positive_int("evaluation.resamples", spec.get("resamples", cls.resamples), minimum=200)
+        if isinstance(min_improvement, bool) or not isinstance(min_improvement, int | float) or min_improvement < 0:
+            raise check.fail("min_improvement", f"{min_improvement!r} is not a number >= 0", "write e.g. 0 or 0.005")
+        return cls(min_improvement=float(min_improvement), confidence=float(confidence), min_samples=samples,
+                   resamples=resamples)
 
 
 @dataclass(frozen=True)
 class EvaluationSet:
-    """Requests, the expected answer of each, and how answers are scored: ``metric(answers, expected)``."""
+    """Requests, the expected answer of each, and how answers are scored: ``metric(answers, expected)``.
+    ``items``, when the metric is an accuracy: each item's hit or miss, ``items(answers, expected)``, the paired
+    comparison's unit (a request may hold several items: a batch of images)."""
 
     requests: list[Any]
     expected: list[Any]
@@ -32,18 +71,50 @@ class EvaluationSet:
     metric_name: str
     goal: str
     size: int
+    items: Callable[[list[Any], list[Any]], list[bool]] | None = None
 
 
-def accuracy(answers: list[Any], expected: list[Any]) -> float:
-    """Top-1 accuracy of classifier answers (``{"predictions": [{"label": ...}]}``) against lists of labels."""
-    hits = total = 0
+@dataclass(frozen=True)
+class Comparison:
+    """Champion and challenger on the same items. ``improvement`` is positive when the challenger is better (either
+    goal); ``lower_bound`` is its one-sided lower confidence bound at ``confidence``. For McNemar, ``discordant`` is
+    (items only the challenger got right, items only the champion got right) and ``p_value`` the exact one-sided
+    test's that the challenger is no better."""
+
+    method: str
+    metric: str
+    goal: str
+    champion: float
+    challenger: float
+    improvement: float
+    lower_bound: float
+    confidence: float
+    samples: int
+    discordant: tuple[int, int] | None = None
+    p_value: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        data["discordant"] = list(self.discordant) if self.discordant else None
+        return data
+
+
+def correct(answers: list[Any], expected: list[Any]) -> list[bool]:
+    """Each item's top-1 hit, for classifier answers (``{"predictions": [{"label": ...}]}``) against lists of
+    labels, one list per request."""
+    hits: list[bool] = []
     for answer, labels in zip(answers, expected, strict=True):
         predictions = answer.get("predictions", []) if isinstance(answer, dict) else []
         if len(predictions) != len(labels):
             raise EndpointError(f"gate: an answer holds {len(predictions)} predictions for {len(labels)} inputs")
-        hits += sum(str(p.get("label")) == str(label) for p, label in zip(predictions, labels, strict=True))
-        total += len(labels)
-    return hits / total if total else 0.0
+        hits += [str(p.get("label")) == str(label) for p, label in zip(predictions, labels, strict=True)]
+    return hits
+
+
+def accuracy(answers: list[Any], expected: list[Any]) -> float:
+    """Top-1 accuracy of classifier answers against lists of labels."""
+    hits = correct(answers, expected)
+    return sum(hits) / len(hits) if hits else 0.0
 
 
 def classifier_set(data_dir: str | Path, signature: dict[str, Any]) -> EvaluationSet:
@@ -59,7 +130,17 @@ def classifier_set(data_dir: str | Path, signature: dict[str, Any]) -> Evaluatio
     inputs, labels = load_labeled(folder, classes, signature["preprocessing"])
     requests = [{"data": inputs[i:i + BATCH].tolist()} for i in range(0, len(inputs), BATCH)]
     expected = [[classes[int(y)] for y in labels[i:i + BATCH]] for i in range(0, len(labels), BATCH)]
-    return EvaluationSet(requests, expected, accuracy, "accuracy", "maximize", len(labels))
+    return EvaluationSet(requests, expected, accuracy, "accuracy", "maximize", len(labels), items=correct)
+
+
+def names_set(spec: dict[str, Any] | None) -> bool:
+    """Whether the ``evaluation`` field names a team's set (``file``, ``metric``, ``goal``) rather than only the
+    gate's settings for an image classifier's ``test/`` split; an unknown field or a bad setting names the fix."""
+    known = (*SET_FIELDS, *(f for f in GateSettings.__dataclass_fields__ if f != "min_improvement"))
+    if unknown := sorted(set(spec or {}) - set(known)):
+        raise check.fail(f"evaluation.{unknown[0]}", "is not an evaluation field", f"use {', '.join(known)}")
+    GateSettings.parse(spec)
+    return any(field in (spec or {}) for field in SET_FIELDS)
 
 
 def team_set(code_dir: str | Path, spec: dict[str, Any]) -> EvaluationSet:
@@ -67,9 +148,7 @@ def team_set(code_dir: str | Path, spec: dict[str, Any]) -> EvaluationSet:
     code folder. Each line of the file is ``{"request": <body score.py takes>, "expected": <anything>}``; the
     metric function takes (answers, expected), the parsed answers and the expected values, and returns a number."""
     code = Path(code_dir)
-    unknown = sorted(set(spec) - {"file", "metric", "goal"})
-    if unknown:
-        raise check.fail(f"evaluation.{unknown[0]}", "is not an evaluation field", "use file, metric and goal")
+    names_set(spec)
     path = code / str(spec.get("file") or "")
     if not spec.get("file") or not path.is_file():
         raise check.fail("evaluation.file", f"{path} does not exist", "name a JSONL file of labelled requests in the "
@@ -109,23 +188,98 @@ def _metric(code: Path, ref: str) -> tuple[Metric, str]:
     return found, function
 
 
-def evaluate(backend: Backend, endpoint: str, deployment: str, evaluation: EvaluationSet) -> float:
-    """Send every request of the set to ``deployment`` by header; score its answers with the set's metric."""
-    answers = []
+def answers(backend: Backend, endpoint: str, deployment: str, evaluation: EvaluationSet) -> list[Any]:
+    """Send every request of the set to ``deployment`` by header; its parsed answers, in order."""
+    parsed = []
     for request in evaluation.requests:
         body = backend.endpoints.invoke(endpoint, payload=request, deployment=deployment)
         try:
-            answers.append(json.loads(body))
+            parsed.append(json.loads(body))
         except ValueError as exc:
             raise EndpointError(f"gate: deployment {deployment} answered {body[:200]!r}, not JSON") from exc
-    value = float(evaluation.metric(answers, evaluation.expected))
+    return parsed
+
+
+def score(evaluation: EvaluationSet, answered: list[Any], deployment: str) -> float:
+    """The set's metric over ``answered``; NaN is an error naming the deployment."""
+    value = float(evaluation.metric(answered, evaluation.expected))
     if value != value:  # NaN
         raise SpecError(f"evaluation.metric: {evaluation.metric_name} returned NaN for deployment {deployment}")
     return value
 
 
-def decide(champion: float, challenger: float, goal: str, min_improvement: float) -> tuple[bool, float]:
-    """Whether the challenger beats the champion by at least ``min_improvement`` (and strictly), and by how much
-    (positive is better, whichever the goal)."""
-    improvement = challenger - champion if goal == "maximize" else champion - challenger
-    return improvement > 0 and improvement >= min_improvement, improvement
+def compare(evaluation: EvaluationSet, champion: list[Any], challenger: list[Any],
+            settings: GateSettings) -> Comparison:
+    """The paired comparison of two deployments' answers to the set: McNemar's when the set scores items (accuracy),
+    else a paired bootstrap of its metric."""
+    if evaluation.items is not None:
+        return mcnemar(evaluation.items(champion, evaluation.expected), evaluation.items(challenger, evaluation.expected),
+                       settings.confidence)
+    return paired_bootstrap(evaluation, champion, challenger, settings.confidence, settings.resamples)
+
+
+def mcnemar(champion: list[bool], challenger: list[bool], confidence: float) -> Comparison:
+    """Accuracy's paired comparison. Of the ``m`` items the two disagree on, the challenger alone is right on ``b``;
+    the accuracy difference is ``(2b - m) / n``, and given ``m`` its lower bound is ``m/n (2 p_low - 1)`` with
+    ``p_low`` the one-sided Clopper-Pearson lower bound of ``b/m``. Above 0 exactly when McNemar's exact test
+    (binomial, one-sided) rejects "no better" at ``1 - confidence``."""
+    from scipy import stats
+
+    n = len(champion)
+    if n != len(challenger):
+        raise ValueError(f"{n} champion items against {len(challenger)} challenger items")
+    b = sum(1 for h, c in zip(champion, challenger, strict=True) if c and not h)
+    c_only = sum(1 for h, c in zip(champion, challenger, strict=True) if h and not c)
+    m = b + c_only
+    alpha = 1.0 - confidence
+    p_low = float(stats.beta.ppf(alpha, b, m - b + 1)) if b > 0 else 0.0
+    base, new = sum(champion) / n if n else 0.0, sum(challenger) / n if n else 0.0
+    return Comparison("mcnemar", "accuracy", "maximize", base, new, new - base,
+                      m / n * (2 * p_low - 1) if m else 0.0, confidence, n, (b, c_only),
+                      float(stats.binom.sf(b - 1, m, 0.5)) if m else 1.0)
+
+
+def paired_bootstrap(evaluation: EvaluationSet, champion: list[Any], challenger: list[Any], confidence: float,
+                     resamples: int, seed: int = 0) -> Comparison:
+    """Any metric's paired comparison: the set's requests resampled with replacement (the same rows for both
+    models, ``resamples`` times, seeded), the metric's improvement in each, and its ``1 - confidence`` quantile as
+    the lower bound."""
+    import numpy as np
+
+    n = len(evaluation.expected)
+    sign = 1.0 if evaluation.goal == "maximize" else -1.0
+    base, new = score(evaluation, champion, "champion"), score(evaluation, challenger, "challenger")
+    rng = np.random.default_rng(seed)
+    differences = np.empty(resamples)
+    for i in range(resamples):
+        rows = rng.integers(0, n, n)
+        expected = [evaluation.expected[j] for j in rows]
+        differences[i] = sign * (float(evaluation.metric([challenger[j] for j in rows], expected))
+                                 - float(evaluation.metric([champion[j] for j in rows], expected)))
+    if np.isnan(differences).any():
+        raise SpecError(f"evaluation.metric: {evaluation.metric_name} returned NaN on a resample of the set")
+    return Comparison("paired bootstrap", evaluation.metric_name, evaluation.goal, base, new, sign * (new - base),
+                      float(np.quantile(differences, 1.0 - confidence)), confidence, n)
+
+
+def decide(comparison: Comparison, settings: GateSettings) -> tuple[bool, str, str]:
+    """Promote only when the set holds ``min_samples`` items and the improvement's lower bound clears
+    ``min_improvement`` (strictly). Returns the decision, the verdict in a few words (``better``, ``not better``,
+    ``not better beyond chance``, ``too little evidence``) and the figures behind it."""
+    c = comparison
+    figures = (f"{c.metric} {c.challenger:.4g} against the champion's {c.champion:.4g} on {c.samples} samples: "
+               f"{_signed(c.improvement)}, {c.confidence:.0%} lower bound {_signed(c.lower_bound)} ({c.method}"
+               + (f", {c.discordant[0]} items only the challenger got right, {c.discordant[1]} only the champion"
+                  if c.discordant else "") + f"; min_improvement {settings.min_improvement:g})")
+    if c.samples < settings.min_samples:
+        return False, "too little evidence", (f"{figures}; {c.samples} samples are fewer than evaluation.min_samples"
+                                              f"={settings.min_samples}, and no evidence never promotes")
+    if c.lower_bound > settings.min_improvement:
+        return True, "better", figures
+    if c.improvement > settings.min_improvement:
+        return False, "not better beyond chance", figures
+    return False, "not better", figures
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.4g}" if math.isfinite(value) else str(value)

@@ -133,8 +133,8 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
 def evaluation_set(backend: Backend, model: str, code_dir: str | Path, data_dir: str | Path | None,
                    spec: dict[str, Any] | None) -> gate.EvaluationSet:
     """The team's set when it names one; else, for an image classifier, the ``test/`` split of ``data_dir``."""
-    if spec:
-        return gate.team_set(code_dir, spec)
+    if gate.names_set(spec):
+        return gate.team_set(code_dir, dict(spec or {}))
     name, _, version = model.partition(":")
     with tempfile.TemporaryDirectory() as scratch:
         signature = json.loads((backend.models.download(name, version, Path(scratch)) / "signature.json").read_text())
@@ -145,20 +145,19 @@ def evaluation_set(backend: Backend, model: str, code_dir: str | Path, data_dir:
     return gate.classifier_set(data_dir, signature)
 
 
-def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSet, min_improvement: float) -> bool:
-    """Score both deployments on the set through the endpoint; record the figures in ``r.gate``; True to promote."""
+def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSet,
+                     settings: gate.GateSettings) -> bool:
+    """Both deployments answer the set through the endpoint; the paired comparison of their answers decides
+    (:func:`gate.decide`). Records the figures and the interval in ``r.gate``; True to promote."""
     assert r.champion is not None
-    champion = gate.evaluate(backend, r.endpoint, r.champion.deployment, evaluation)
-    challenger = gate.evaluate(backend, r.endpoint, r.slot, evaluation)
-    promote, improvement = gate.decide(champion, challenger, evaluation.goal, min_improvement)
-    r.gate = {"metric": evaluation.metric_name, "goal": evaluation.goal, "champion": round(champion, 6),
-              "challenger": round(challenger, 6), "improvement": round(improvement, 6),
-              "min_improvement": min_improvement, "samples": evaluation.size, "champion_model": r.champion.model,
-              "challenger_model": r.model,
-              "summary": f"{evaluation.metric_name} {challenger:.4g} against the champion's {champion:.4g} on "
-                         f"{evaluation.size} samples (min_improvement {min_improvement:g})"}
-    log.info("gate on %s (%d samples): champion %s %.4f, challenger %s %.4f: %s", evaluation.metric_name,
-             evaluation.size, r.champion.model, champion, r.model, challenger, "better" if promote else "not better")
+    champion = gate.answers(backend, r.endpoint, r.champion.deployment, evaluation)
+    challenger = gate.answers(backend, r.endpoint, r.slot, evaluation)
+    comparison = gate.compare(evaluation, champion, challenger, settings)
+    promote, verdict, summary = gate.decide(comparison, settings)
+    r.gate = {**comparison.to_dict(), "min_improvement": settings.min_improvement,
+              "min_samples": settings.min_samples, "champion_model": r.champion.model, "challenger_model": r.model,
+              "verdict": verdict, "summary": summary}
+    log.info("gate: champion %s, challenger %s: %s (%s)", r.champion.model, r.model, verdict, summary)
     return promote
 
 

@@ -61,10 +61,10 @@ from mlrunway.backend.types import DeploymentSettings, JobStatus, ProvisioningSt
 from mlrunway.errors import MlrunwayError
 from mlrunway.local.__main__ import recover_workspace
 from mlrunway.local.backend import LocalBackend
-from mlrunway.local.processes import JOB_TOKEN_ENV, Identity
+from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, wait_gone
 from mlrunway.local.supervisor import JobState
 from mlrunway.production import stable
-from mlrunway.production.gate import team_set
+from mlrunway.production.gate import GateSettings, team_set
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
 
@@ -258,7 +258,8 @@ class Rollouts(threading.Thread):
             b.endpoints.set_traffic(ENDPOINT, {r.slot: 100})
             return stable.conclude(b, r, "created", "the endpoint's first model")
         evaluation = team_set(self.code, {"file": "eval.jsonl", "metric": "metrics.py:quality"})
-        if not stable.judge_challenger(b, r, evaluation, 0.0):
+        # Every row alike and each version's quality a constant: the paired comparison is exact at any size.
+        if not stable.judge_challenger(b, r, evaluation, GateSettings(min_samples=1)):
             return stable.conclude(b, r, "held", "not better")
         wait = stable.next_phase(b, r)
         while True:
@@ -426,7 +427,7 @@ class Soak:
             for proc in procs:
                 with contextlib.suppress(psutil.Error):
                     proc.send_signal(signal.SIGKILL)
-            psutil.wait_procs(procs, timeout=10)
+            wait_gone(procs, 10.0)
             recover_workspace(LocalBackend.at(self.ws))
 
     def _is_ours(self, token: str, proc: psutil.Process) -> bool:

@@ -50,6 +50,9 @@ def dag():
         pytest.param("evaluation", {"file": "eval.jsonl"}, id="evaluation-without-metric"),
         pytest.param("evaluation", {"file": "eval.jsonl", "metric": "rmse"}, id="metric-not-file-function"),
         pytest.param("evaluation", {"file": "e.jsonl", "metric": "m.py:f", "goal": "up"}, id="evaluation-goal"),
+        pytest.param("evaluation", {"confidence": 1.0}, id="evaluation-confidence-1"),
+        pytest.param("evaluation", {"min_samples": 0}, id="evaluation-no-samples"),
+        pytest.param("evaluation", {"metric": "m.py:f"}, id="evaluation-metric-without-file"),
         pytest.param("rollout", {"steps": [10, 150]}, id="step-over-100"),
         pytest.param("rollout", {"mirror_percent": 80}, id="mirror-over-50"),
         pytest.param("rollout", {"window": 30}, id="rollout-setting-unknown"),
@@ -65,6 +68,14 @@ def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
 
 def test_defaults_are_valid(dag):
     assert dag.params.validate()["primary_metric"] == "best_val_acc"
+
+
+def test_the_gates_settings_alone_are_a_valid_evaluation(dag):
+    params = copy.deepcopy(dag.params)
+    params["evaluation"] = {"confidence": 0.9, "min_samples": 300}  # the test/ split, judged at 90%
+    assert params["evaluation"] == {"confidence": 0.9, "min_samples": 300}
+    params["evaluation"] = {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize", "resamples": 500}
+    assert params["evaluation"]["resamples"] == 500
 
 
 def preflight(context: dict) -> None:

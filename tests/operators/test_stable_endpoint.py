@@ -71,7 +71,7 @@ def run(fake, team, version: int, run_id: str, *, run_type: str = "manual", **kw
                               model_version=version, code_dir=str(team), sample_request="sample.json",
                               expected_response="expected.json",
                               endpoint_name=ENDPOINT, evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse",
-                                                                  "goal": "minimize"},
+                                                                  "goal": "minimize", "min_samples": 20},
                               deferrable=False, poll_interval_s=0.001,
                               **{"rollout": {"steps": [10, 50, 100], "window_s": 0}, **kwargs})
     try:
@@ -236,7 +236,7 @@ def test_deferred_between_steps_on_a_window_trigger_whose_event_carries_the_roll
     run(fake, team, 1, "manual__1")
     task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
                               model_version=2, code_dir=str(team), endpoint_name=ENDPOINT,
-                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"},
+                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize", "min_samples": 20},
                               rollout={"window_s": 60}, poll_interval_s=0.001)
     context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance(),
                "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
@@ -304,7 +304,7 @@ def test_a_rejection_while_deferred_holds_the_challenger_and_nothing_moves(regis
                "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
     task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
                               model_version=2, code_dir=str(team), endpoint_name=ENDPOINT, require_approval=True,
-                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"},
+                              evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize", "min_samples": 20},
                               poll_interval_s=0.001)
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(context)

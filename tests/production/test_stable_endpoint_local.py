@@ -144,7 +144,7 @@ def test_a_backfill_of_two_past_intervals_evaluates_both_and_changes_nothing_tha
                  for version, day in ((2, "08"), (3, "15"))]
     assert [b["decision"] for b in backfills] == ["skipped", "held"]  # 2 is better but a backfill; 3 is worse
     assert "a backfill run never moves production" in backfills[0]["reason"]
-    assert all(b["gate"]["samples"] == 180 and b["live"] == {"deployment": "blue", "model": "digits:1"}
+    assert all(b["gate"]["samples"] == 360 and b["live"] == {"deployment": "blue", "model": "digits:1"}
                for b in backfills)
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]
@@ -262,5 +262,5 @@ def test_the_batch_scoring_dag_scores_the_test_split_through_what_serves(backend
     deploy(digits, 2, "manual__1")
     done = score_test_split("mlrunway_default", ENDPOINT, str(digits), "digits:2")
     saved = json.loads(Path(done["report"]).read_text())
-    assert done["model"] == saved["model"] == "digits:2" and done["images"] == 180 == len(saved["predictions"])
+    assert done["model"] == saved["model"] == "digits:2" and done["images"] == 360 == len(saved["predictions"])
     assert done["accuracy"] > 0.5 and set(saved["predictions"]) <= {str(i) for i in range(10)}

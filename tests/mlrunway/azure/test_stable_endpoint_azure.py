@@ -11,6 +11,7 @@ import shutil
 
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.production import stable
+from mlrunway.production.gate import GateSettings
 from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import ENDPOINT, provisioned
@@ -40,7 +41,8 @@ def test_mirror_then_steps_each_read_back_and_judged_on_azure_monitor_then_the_o
     lease = json.loads(fake.resource("onlineEndpoints", ENDPOINT)["tags"]["mlrunway.lease"])
     assert lease["holder"] == "run-2"  # the lease is the endpoint's own tag
     provisioned(azure, "green")
-    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, REPO / "training", digits, None), 0)
+    evaluation = stable.evaluation_set(azure, r.model, REPO / "training", digits, None)
+    assert stable.judge_challenger(azure, r, evaluation, GateSettings())
 
     phases = []
     while True:
@@ -84,7 +86,8 @@ def test_a_challenger_failing_live_requests_is_rolled_back_from_azure_monitors_f
     r = stable.begin(azure, ENDPOINT, "run-2", settings, RolloutPolicy(steps=(50, 100), window_s=0, min_requests=10),
                      3600)
     provisioned(azure, "green")
-    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, faulty, digits, None), 0)
+    evaluation = stable.evaluation_set(azure, r.model, faulty, digits, None)
+    assert stable.judge_challenger(azure, r, evaluation, GateSettings())
     stable.next_phase(azure, r)
     failed = []
     for _ in range(24):
@@ -104,7 +107,8 @@ def challenger_at_50(azure, digits, policy: RolloutPolicy):
     r = stable.begin(azure, ENDPOINT, "run-2", DeploymentSettings(model="digits:2", code_dir=str(REPO / "training")),
                      policy, 3600)
     provisioned(azure, "green")
-    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, REPO / "training", digits, None), 0)
+    evaluation = stable.evaluation_set(azure, r.model, REPO / "training", digits, None)
+    assert stable.judge_challenger(azure, r, evaluation, GateSettings())
     stable.next_phase(azure, r)
     return r
 

@@ -11,6 +11,7 @@ from azure.core.rest import HttpRequest
 
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.production import stable
+from mlrunway.production.gate import GateSettings
 from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import ENDPOINT, provisioned
@@ -47,7 +48,8 @@ def test_a_rollout_on_a_teams_endpoint_keeps_its_auth_identity_network_and_descr
     provisioned(azure, "green")
     # the gate and every window's probes score through the endpoint's own auth: an AMLToken from the service's
     # token route, an AADToken from the credential, a key otherwise
-    assert stable.judge_challenger(azure, r, stable.evaluation_set(azure, r.model, REPO / "training", digits, None), 0)
+    evaluation = stable.evaluation_set(azure, r.model, REPO / "training", digits, None)
+    assert stable.judge_challenger(azure, r, evaluation, GateSettings())
     while True:
         stable.next_phase(azure, r)
         for _ in range(8):
