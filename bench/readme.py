@@ -183,12 +183,23 @@ def rollout(doc: Doc) -> str:
         mine = [r for r in doc["results"] if r["rollout"] == name]
         outside = max(r["failed_outside_challenger"] for r in mine)
         rows.append([name, f"`{decision}` in {len(mine)} of {len(mine)}", of(doc, f"{name}: total s"),
+                     of(doc, f"{name}: rollback s after the first failed request"),
                      of(doc, f"{name}: client requests"), of(doc, f"{name}: failed client requests"), str(outside)])
     stages = {r["rollout"]: r["stages"] for r in doc["results"] if r["repeat"] == 0}
     said = " ".join(f"Stages of {name} (first repeat): {text}." for name, text in stages.items())
-    return "\n\n".join([md_table(["rollout", "decision", "total s", "client requests", "failed",
-                                  "failed outside the challenger"], rows), said,
-                        provenance(doc, "python bench/rollout.py")])
+    return "\n\n".join([md_table(["rollout", "decision", "total s", "back to 0% after the first failed request s",
+                                  "client requests", "failed", "failed outside the challenger"], rows), said,
+                        targets(doc), provenance(doc, "python bench/rollout.py")])
+
+
+def gate(doc: Doc) -> str:
+    rows = [[f"{r['n']:,}", f"{r['discordance']:.0%}", f"{r['effect'] * 100:+.0f} points", f"{r['rate']:.1%}",
+             f"{r['bound']:.1%} ({r['bound_is']})"] for r in doc["results"]]
+    return "\n\n".join([md_table(["items", "disagreeing", "challenger's true effect", "promoted",
+                                  "95% Clopper-Pearson bound"], rows, 0),
+                        f"Each case: {doc['gates_per_case'] * doc['repeats']:,} simulated gates (champion accuracy "
+                        f"{doc['accuracy']:.2f}), the gate's defaults.", targets(doc),
+                        provenance(doc, "python bench/gate.py")])
 
 
 def faults(doc: Doc) -> str:
@@ -235,7 +246,7 @@ def samplers(doc: Doc) -> str:
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
-                                           "report_page": report_page, "samplers": samplers}
+                                           "report_page": report_page, "samplers": samplers, "gate": gate}
 
 
 def render(text: str, results: Path = RESULTS) -> str:

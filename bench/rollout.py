@@ -1,11 +1,13 @@
 """A stable endpoint's rollout on the local backend with the default windows: how long each stage takes, and what
 a client sending steady load through it sees. Two rollouts of a better model over a fair one: first with a
-scoring script that fails a third of single-image requests (rolled back at its first step), then as it is
-(promoted: mirror off, steps 10, 50, 100, 30 s each).
+scoring script that fails a third of single-image requests (rolled back at its first step by the window's watch,
+as the WindowTrigger watches it), then as it is (promoted: mirror off, steps 10, 50, 100, 30 s each). Targets
+(issue 34): the faulty one back to 0% within 3 s of its first failed client request, with at most 10 failed
+client requests at 40 requests a second.
 
     .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40] [--repeats 3]
 
-About 7 minutes with the defaults (each repeat: a fresh endpoint, then both rollouts, 2 minutes). Each rollout is
+About 12 minutes with the defaults (each repeat: a fresh endpoint, then both rollouts, 2 minutes). Each rollout is
 checked against its label: the faulty one must end ``rolled_back`` with every failed client request the
 challenger's, the fixed one ``promoted`` with no failed request; a run where either does not is refused, not
 recorded. Prints a table and records bench/results/rollout.json.
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from _common import REPO, Bench, build_model, harness_args, table
+from _common import REPO, Bench, Target, build_model, harness_args, table
 
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.deploy.blue import promote_blue
@@ -80,11 +82,14 @@ def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, 
         return stable.conclude(backend, r, "held", "not better"), stages
     wait = stable.next_phase(backend, r)
     while True:
-        time.sleep(wait)
-        after = stable.after_window(backend, r)
-        mark(f"window at {r.windows[-1]['phase']}" if r.windows else "window extended")
+        watched = stable.watch_window(backend, r, time.time() + wait)  # as the WindowTrigger watches it
+        rolled_back_at = time.time() if watched else None
+        after = stable.after_window(backend, r, watched=watched)
+        mark(f"window at {r.windows[-1]['phase']}" + (" (the watch rolled back)" if watched else "")
+             if r.windows else "window extended")
         if after.decision:
-            return stable.conclude(backend, r, after.decision, after.reason), stages
+            result = stable.conclude(backend, r, after.decision, after.reason)
+            return {**result, "rolled_back_at": rolled_back_at}, stages
         wait = after.wait_s
 
 
@@ -103,7 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--window-s", type=float, default=RolloutPolicy().window_s)
     parser.add_argument("--rate", type=float, default=40.0, help="client requests a second")
-    harness_args(parser, repeats=3)
+    harness_args(parser, repeats=5)
     args = parser.parse_args()
     bench = Bench("rollout", args)
     rows: list[dict] = []
@@ -128,7 +133,7 @@ def main() -> None:
                                                                       code_dir=str(REPO / "training")))):
                     client = Client(state.scoring_uri, state.keys["primary"], args.rate)
                     client.start()
-                    began = time.monotonic()
+                    began, began_at = time.monotonic(), time.time()
                     holder = f"run-{repeat}-{len(rows) + 2}"
                     result, stages = rollout(backend, endpoint, settings, data, policy, holder)
                     total = time.monotonic() - began
@@ -136,8 +141,11 @@ def main() -> None:
                     client.stop.set()
                     client.join()
                     failed = [(status, slot) for _, status, slot in client.answers if status != 200]
+                    first_failure = min((t for t, status, _ in client.answers if status != 200), default=None)
+                    back = result.get("rolled_back_at") or (began_at + total)
                     row = {"repeat": repeat, "rollout": name, "decision": result["decision"],
                            "total_s": round(total, 1),
+                           "rollback_after_first_failure_s": round(back - first_failure, 2) if first_failure else None,
                            "stages": "; ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stages),
                            "requests": len(client.answers), "failed": len(failed),
                            "failed_outside_challenger": sum(slot != result["deployment"] for _, slot in failed)}
@@ -146,16 +154,25 @@ def main() -> None:
                     check(row, result)
                     bench.add(f"{name}: total s", total, "s")
                     bench.add(f"{name}: failed client requests", len(failed), "requests")
+                    if row["rollback_after_first_failure_s"] is not None:
+                        bench.add(f"{name}: rollback s after the first failed request",
+                                  row["rollback_after_first_failure_s"], "s")
                     bench.add(f"{name}: client requests", len(client.answers), "requests")
                     stable.clean_up(backend, endpoint, holder)  # the loser's slot, and the lease
             finally:
                 backend.endpoints.delete(endpoint)
     print(table(rows, [("repeat", "repeat"), ("rollout", "rollout"), ("decision", "decision"), ("total_s", "total s"),
+                       ("rollback_after_first_failure_s", "rollback after 1st failure s"),
                        ("requests", "client requests"), ("failed", "failed"),
                        ("failed_outside_challenger", "failed outside the challenger")]))
     for row in rows:
         print(f"  {row['rollout']}: {row['stages']}")
-    bench.record(rows, ("onnxruntime", "uvicorn"), expected={k: v[0] for k, v in EXPECTED.items()})
+    bench.record(rows, ("onnxruntime", "uvicorn"), [
+        Target("roll back a faulty one: rollback s after the first failed request", "<=", 3.0,
+               "a failing challenger back to 0% within 3 s of its first failed request"),
+        Target("roll back a faulty one: failed client requests", "<=", 10,
+               f"at most 10 failed client requests at {args.rate:g} requests a second"),
+    ], expected={k: v[0] for k, v in EXPECTED.items()})
 
 
 def check(row: dict, result: dict) -> None:

@@ -171,7 +171,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             return DeploymentTrigger(self.backend_conn_id, step.endpoint, step.deployment, self.poll_s,
                                      time.time() + self.max_wait_s, operation=step.operation, carry=step.state)
         if isinstance(step, Window):
-            return WindowTrigger(time.time() + step.seconds, step.state)
+            return WindowTrigger(time.time() + step.seconds, step.state, self.backend_conn_id)
         return ApprovalTrigger(self.backend_conn_id, step.model, self.poll_s, step.deadline, step.state)
 
     def ask(self, context: Context, step: Approval) -> None:

@@ -22,6 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.waiting import Outcome
+from mlrunway.production import stable
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 
 
@@ -192,23 +193,54 @@ class ApprovalTrigger(BackendTrigger):
 
 class WindowTrigger(BaseTrigger):
     """Wait until ``until`` (epoch seconds), then hand ``carry`` back in the event: a staged rollout's window.
+    With ``backend_conn_id``, the window is watched meanwhile (:func:`stable.watch_once`, a quarter second apart):
+    a clearly failing challenger is rolled back here, at once, and the event says so (status ``rolled_back``,
+    the reason as its error).
 
     The task's state travels in the event rather than in ``defer(kwargs=...)``: Airflow 3.3's ``dag.test()`` (the
     demo's ``airflow dags test``) resumes a task with the event alone, dropping the deferral's kwargs.
     """
 
-    def __init__(self, until: float, carry: dict[str, Any]) -> None:
+    def __init__(self, until: float, carry: dict[str, Any], backend_conn_id: str | None = None) -> None:
         super().__init__()
-        self.until, self.carry = until, carry
+        self.until, self.carry, self.backend_conn_id = until, carry, backend_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {"until": self.until, "carry": self.carry}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "until": self.until, "carry": self.carry, "backend_conn_id": self.backend_conn_id}
+
+    def progress(self) -> stable.Rollout | None:
+        """The rollout the window belongs to, when it is watched."""
+        rollout = self.carry.get("rollout") if self.backend_conn_id else None
+        return stable.Rollout.from_dict(rollout) if rollout else None
+
+    def event(self, watched: str | None) -> dict[str, Any]:
+        if watched:
+            return {"outcome": Outcome.ENDED.value, "carry": self.carry, "status": "rolled_back", "error": watched}
+        return {"outcome": Outcome.ENDED.value, "carry": self.carry}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        await asyncio.sleep(max(0.0, self.until - time.time()))
-        yield TriggerEvent({"outcome": Outcome.ENDED.value, "carry": self.carry})
+        r, watched = self.progress(), None
+        if r is None:
+            await asyncio.sleep(max(0.0, self.until - time.time()))
+        else:
+            try:
+                backend = await asyncio.to_thread(MlrunwayHook(str(self.backend_conn_id)).get_backend)
+                while (left := self.until - time.time()) > 0:
+                    if watched := await asyncio.to_thread(stable.watch_once, backend, r):
+                        await asyncio.to_thread(stable.roll_back, backend, r)
+                        break
+                    await asyncio.sleep(min(stable.WATCH_POLL_S, left))
+            except Exception as exc:  # noqa: BLE001 - a watch that fails leaves the window's end to judge
+                self.log.warning("the rollout window's watch stopped (%s: %s); its end judges it", type(exc).__name__,
+                                 exc)
+                await asyncio.sleep(max(0.0, self.until - time.time()))
+        yield TriggerEvent(self.event(watched))
 
     def wait_here(self, backend: Backend) -> dict[str, Any]:
-        """The window, in the calling process (a task that does not defer)."""
-        time.sleep(max(0.0, self.until - time.time()))
-        return {"outcome": Outcome.ENDED.value, "carry": self.carry}
+        """The window, in the calling process (a task that does not defer), watched as in the triggerer."""
+        r = self.progress()
+        if r is None:
+            time.sleep(max(0.0, self.until - time.time()))
+            return self.event(None)
+        return self.event(stable.watch_window(backend, r, self.until))

@@ -29,6 +29,7 @@ from mlrunway.production.stable import Rollout as Progress
 log = logging.getLogger(__name__)
 
 LEASE_MARGIN_S = 900.0
+WATCHED = "rolled_back"  # a window's event status when its watch rolled the challenger back (its error: why)
 
 
 class Phase(enum.StrEnum):
@@ -76,7 +77,7 @@ class ChampionChallenger:
             return self._provisioned(backend, request, r)
         if phase is Phase.APPROVAL:
             return self._answered(backend, request, r, event)
-        after = stable.after_window(backend, r)
+        after = stable.after_window(backend, r, watched=event.error if event.status == WATCHED else None)
         if after.decision == Decision.ROLLED_BACK:
             assert r.champion is not None
             return self._conclude(backend, r, Decision.ROLLED_BACK, after.reason, failure=(

@@ -34,6 +34,12 @@ class RolloutPolicy:
         which then pass: promoted without live evidence).
     :param max_extension_s: how long a window short of ``min_requests`` may be extended (None: one more
         ``window_s``) before the rollout ends held.
+    :param watch_s: during each window, the challenger's errors over the last ``watch_s`` seconds are watched
+        continuously (a quarter second apart) and a clearly failing challenger is rolled back at once, without
+        waiting for the window's end (0: judged at the end only). Where metrics come later than ``watch_s``
+        (Azure's, minutes late), the window's end judges.
+    :param watch_alpha: how sure the watch must be: it rolls back when the challenger's errors would be that
+        unlikely (the exact binomial tail) at the champion's error rate plus ``max_error_rate_increase``.
     """
 
     steps: tuple[int, ...] = (10, 50, 100)
@@ -45,6 +51,8 @@ class RolloutPolicy:
     p99_slack_ms: float = 50.0
     min_requests: int = 20
     max_extension_s: float | None = None
+    watch_s: float = 10.0
+    watch_alpha: float = 0.01
 
     @classmethod
     def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
@@ -77,6 +85,9 @@ class RolloutPolicy:
             raise check.fail(f"{field}.min_requests", f"{numbers['min_requests']!r} is not a whole number",
                              "write a count of requests, e.g. 20 (0 promotes without live evidence)")
         policy = cls(steps=tuple(steps), **numbers)
+        if not 0 < policy.watch_alpha <= 0.1:
+            raise check.fail(f"{field}.watch_alpha", f"{policy.watch_alpha!r} is not a probability in (0, 0.1]",
+                             "write e.g. 0.01 (or watch_s: 0 to judge at the window's end only)")
         if not 0 <= policy.mirror_percent <= 50 or int(policy.mirror_percent) != policy.mirror_percent:
             raise check.fail(f"{field}.mirror_percent", f"{policy.mirror_percent!r} is over Azure's limit",
                              "mirror 0 to 50 percent")
@@ -133,6 +144,25 @@ def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
     return Verdict(True, f"error rate {challenger.error_rate:.1%} of {challenger.requests} requests, p99 "
                          f"{_ms(challenger.p99_ms)} (champion: {champion.error_rate:.1%} of {champion.requests}, "
                          f"p99 {_ms(champion.p99_ms)})", *figures)
+
+
+def watch(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> str | None:
+    """Within a window: why the challenger must go back now, or None. Its errors over the last ``watch_s``
+    seconds are tested against the rate it may have (the champion's, plus ``max_error_rate_increase``): when
+    ``P(X >= errors)`` for ``X ~ Binomial(requests, rate)`` is below ``watch_alpha``. One error never suffices
+    (the tail of one error is at least the rate itself, and the rate is at least 1 point)."""
+    from scipy import stats
+
+    rate = min(1.0, champion.error_rate + policy.max_error_rate_increase)
+    if challenger.errors < 2 or rate >= 1.0:
+        return None
+    tail = float(stats.binom.sf(challenger.errors - 1, challenger.requests, rate))
+    if tail >= policy.watch_alpha:
+        return None
+    return (f"watched: {challenger.errors} errors in {challenger.requests} requests over the last "
+            f"{policy.watch_s:g} s, an error rate of {challenger.error_rate:.1%} against the allowed {rate:.1%} (the "
+            f"champion's {champion.error_rate:.1%} + {policy.max_error_rate_increase:.1%}): P = {tail:.2g} < "
+            f"watch_alpha={policy.watch_alpha:g}")
 
 
 def _ms(value: float | None) -> str:

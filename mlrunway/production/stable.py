@@ -184,6 +184,45 @@ def next_phase(backend: Backend, r: Rollout) -> float:
     return float(window)
 
 
+WATCH_POLL_S = 0.25  # how often a window's watch reads the deployments' metrics
+
+
+def watch_once(backend: Backend, r: Rollout) -> str | None:
+    """One look of the window's watch (:func:`rollout.watch`): the challenger's last ``watch_s`` seconds against
+    the champion's window so far (or its window before the rollout, when it serves nothing now); why it must go
+    back, or None. Nothing to watch where the backend's metrics come later than ``watch_s`` (Azure: the window's
+    end judges), and a read that fails is no verdict (the window's end counts it as failed)."""
+    policy = r.rollout_policy
+    if r.champion is None or not policy.watch_s or backend.capabilities.metrics_lag_s > policy.watch_s:
+        return None
+    now = time.time()
+    try:
+        challenger = rollout_of(backend).deployment_metrics(r.endpoint, r.slot, max(r.started, now - policy.watch_s),
+                                                            now + 1)
+        if challenger.errors < 2:
+            return None
+        champion = rollout_of(backend).deployment_metrics(r.endpoint, r.champion.deployment, r.started, now + 1)
+    except Exception as exc:  # noqa: BLE001 - whatever the backend raised, this look has no evidence
+        log.debug("endpoint %s: the watch could not read metrics (%s)", r.endpoint, exc)
+        return None
+    if not champion.requests and r.baseline:
+        champion = DeploymentMetrics(**{k: v for k, v in r.baseline.items() if k != "error_rate"})
+    return rollout.watch(challenger, champion, policy)
+
+
+def watch_window(backend: Backend, r: Rollout, until: float) -> str | None:
+    """Watch the window until ``until`` (epoch seconds), in this process: a challenger the watch condemns goes back
+    to 0% at once (:func:`roll_back`), and the reason is returned; None when the window ran its course."""
+    while (left := until - time.time()) > 0:
+        if reason := watch_once(backend, r):
+            roll_back(backend, r)
+            log.warning("endpoint %s: %s; traffic back on %s at 100%%", r.endpoint, reason,
+                        r.champion.deployment if r.champion else "-")
+            return reason
+        time.sleep(min(WATCH_POLL_S, left))
+    return None
+
+
 def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
     """Judge the window that has just ended. Too few challenger requests: the window is extended (the verdict's
     ``extend_s``) while ``max_extension_s`` allows, then the rollout ends held. A failure, a held end or metrics
@@ -245,9 +284,16 @@ class Next:
     reason: str = ""
 
 
-def after_window(backend: Backend, r: Rollout) -> Next:
+def after_window(backend: Backend, r: Rollout, watched: str | None = None) -> Next:
     """Judge the window that has just ended (:func:`check_window`) and say what comes next; a next phase has
-    already begun when this returns a wait."""
+    already begun when this returns a wait. ``watched``: the watch rolled the challenger back within the window,
+    for that reason (traffic is already on the champion)."""
+    if watched:
+        roll_back(backend, r)  # already done by the watch; again, in case the process died in between
+        phase = f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
+        r.windows.append({"phase": phase, "ok": False, "reason": watched, "challenger": {}, "champion": {},
+                          "extended_s": r.extended_s, "short": False, "watched": True})
+        return Next(decision=Decision.ROLLED_BACK, reason=watched)
     verdict = check_window(backend, r)
     gate_summary = r.gate.get("summary", "the gate passed")
     if verdict.extend_s:

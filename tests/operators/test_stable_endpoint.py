@@ -144,6 +144,49 @@ def test_a_challenger_out_of_bounds_at_a_step_is_rolled_back_and_the_task_fails_
     assert fake.models.get("m", 4).tags["mlrunway.decision"] == "rolled_back"
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["in-the-task", "in-the-trigger"])
+def test_a_failing_challenger_is_rolled_back_by_the_watch_within_its_window(registered, team, deferrable):
+    """Issue 34: the window's watch reads the last watch_s seconds a quarter second apart and rolls a clearly
+    failing challenger back at once (in the triggerer when the task defers), not at the window's end."""
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    fake.endpoints.metrics = lambda d, s, e: DeploymentMetrics(deployment=d, start=s, end=e, requests=12,
+                                                               errors=4 if d == "green" else 0, p99_ms=5.0)
+    window = {"steps": [10, 50, 100], "window_s": 60}
+    started = time.monotonic()
+    if not deferrable:
+        with pytest.raises(EndpointError, match=r"rolled_back: .* at the 10% window: watched: 4 errors in 12 "):
+            run(fake, team, 4, "manual__2", rollout=window)
+    else:
+        events, ti = Events(), TaskInstance()
+        context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": ti,
+                   "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(lambda: events)}
+        task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                                  model_version=4, code_dir=str(team), endpoint_name=ENDPOINT, rollout=window,
+                                  evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize",
+                                              "min_samples": 20}, deferrable=True, poll_interval_s=0.001)
+        with pytest.raises(TaskDeferred) as deferred:
+            task.execute(context)
+        while not isinstance(deferred.value.trigger, WindowTrigger):  # provisioning first, then the window
+            event = first_event(deferred.value.trigger)
+            with pytest.raises(TaskDeferred) as deferred:
+                task.execute_complete(context, event)
+        trigger = deferred.value.trigger
+        assert trigger.serialize()[1]["backend_conn_id"] == "fake" and trigger.until > time.time() + 50
+        event = first_event(trigger)
+        live = {slot: weight for slot, weight in fake.endpoints.get(ENDPOINT).traffic.items() if weight}
+        assert event["status"] == "rolled_back" and live == {"blue": 100}  # the trigger moved it back
+        with pytest.raises(EndpointError, match=r"rolled_back: .* at the 10% window: watched: 4 errors in 12 "):
+            task.execute_complete(context, event)
+        CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk",
+                        endpoint_name=ENDPOINT).execute(context)
+    assert time.monotonic() - started < 30, "rolled back at the window's end, not by the watch"
+    assert fake.endpoints.get(ENDPOINT).traffic == {"blue": 100} and deployments(fake) == ["blue"]
+    evidence = json.loads(fake.models.get("m", 4).tags["mlrunway.evidence"])
+    assert evidence["windows"][-1]["phase"] == "10%" and evidence["windows"][-1]["reason"].startswith("watched: ")
+    assert fake.models.get("m", 4).tags["mlrunway.decision"] == "rolled_back"
+
+
 def test_a_quiet_challenger_proves_nothing_and_the_run_ends_held_with_the_champion_serving(registered, team):
     """Issue 29, 3: a window with fewer challenger requests than rollout.min_requests (20) is no evidence: held,
     traffic back on the champion, the slot deleted by cleanup; the task succeeds (nothing failed)."""

@@ -178,7 +178,7 @@ def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend,
     (faulty / "faulty_score.py").write_text(FAULTY)
     with steady_load(backend, limit_s=60) as answers:
         time.sleep(2)  # the champion's baseline
-        with pytest.raises(EndpointError, match=r"rolled_back: .*error rate"):
+        with pytest.raises(EndpointError, match=r"rolled_back: .*watched: \d+ errors in \d+ requests .* error rate"):
             deploy(digits, 2, "manual__2", code_dir=str(faulty), scoring_script="faulty_score.py",
                    rollout={"steps": [25, 50, 100], "window_s": 5})
         time.sleep(1)  # load after the rollback

@@ -208,7 +208,7 @@ class ScoringApp:
                 for task in tasks:
                     task.cancel()
                 try:
-                    self.metrics.flush(everything=True)
+                    self.metrics.flush()
                 except OSError as error:  # a full disk at shutdown: the worker still stops
                     log.warning("endpoint metrics lost at shutdown: %s", error)
                 marker.unlink(missing_ok=True)

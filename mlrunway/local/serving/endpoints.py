@@ -51,6 +51,7 @@ class LocalEndpoints(Endpoints):
 
     def __init__(self, workspace: Workspace, host: str = "127.0.0.1") -> None:
         self.workspace, self.host = workspace, host
+        self._readers: dict[str, metrics.Reader] = {}  # per endpoint: its metrics, read incrementally
 
     def _dir(self, name: str) -> Path:
         return self.workspace.endpoints / check.endpoint_name(name)
@@ -149,6 +150,7 @@ class LocalEndpoints(Endpoints):
             if not wait_port_free(state.port):
                 raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
         shutil.rmtree(folder)
+        self._readers.pop(name, None)
         return True
 
     def get_keys(self, name: str) -> dict[str, str]:
@@ -272,7 +274,10 @@ class LocalEndpoints(Endpoints):
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
         """What ``deployment`` served over [start, end), from every server worker's per-second counts."""
         self.state(endpoint)
-        return metrics.read(self._dir(endpoint), deployment, start, end)
+        reader = self._readers.get(endpoint)
+        if reader is None:
+            reader = self._readers[endpoint] = metrics.Reader(self._dir(endpoint), horizon_s=3600.0)
+        return reader.read(deployment, start, end)
 
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
         """Hold the endpoint's rollout lease for ``ttl_s`` (taken, or renewed by its holder): None; else who holds

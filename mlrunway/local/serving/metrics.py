@@ -1,10 +1,12 @@
 """Per-deployment requests, errors and latencies of a local endpoint, as Azure Monitor keeps them for a managed
 deployment: what a staged rollout compares between the champion and the challenger.
 
-Each server worker sums what each deployment served per second and appends the complete seconds to
-``metrics/<pid>-<hour>.jsonl`` once a second (one short line per deployment and second with traffic); the
-control plane sums every worker's lines over a window. Latencies go into a log-scale histogram (bucket ``i``
-holds (1.1^(i-1), 1.1^i] ms), so p99 over many workers is read from their summed buckets, within 10%.
+Each server worker sums what each deployment served per second and appends what it counted to
+``metrics/<pid>-<hour>.jsonl`` every :data:`FLUSH_S` (one short line per deployment and second with traffic; a
+second still running is written in parts, each part its own line, and readers add the lines up); the control
+plane sums every worker's lines over a window. A rollout's watch sees a request's outcome within about
+``FLUSH_S`` of it. Latencies go into a log-scale histogram (bucket ``i`` holds (1.1^(i-1), 1.1^i] ms), so p99 over
+many workers is read from their summed buckets, within 10%. :class:`Reader` reads each file once, incrementally.
 
 An error is what a deployment is to blame for: a 5xx, a 408, or a 424 whose ``ms-azureml-model-error-statuscode``
 is 500 or more. A client's own 400 (at the deployment, or as a 424 carrying 400 at the scoring URI) is not.
@@ -17,6 +19,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ METRICS_DIR = "metrics"
 BUCKET_BASE = 1.1
 KEEP_S = 24 * 3600.0
 MAX_PENDING = 3600  # (second, deployment) entries kept in memory while the disk refuses them
+FLUSH_S = 0.25  # how often a worker appends its counts
 log = logging.getLogger(__name__)
 
 
@@ -61,13 +65,14 @@ class Recorder:
         entry.errors += deployment_error(status, model_status)
         entry.buckets[_bucket(seconds)] += 1
 
-    def flush(self, everything: bool = False) -> None:
-        """Append the seconds that have ended (all of them when the worker stops). A second leaves memory only
-        once it is written: when the disk refuses (full, read-only), it stays pending and is written with the
-        next flush that succeeds, so a rollout judged after the disk came back sees every request. Raises the
-        OSError; :meth:`run` logs it and goes on."""
+    def flush(self) -> None:
+        """Append what was counted since the last flush, the second still running included (its later requests
+        go into a new entry, a line of their own). An entry leaves memory only once it is written: when the disk
+        refuses (full, read-only), it stays pending and is written with the next flush that succeeds, so a
+        rollout judged after the disk came back sees every request. Raises the OSError; :meth:`run` logs it and
+        goes on."""
         now = int(time.time())
-        done = sorted(key for key in self.pending if everything or key[0] < now)
+        done = sorted(self.pending)
         if not done:
             return
         lines = [self.pending[key].line(*key) for key in done]
@@ -79,7 +84,7 @@ class Recorder:
     async def run(self) -> None:
         failing = False
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(FLUSH_S)
             try:
                 self.flush()
             except OSError as error:
@@ -121,31 +126,81 @@ def _append(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def read(endpoint_dir: Path, deployment: str, start: float, end: float) -> DeploymentMetrics:
-    """The deployment's requests, errors and p99 latency over [start, end) (seconds since the epoch), summed over
-    every worker that served it, including workers that have since exited. Files older than a day are removed."""
-    requests = errors = 0
-    buckets: Counter[int] = Counter()
-    folder = endpoint_dir / METRICS_DIR
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        try:
-            if path.stat().st_mtime < time.time() - KEEP_S:
-                path.unlink()
-                continue
-            text = path.read_text()
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines():
+class Reader:
+    """A deployment's figures over any window, from the workers' files of one endpoint, each file read once: the
+    bytes added since the last read are parsed and summed per (second, deployment). A file that shrank (a write
+    cut short by a full disk is cut off again) or was replaced is read again from its start; one older than a
+    day is removed. One per endpoint and process (a watch reads every quarter second); it keeps the last
+    ``horizon_s`` in memory, and a window that starts earlier is read by a fresh reader of the whole day."""
+
+    def __init__(self, endpoint_dir: Path, horizon_s: float = KEEP_S) -> None:
+        self.folder, self.horizon_s = endpoint_dir / METRICS_DIR, horizon_s
+        self.files: dict[Path, tuple[int, int, dict[tuple[int, str], _Second]]] = {}  # inode, offset, seconds
+        self.lock = threading.Lock()
+
+    def read(self, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """The deployment's requests, errors and p99 latency over [start, end) (seconds since the epoch), summed
+        over every worker that served it, including workers that have since exited."""
+        if start < time.time() - self.horizon_s + 60:
+            return Reader(self.folder.parent).read(deployment, start, end)
+        total = _Second()
+        with self.lock:
+            self._update()
+            for _inode, _offset, seconds in self.files.values():
+                for (second, name), entry in seconds.items():
+                    if name == deployment and start <= second < end:
+                        total.requests += entry.requests
+                        total.errors += entry.errors
+                        total.buckets.update(entry.buckets)
+        return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=total.requests,
+                                 errors=total.errors, p99_ms=_quantile(total.buckets, 0.99))
+
+    def _update(self) -> None:
+        present = sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
+        for gone in set(self.files) - set(present):
+            del self.files[gone]
+        horizon = time.time() - self.horizon_s
+        for path in present:
             try:
-                row = json.loads(line)
-            except ValueError:  # a line a killed worker left half-written
+                status = path.stat()
+                if status.st_mtime < time.time() - KEEP_S:
+                    path.unlink()
+                    self.files.pop(path, None)
+                    continue
+                inode, offset, seconds = self.files.get(path, (status.st_ino, 0, {}))
+                if inode != status.st_ino or status.st_size < offset:
+                    inode, offset, seconds = status.st_ino, 0, {}
+                if status.st_size == offset:
+                    self.files[path] = (inode, offset, seconds)
+                    continue
+                with path.open("rb") as file:
+                    file.seek(offset)
+                    data = file.read()
+            except FileNotFoundError:
+                self.files.pop(path, None)
                 continue
-            if row["d"] == deployment and start <= row["t"] < end:
-                requests += row["n"]
-                errors += row["e"]
-                buckets.update({int(b): c for b, c in row["h"].items()})
-    return DeploymentMetrics(deployment=deployment, start=start, end=end, requests=requests, errors=errors,
-                             p99_ms=_quantile(buckets, 0.99))
+            complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+            for line in complete.splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:  # a line a killed worker left half-written
+                    continue
+                if row["t"] < horizon:
+                    continue
+                entry = seconds.get(key := (row["t"], row["d"]))
+                if entry is None:
+                    entry = seconds[key] = _Second()
+                entry.requests += row["n"]
+                entry.errors += row["e"]
+                entry.buckets.update({int(b): c for b, c in row["h"].items()})
+            for key in [k for k in seconds if k[0] < horizon]:
+                del seconds[key]
+            self.files[path] = (inode, offset + len(complete), seconds)
+
+
+def read(endpoint_dir: Path, deployment: str, start: float, end: float) -> DeploymentMetrics:
+    """:meth:`Reader.read` once, from a fresh reader."""
+    return Reader(endpoint_dir).read(deployment, start, end)
 
 
 def _quantile(buckets: Counter[int], q: float) -> float | None:

@@ -52,3 +52,29 @@ def test_the_judge_needs_min_requests_and_min_requests_0_passes_an_empty_window_
     assert judge(served(20), champion, RolloutPolicy()).ok
     empty = judge(served(0), champion, RolloutPolicy(min_requests=0))
     assert empty.ok and not empty.short and "promoted without live evidence" in empty.reason
+
+
+def figures(deployment: str, requests: int, errors: int):
+    from mlrunway.backend.types import DeploymentMetrics
+
+    return DeploymentMetrics(deployment=deployment, start=0, end=10, requests=requests, errors=errors, p99_ms=5.0)
+
+
+def test_the_watch_rolls_back_on_errors_too_unlikely_at_the_allowed_rate_and_never_on_one():
+    from mlrunway.production.rollout import watch
+
+    policy = RolloutPolicy()
+    # P(X >= 2 | 6, 1%) = 1 - 0.99^6 - 6 (0.01) 0.99^5 = 0.00146 < 0.01
+    assert "2 errors in 6 requests" in watch(figures("green", 6, 2), figures("blue", 54, 0), policy)
+    assert watch(figures("green", 6, 1), figures("blue", 54, 0), policy) is None  # one error never suffices
+    assert watch(figures("green", 60, 2), figures("blue", 540, 0), policy) is None  # P = 0.12 at 1%
+    # A champion that fails 5% of requests allows the challenger 6%: 4 of 60 is within chance.
+    assert watch(figures("green", 60, 4), figures("blue", 540, 27), policy) is None
+    assert watch(figures("green", 60, 12), figures("blue", 540, 27), policy) is not None
+    assert watch(figures("green", 6, 2), figures("blue", 54, 0), RolloutPolicy(watch_alpha=0.001)) is None
+
+
+@pytest.mark.parametrize("value", [0, 0.5, -1])
+def test_a_bad_watch_alpha_names_the_field(value):
+    with pytest.raises(SpecError, match=r"rollout\.watch_alpha"):
+        RolloutPolicy.parse({"watch_alpha": value})
