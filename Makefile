@@ -76,7 +76,8 @@ bench: $(STAMP)
 	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
 	$(PY) bench/onnx_runtime.py       # 1.5 min
 	$(PY) bench/faults.py             # 2 min
-	$(PY) bench/rollout.py            # 6.5 min
+	$(PY) bench/rollout.py            # 9 min
+	$(PY) bench/gate.py               # 4 min
 	$(PY) bench/endpoint.py           # 13 min (and 1 the first time: Azure's server's venv)
 	$(PY) bench/early_termination.py  # 7 min
 	$(PY) bench/orchestration.py      # 10.5 min
@@ -90,6 +91,7 @@ bench-quick: $(STAMP)
 	$(PY) bench/faults.py --repeats 2 $(QUICK)
 	$(PY) bench/endpoint.py --servers mlrunway httptools bare --clients 16 --duration 2 --warm-up 1 $(QUICK)
 	$(PY) bench/rollout.py --window-s 5 --repeats 1 $(QUICK)
+	$(PY) bench/gate.py --gates 500 --repeats 1 $(QUICK)
 
 # The README's benchmark figures, written from bench/results/ (make bench runs it last).
 bench-readme: $(STAMP)
