@@ -149,8 +149,8 @@ def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
 def watch(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> str | None:
     """Within a window: why the challenger must go back now, or None. Its errors over the last ``watch_s``
     seconds are tested against the rate it may have (the champion's, plus ``max_error_rate_increase``): when
-    ``P(X >= errors)`` for ``X ~ Binomial(requests, rate)`` is below ``watch_alpha``. One error never suffices
-    (the tail of one error is at least the rate itself, and the rate is at least 1 point)."""
+    ``P(X >= errors)`` for ``X ~ Binomial(requests, rate)`` is below ``watch_alpha``. One error never suffices,
+    whatever the rate (with ``max_error_rate_increase`` 0 and a champion without errors, it would be impossible)."""
     from scipy import stats
 
     rate = min(1.0, champion.error_rate + policy.max_error_rate_increase)

@@ -199,7 +199,7 @@ def watch_once(backend: Backend, r: Rollout) -> str | None:
     try:
         challenger = rollout_of(backend).deployment_metrics(r.endpoint, r.slot, max(r.started, now - policy.watch_s),
                                                             now + 1)
-        if challenger.errors < 2:
+        if challenger.errors < 2:  # rollout.watch's own first condition: spares the champion's read
             return None
         champion = rollout_of(backend).deployment_metrics(r.endpoint, r.champion.deployment, r.started, now + 1)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raised, this look has no evidence
@@ -247,7 +247,7 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
             log.info("endpoint %s: %s; the window is extended by %gs (%gs of rollout.max_extension_s=%gs)",
                      r.endpoint, verdict.reason, extend, r.extended_s, policy.extension_s)
             return replace(verdict, extend_s=extend)
-    phase = f"{policy.steps[r.step]}%" if r.step >= 0 else "mirror"
+    phase = phase_of(r)
     r.windows.append({"phase": phase, "ok": verdict.ok, "reason": verdict.reason, "challenger": verdict.challenger,
                       "champion": verdict.champion, "extended_s": r.extended_s, "short": verdict.short})
     log.info("endpoint %s, %s window: %s (%s)", r.endpoint, phase,
@@ -290,8 +290,7 @@ def after_window(backend: Backend, r: Rollout, watched: str | None = None) -> Ne
     for that reason (traffic is already on the champion)."""
     if watched:
         roll_back(backend, r)  # already done by the watch; again, in case the process died in between
-        phase = f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
-        r.windows.append({"phase": phase, "ok": False, "reason": watched, "challenger": {}, "champion": {},
+        r.windows.append({"phase": phase_of(r), "ok": False, "reason": watched, "challenger": {}, "champion": {},
                           "extended_s": r.extended_s, "short": False, "watched": True})
         return Next(decision=Decision.ROLLED_BACK, reason=watched)
     verdict = check_window(backend, r)
@@ -326,6 +325,11 @@ def read_metrics(backend: Backend, endpoint: str, deployment: str, start: float,
                         METRICS_RETRY_S * attempt)
             time.sleep(METRICS_RETRY_S * attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def phase_of(r: Rollout) -> str:
+    """The phase a window belongs to: its traffic step (``10%``), or ``mirror``."""
+    return f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
 
 
 def done(r: Rollout) -> bool:

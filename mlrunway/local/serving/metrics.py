@@ -198,11 +198,6 @@ class Reader:
             self.files[path] = (inode, offset + len(complete), seconds)
 
 
-def read(endpoint_dir: Path, deployment: str, start: float, end: float) -> DeploymentMetrics:
-    """:meth:`Reader.read` once, from a fresh reader."""
-    return Reader(endpoint_dir).read(deployment, start, end)
-
-
 def _quantile(buckets: Counter[int], q: float) -> float | None:
     total = sum(buckets.values())
     if not total:

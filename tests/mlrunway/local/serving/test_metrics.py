@@ -27,7 +27,7 @@ def test_a_running_second_is_written_in_parts_and_read_as_their_sum(tmp_path):
     assert not recorder.pending
     seen = reader.read("green", now - 5, now + 5)
     assert (seen.requests, seen.errors) == (4, 2)
-    fresh = metrics.read(tmp_path, "green", now - 5, now + 5)  # a fresh reader of the whole day agrees
+    fresh = Reader(tmp_path).read("green", now - 5, now + 5)  # a fresh reader of the whole day agrees
     assert (fresh.requests, fresh.errors) == (4, 2) and fresh.p99_ms == seen.p99_ms
 
 
