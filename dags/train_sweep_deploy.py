@@ -213,10 +213,13 @@ with DAG(
         "rollout": Param(None, type=["null", "object"], section=DEPLOY, description=(
             'Stable endpoint: {"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
             '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '
-            '"max_extension_s": null, "watch_s": 10, "watch_alpha": 0.01}; empty: these defaults. A window with '
+            '"max_extension_s": null, "watch_s": 10, "watch_alpha": 0.01, "shadow_keys": [], "shadow_tolerance": 0, '
+            '"max_disagreement": null}; empty: these defaults. A window with '
             'fewer than min_requests challenger requests is extended up to max_extension_s (null: one more '
             'window_s), then the run ends held. Within each window, the challenger\'s errors over the last watch_s '
-            'seconds are watched and a clearly failing one is rolled back at once (watch_s 0: at the end only).'),
+            'seconds are watched and a clearly failing one is rolled back at once (watch_s 0: at the end only). '
+            'Locally, the mirror window compares the challenger\'s answers with the champion\'s (shadow_keys, e.g. '
+            '["label"]; numbers within shadow_tolerance) and holds the rollout past max_disagreement (a share).'),
             properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
                                   "minItems": 1},
                         **{k: {"type": "number", "minimum": 0} for k in (
@@ -225,7 +228,10 @@ with DAG(
                         "min_requests": {"type": "integer", "minimum": 0},
                         "max_extension_s": {"type": ["null", "number"], "minimum": 0},
                         "watch_s": {"type": "number", "minimum": 0},
-                        "watch_alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.1}},
+                        "watch_alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.1},
+                        "shadow_keys": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                        "shadow_tolerance": {"type": "number", "minimum": 0},
+                        "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
             additionalProperties=False),
         "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", section=DEPLOY,
                                description="Azure: VM size of the blue deployment (empty: the connection's)."),

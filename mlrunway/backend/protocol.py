@@ -34,6 +34,7 @@ from mlrunway.backend.types import (
     EndpointInfo,
     EndpointSettings,
     JobInfo,
+    MirroredAnswer,
     ModelVersion,
     ProvisioningState,
     SweepResult,
@@ -238,6 +239,17 @@ class Rollout(Protocol):
         ...
 
     def release(self, endpoint: str, holder: str) -> None: ...
+
+
+@runtime_checkable
+class Shadow(Protocol):
+    """Endpoints that keep a mirrored deployment's answers beside the champion's (local). Azure ML mirrors
+    "without using returned scoring" (the REST API's ``mirrorTraffic``): its shadow's answers are discarded."""
+
+    def mirrored_answers(self, endpoint: str, deployment: str, start: float,
+                         end: float) -> builtins.list[MirroredAnswer]:
+        """The requests mirrored to ``deployment`` that both had answered within [start, end)."""
+        ...
 
 
 @runtime_checkable

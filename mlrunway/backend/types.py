@@ -261,3 +261,24 @@ class DeploymentMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return {**vars(self), "error_rate": round(self.error_rate, 6)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirroredAnswer:
+    """One mirrored request as the endpoint saw it: the champion's answer (returned to the client) beside the
+    shadow deployment's (discarded), each with its HTTP status at the deployment and its latency. An answer
+    too large to keep is None, with its SHA-256 in ``*_digest`` (such a pair can only be compared for equality).
+
+    ``at`` is when both had answered (seconds since the epoch)."""
+
+    at: float
+    deployment: str
+    champion: str
+    champion_status: int
+    shadow_status: int
+    champion_ms: float
+    shadow_ms: float
+    champion_answer: str | None
+    shadow_answer: str | None
+    champion_digest: str = ""
+    shadow_digest: str = ""

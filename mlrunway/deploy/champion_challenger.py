@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from mlrunway import check
-from mlrunway.backend.protocol import Backend, Rollout, rollout_of
+from mlrunway.backend.protocol import Backend, Rollout, Shadow, rollout_of
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import promote_blue
@@ -48,6 +48,10 @@ class ChampionChallenger:
         if not isinstance(backend.endpoints, Rollout):
             raise NotSupportedOnBackend(f"endpoint_name={endpoint!r}: the {backend.kind} backend has no staged "
                                         "rollout yet; leave endpoint_name empty for the per-run endpoint")
+        if request.rollout.max_disagreement is not None and not isinstance(backend.endpoints, Shadow):
+            raise check.fail("rollout.max_disagreement", f"the {backend.kind} backend keeps no mirrored answers to "
+                             "compare (Azure ML mirrors traffic without using the answers)", "leave it null here: "
+                             "the mirror window still judges the challenger's errors and latency")
         settings = request.settings
         if request.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
             name = settings.model_name

@@ -11,13 +11,14 @@ pass, and the decision then says it was promoted without live evidence.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics
 from mlrunway.errors import EndpointError
+from mlrunway.production.shadow import ShadowReport, ShadowRule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,12 @@ class RolloutPolicy:
         (Azure's, minutes late), the window's end judges.
     :param watch_alpha: how sure the watch must be: it rolls back when the challenger's errors would be that
         unlikely (the exact binomial tail) at the champion's error rate plus ``max_error_rate_increase``.
+    :param shadow_keys: in the mirror window, the answers' keys compared (any depth; ``["label"]`` for a
+        classifier); empty: the whole answer (:mod:`shadow`). Locally only: Azure ML discards mirrored answers.
+    :param shadow_tolerance: numbers agree within it (absolute up to 1, relative beyond); 0: equal.
+    :param max_disagreement: the share of mirrored requests on which the challenger may disagree with the
+        champion; past it the rollout ends held before any live traffic moves (None: agreement is recorded in
+        the evidence, never judged). A mirror window then needs ``min_requests`` compared requests.
     """
 
     steps: tuple[int, ...] = (10, 50, 100)
@@ -53,6 +60,9 @@ class RolloutPolicy:
     max_extension_s: float | None = None
     watch_s: float = 10.0
     watch_alpha: float = 0.01
+    shadow_keys: tuple[str, ...] = ()
+    shadow_tolerance: float = 0.0
+    max_disagreement: float | None = None
 
     @classmethod
     def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
@@ -74,9 +84,13 @@ class RolloutPolicy:
                 or list(steps) != sorted(set(steps)) or not 0 < steps[0] or steps[-1] != 100):
             raise check.fail(f"{field}.steps", f"{steps!r} is not an ascending list of percentages ending at 100",
                              "write e.g. [10, 50, 100], or [100] to switch at once")
+        keys = raw.pop("shadow_keys", ())
+        if not isinstance(keys, list | tuple) or not all(isinstance(k, str) and k for k in keys):
+            raise check.fail(f"{field}.shadow_keys", f"{keys!r} is not a list of key names",
+                             'write e.g. ["label"], or [] to compare whole answers')
         numbers: dict[str, Any] = {}
         for name, value_ in raw.items():
-            if value_ is None and name == "max_extension_s":
+            if value_ is None and name in ("max_extension_s", "max_disagreement"):
                 continue
             if isinstance(value_, bool) or not isinstance(value_, int | float) or value_ < 0:
                 raise check.fail(f"{field}.{name}", f"{value_!r} is not a number >= 0", "write a number")
@@ -84,7 +98,13 @@ class RolloutPolicy:
         if int(numbers.get("min_requests", 0)) != numbers.get("min_requests", 0):
             raise check.fail(f"{field}.min_requests", f"{numbers['min_requests']!r} is not a whole number",
                              "write a count of requests, e.g. 20 (0 promotes without live evidence)")
-        policy = cls(steps=tuple(steps), **numbers)
+        policy = cls(steps=tuple(steps), shadow_keys=tuple(keys), **numbers)
+        if policy.max_disagreement is not None and not policy.max_disagreement <= 1:
+            raise check.fail(f"{field}.max_disagreement", f"{policy.max_disagreement!r} is not a share in [0, 1]",
+                             "write e.g. 0.05 (at most 5% of mirrored requests answered differently), or null")
+        if policy.max_disagreement is not None and not (policy.mirror_percent and policy.mirror_window_s):
+            raise check.fail(f"{field}.max_disagreement", "judges the mirror window, and there is none",
+                             "set mirror_percent and mirror_window_s too, or leave max_disagreement null")
         if not 0 < policy.watch_alpha <= 0.1:
             raise check.fail(f"{field}.watch_alpha", f"{policy.watch_alpha!r} is not a probability in (0, 0.1]",
                              "write e.g. 0.01 (or watch_s: 0 to judge at the window's end only)")
@@ -104,7 +124,11 @@ class RolloutPolicy:
         return self.window_s if self.max_extension_s is None else self.max_extension_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "steps": list(self.steps)}
+        return {**asdict(self), "steps": list(self.steps), "shadow_keys": list(self.shadow_keys)}
+
+    @property
+    def shadow_rule(self) -> ShadowRule:
+        return ShadowRule(self.shadow_keys, self.shadow_tolerance)
 
 
 @dataclass(frozen=True)
@@ -118,6 +142,7 @@ class Verdict:
     champion: dict[str, Any]
     short: bool = False
     extend_s: float = 0.0
+    held: bool = False
 
 
 def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> Verdict:
@@ -144,6 +169,26 @@ def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
     return Verdict(True, f"error rate {challenger.error_rate:.1%} of {challenger.requests} requests, p99 "
                          f"{_ms(challenger.p99_ms)} (champion: {champion.error_rate:.1%} of {champion.requests}, "
                          f"p99 {_ms(champion.p99_ms)})", *figures)
+
+
+def judge_shadow(report: ShadowReport, policy: RolloutPolicy, verdict: Verdict) -> Verdict:
+    """A mirror window within its other bounds (``verdict``), judged on its compared answers against
+    ``max_disagreement``: too few compared requests judge nothing (``short``: no evidence is never a pass); more
+    disagreement than allowed holds the rollout (``held``)."""
+    if policy.max_disagreement is None:
+        return replace(verdict, reason=f"{verdict.reason}; {report.summary()}")
+    needed = max(1, policy.min_requests)
+    if report.compared < needed:
+        return replace(verdict, ok=False, short=True, reason=(
+            f"{report.compared} mirrored request{'' if report.compared == 1 else 's'} compared, fewer than "
+            f"rollout.min_requests={needed}: too little evidence to judge the challenger's agreement"))
+    assert report.disagreement is not None
+    if report.disagreement > policy.max_disagreement:
+        return replace(verdict, ok=False, held=True, reason=(
+            f"shadow: the challenger disagreed with the champion on {report.compared - report.agreed} of "
+            f"{report.compared} mirrored requests ({report.disagreement:.1%}; {report.rule}), over "
+            f"rollout.max_disagreement={policy.max_disagreement:g}"))
+    return replace(verdict, reason=f"{verdict.reason}; {report.summary()}")
 
 
 def watch(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: RolloutPolicy) -> str | None:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
-from mlrunway.backend.protocol import Backend, rollout_of
+from mlrunway.backend.protocol import Backend, Shadow, rollout_of
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.production import gate, rollout
+from mlrunway.production import gate, rollout, shadow
 from mlrunway.production.rollout import RolloutPolicy
 
 log = logging.getLogger(__name__)
@@ -241,6 +241,8 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
             if earlier[-1]:
                 champion = DeploymentMetrics(**{k: v for k, v in earlier[-1].items() if k != "error_rate"})
         verdict = rollout.judge(challenger, champion, policy)
+        if r.step == -1 and isinstance(backend.endpoints, Shadow):  # the mirror window: compare the answers
+            verdict = compare_shadow(backend.endpoints, r, end, verdict)
         if verdict.short and (left := policy.extension_s - r.extended_s) > 1e-6:
             extend = min(policy.window_s, left) if policy.window_s > 0 else left
             r.extended_s += extend
@@ -249,13 +251,32 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
             return replace(verdict, extend_s=extend)
     phase = phase_of(r)
     r.windows.append({"phase": phase, "ok": verdict.ok, "reason": verdict.reason, "challenger": verdict.challenger,
-                      "champion": verdict.champion, "extended_s": r.extended_s, "short": verdict.short})
+                      "champion": verdict.champion, "extended_s": r.extended_s, "short": verdict.short,
+                      "held": verdict.held})
     log.info("endpoint %s, %s window: %s (%s)", r.endpoint, phase,
-             "within bounds" if verdict.ok else "too little evidence" if verdict.short else "OUT OF BOUNDS",
+             "within bounds" if verdict.ok else "too little evidence" if verdict.short else
+             "held" if verdict.held else "OUT OF BOUNDS",
              verdict.reason)
     if not verdict.ok:
         roll_back(backend, r)
     return verdict
+
+
+def compare_shadow(endpoints: Shadow, r: Rollout, end: float, verdict: rollout.Verdict) -> rollout.Verdict:
+    """The mirror window's answers compared (:mod:`shadow`), in the challenger's figures; judged against
+    ``max_disagreement`` when the window is otherwise within bounds. Answers that cannot be read hold the rollout
+    when a bound is set (no evidence is never a pass), and are noted otherwise."""
+    policy = r.rollout_policy
+    try:
+        report = shadow.compare(endpoints.mirrored_answers(r.endpoint, r.slot, r.started, end), policy.shadow_rule)
+    except Exception as exc:  # noqa: BLE001 - whatever the backend raised, there is no comparison
+        reason = f"the mirrored answers could not be read ({type(exc).__name__}: {exc})"
+        verdict = replace(verdict, challenger={**verdict.challenger, "shadow": {"error": reason}})
+        if policy.max_disagreement is None or not verdict.ok:
+            return verdict
+        return replace(verdict, ok=False, held=True, reason=f"{reason}: the challenger's agreement is unknown")
+    verdict = replace(verdict, challenger={**verdict.challenger, "shadow": report.to_dict()})
+    return rollout.judge_shadow(report, policy, verdict) if verdict.ok else verdict
 
 
 def roll_back(backend: Backend, r: Rollout) -> None:
@@ -297,7 +318,7 @@ def after_window(backend: Backend, r: Rollout, watched: str | None = None) -> Ne
     gate_summary = r.gate.get("summary", "the gate passed")
     if verdict.extend_s:
         return Next(wait_s=verdict.extend_s)
-    if verdict.short:  # too little evidence even after the extension: traffic is back on the champion
+    if verdict.short or verdict.held:  # too little evidence even after the extension, or a shadow that disagrees
         return Next(decision=Decision.HELD, reason=f"{gate_summary}; but at the {r.windows[-1]['phase']} window "
                                             f"{verdict.reason}; the champion serves 100%")
     if not verdict.ok:

@@ -56,6 +56,8 @@ def dag():
         pytest.param("rollout", {"steps": [10, 150]}, id="step-over-100"),
         pytest.param("rollout", {"mirror_percent": 80}, id="mirror-over-50"),
         pytest.param("rollout", {"window": 30}, id="rollout-setting-unknown"),
+        pytest.param("rollout", {"max_disagreement": 1.5}, id="disagreement-over-1"),
+        pytest.param("rollout", {"shadow_keys": "label"}, id="shadow-keys-not-a-list"),
     ],
 )
 def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
@@ -68,6 +70,12 @@ def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
 
 def test_defaults_are_valid(dag):
     assert dag.params.validate()["primary_metric"] == "best_val_acc"
+
+
+def test_a_compared_mirror_window_is_a_valid_rollout(dag):
+    params = copy.deepcopy(dag.params)
+    params["rollout"] = {"mirror_percent": 20, "mirror_window_s": 30, "shadow_keys": ["label"], "max_disagreement": 0.05}
+    assert params.validate()["rollout"]["shadow_keys"] == ["label"]
 
 
 def test_the_gates_settings_alone_are_a_valid_evaluation(dag):

@@ -190,6 +190,40 @@ def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend,
     assert answers[-1] == (200, "blue")
 
 
+SHIFTED = FAULTY.split("\n\ndef run")[0] + '''
+
+def run(raw_data):
+    """Batches are fine; a single image gets the next class's label, without an error (a bug only live traffic
+    meets, and only a comparison of answers sees)."""
+    answer = _run(raw_data)
+    if len(json.loads(raw_data).get("data", [])) == 1 and isinstance(answer, dict):
+        for prediction in answer["predictions"]:
+            prediction["label"] = str((int(prediction["label"]) + 1) % 10)
+    return answer
+'''
+
+
+def test_a_challenger_whose_answers_disagree_in_the_mirror_window_is_held_before_any_traffic_moves(
+        backend, digits, tmp_path):
+    deploy(digits, 1, "manual__1")
+    shifted = shutil.copytree(REPO / "training", tmp_path / "shifted")
+    (shifted / "shifted_score.py").write_text(SHIFTED)
+    with steady_load(backend, limit_s=60) as answers:
+        result = deploy(digits, 2, "manual__2", code_dir=str(shifted), scoring_script="shifted_score.py",
+                        rollout={"steps": [100], "window_s": 4, "mirror_percent": 50, "mirror_window_s": 4,
+                                 "min_requests": 10, "shadow_keys": ["label"], "max_disagreement": 0.05})
+    assert result["decision"] == "held", result["reason"]  # better on the gate's batches, wrong on live singles
+    assert "shadow: the challenger disagreed with the champion on" in result["reason"]
+    [window] = result["windows"]
+    compared = window["challenger"]["shadow"]
+    assert window["phase"] == "mirror" and window["held"] and compared["compared"] >= 10
+    assert compared["agreed"] == 0 and compared["disagreement"] == 1.0 and compared["examples"]
+    assert compared["champion_p50_ms"] > 0 and compared["challenger_p50_ms"] > 0
+    assert {slot for status, slot in answers} == {"blue"} and {status for status, _ in answers} == {200}
+    assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
+    assert backend.models.alias("digits", "production").version == 1
+
+
 @pytest.mark.e2e
 def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run_emits_none(
         airflow_db, backend, digits, monkeypatch):

@@ -52,11 +52,12 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 class Answer:
     """A response: status, body and headers (as bytes pairs, the way ASGI sends them)."""
 
-    __slots__ = ("body", "headers", "model_status", "status")
+    __slots__ = ("body", "headers", "model_status", "ms", "status")
 
     def __init__(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
                  media: bytes = JSON_TYPE, model_status: str | None = None) -> None:
         self.status, self.body, self.model_status = status, body, model_status
+        self.ms = 0.0  # how long the deployment took to answer (set once it has)
         self.headers = [(b"content-type", media), *(headers or [])]
 
     async def send(self, send: Send) -> None:
@@ -270,16 +271,20 @@ class ScoringApp:
         if deployment is None:
             return _error(404, f"deployment {name!r} does not exist on endpoint {state.name}")
         if direct is None and state.mirror_traffic and (mirror := self.runtime.mirror_target(state)) and mirror != name:
-            task = asyncio.create_task(self._mirror(mirror, body, state))
+            primary = asyncio.ensure_future(self._run(deployment, body, state.request_timeout_ms, at_endpoint=True))
+            task = asyncio.create_task(self._mirror(mirror, body, state, primary))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
+            return await primary
         return await self._run(deployment, body, state.request_timeout_ms, at_endpoint=direct is None)
 
     async def _run(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:
         """Score and record the deployment's request, status and latency (:mod:`metrics`)."""
         started = time.perf_counter()
         answer = await self._score(deployment, body, timeout_ms, at_endpoint)
-        self.metrics.record(deployment.state.name, answer.status, answer.model_status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        answer.ms = elapsed * 1000
+        self.metrics.record(deployment.state.name, answer.status, answer.model_status, elapsed)
         return answer
 
     async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:
@@ -326,11 +331,26 @@ class ScoringApp:
     def _end_overrun(self) -> None:
         self.overrun -= 1
 
-    async def _mirror(self, name: str, body: bytes, state: EndpointState) -> None:
+    async def _mirror(self, name: str, body: bytes, state: EndpointState, primary: asyncio.Future[Answer]) -> None:
+        """Score a copy of the request on the shadow deployment; its answer goes to nobody, but is kept beside
+        the champion's (the status each had at its deployment, as a rollout compares them) for the rollout's
+        comparison (:meth:`Recorder.mirrored`)."""
         deployment = await asyncio.to_thread(self.runtime.deployment, name)
-        if deployment is not None:
-            await self._run(deployment, body, state.request_timeout_ms, at_endpoint=False)
-            deployment.log.info("mirrored request scored (response discarded)")
+        if deployment is None:
+            return
+        answer = await self._run(deployment, body, state.request_timeout_ms, at_endpoint=False)
+        await asyncio.wait([primary])
+        if primary.cancelled() or primary.exception() is not None:
+            return
+        champion = primary.result()
+        at_champion = Answer(int(champion.model_status or champion.status), champion.body)
+        at_champion.ms = champion.ms
+        self.metrics.mirrored(name, _deployment_of(champion), (at_champion, answer))
+        deployment.log.info("mirrored request scored (status %d; kept beside the champion's answer)", answer.status)
+
+
+def _deployment_of(answer: Answer) -> str:
+    return next((v.decode() for k, v in answer.headers if k == DEPLOYMENT_KEY), "")
 
 
 def create_app() -> ScoringApp:

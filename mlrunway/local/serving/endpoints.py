@@ -28,6 +28,7 @@ from mlrunway.backend.types import (
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
+    MirroredAnswer,
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
@@ -278,6 +279,12 @@ class LocalEndpoints(Endpoints):
         if reader is None:
             reader = self._readers[endpoint] = metrics.Reader(self._dir(endpoint), horizon_s=3600.0)
         return reader.read(deployment, start, end)
+
+    def mirrored_answers(self, endpoint: str, deployment: str, start: float, end: float) -> builtins.list[MirroredAnswer]:
+        """The requests mirrored to ``deployment`` over [start, end), each with the champion's answer beside the
+        shadow's, as the server's workers kept them (:func:`metrics.mirrored_answers`)."""
+        self.state(endpoint)
+        return metrics.mirrored_answers(self._dir(endpoint), deployment, start, end)
 
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
         """Hold the endpoint's rollout lease for ``ttl_s`` (taken, or renewed by its holder): None; else who holds

@@ -10,11 +10,16 @@ many workers is read from their summed buckets, within 10%. :class:`Reader` read
 
 An error is what a deployment is to blame for: a 5xx, a 408, or a 424 whose ``ms-azureml-model-error-statuscode``
 is 500 or more. A client's own 400 (at the deployment, or as a 424 carrying 400 at the scoring URI) is not.
+
+During a mirror window each worker also keeps every mirrored request's two answers, the champion's and the
+shadow's, in ``shadow/<pid>-<hour>.jsonl`` (written with the counts; :func:`mirrored_answers` reads them): what a
+rollout compares (:mod:`mlrunway.production.shadow`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -24,10 +29,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
-from mlrunway.backend.types import DeploymentMetrics, deployment_error
+from mlrunway.backend.types import DeploymentMetrics, MirroredAnswer, deployment_error
 
 METRICS_DIR = "metrics"
+SHADOW_DIR = "shadow"
+KEEP_ANSWER_BYTES = 16 * 1024  # a mirrored answer kept whole up to this size; past it, its digest
 BUCKET_BASE = 1.1
 KEEP_S = 24 * 3600.0
 MAX_PENDING = 3600  # (second, deployment) entries kept in memory while the disk refuses them
@@ -37,6 +45,14 @@ log = logging.getLogger(__name__)
 
 def _bucket(seconds: float) -> int:
     return max(0, math.ceil(math.log(max(seconds * 1000, 1e-3)) / math.log(BUCKET_BASE)))
+
+
+class Answered(Protocol):
+    """What :meth:`Recorder.mirrored` needs of an answer: its status at the deployment, body and latency."""
+
+    status: int
+    body: bytes
+    ms: float
 
 
 @dataclass
@@ -56,6 +72,8 @@ class Recorder:
     def __init__(self, endpoint_dir: Path) -> None:
         self.folder = endpoint_dir / METRICS_DIR
         self.pending: dict[tuple[int, str], _Second] = {}
+        self.shadow_folder = endpoint_dir / SHADOW_DIR
+        self.pairs: list[str] = []  # mirrored answers waiting to be written (:meth:`mirrored`)
 
     def record(self, deployment: str, status: int, model_status: str | None, seconds: float) -> None:
         entry = self.pending.get(key := (int(time.time()), deployment))
@@ -65,6 +83,20 @@ class Recorder:
         entry.errors += deployment_error(status, model_status)
         entry.buckets[_bucket(seconds)] += 1
 
+    def mirrored(self, shadow: str, champion: str, answers: tuple[Answered, Answered]) -> None:
+        """Keep a mirrored request's two answers (the champion's, the shadow's): written with the next flush, to
+        ``shadow/<pid>-<hour>.jsonl``; an answer over :data:`KEEP_ANSWER_BYTES` is kept as its SHA-256."""
+        row: dict[str, Any] = {"t": round(time.time(), 3), "d": shadow, "c": champion,
+                               "s": [a.status for a in answers], "ms": [round(a.ms, 3) for a in answers]}
+        for key, answer in zip("ab", answers, strict=True):
+            if len(answer.body) <= KEEP_ANSWER_BYTES:
+                row[key] = answer.body.decode("utf-8", "replace")
+            else:
+                row[key], row[f"{key}d"] = None, hashlib.sha256(answer.body).hexdigest()
+        self.pairs.append(json.dumps(row, separators=(",", ":")))
+        if len(self.pairs) > MAX_PENDING:  # the disk has refused them for a while: the oldest go
+            del self.pairs[:len(self.pairs) - MAX_PENDING]
+
     def flush(self) -> None:
         """Append what was counted since the last flush, the second still running included (its later requests
         go into a new entry, a line of their own). An entry leaves memory only once it is written: when the disk
@@ -72,14 +104,22 @@ class Recorder:
         rollout judged after the disk came back sees every request. Raises the OSError; :meth:`run` logs it and
         goes on."""
         now = int(time.time())
-        done = sorted(self.pending)
-        if not done:
-            return
-        lines = [self.pending[key].line(*key) for key in done]
-        self.folder.mkdir(exist_ok=True)
-        _append(self.folder / f"{os.getpid()}-{now // 3600}.jsonl", ("\n".join(lines) + "\n").encode())
-        for key in done:
-            del self.pending[key]
+        refused = None
+        if self.pairs:  # written apart: a disk that refuses them must not hold back the counts
+            pairs, self.pairs = self.pairs, []
+            try:
+                self.shadow_folder.mkdir(exist_ok=True)
+                _append(self.shadow_folder / f"{os.getpid()}-{now // 3600}.jsonl", ("\n".join(pairs) + "\n").encode())
+            except OSError as error:
+                self.pairs[:0], refused = pairs, error
+        if done := sorted(self.pending):
+            lines = [self.pending[key].line(*key) for key in done]
+            self.folder.mkdir(exist_ok=True)
+            _append(self.folder / f"{os.getpid()}-{now // 3600}.jsonl", ("\n".join(lines) + "\n").encode())
+            for key in done:
+                del self.pending[key]
+        if refused is not None:
+            raise refused
 
     async def run(self) -> None:
         failing = False
@@ -208,3 +248,35 @@ def _quantile(buckets: Counter[int], q: float) -> float | None:
         if seen >= q * total:
             return round(BUCKET_BASE ** bucket, 3)
     return None  # unreachable: the last bucket reaches the total
+
+
+def mirrored_answers(endpoint_dir: Path, deployment: str, start: float, end: float) -> list[MirroredAnswer]:
+    """The requests mirrored to ``deployment`` whose two answers were both in by a time within [start, end),
+    from every worker's ``shadow/`` files of those hours; files older than a day are removed."""
+    folder = endpoint_dir / SHADOW_DIR
+    if not folder.is_dir():
+        return []
+    hours = range(int(start) // 3600, int(end) // 3600 + 1)
+    found = []
+    for path in sorted(folder.glob("*.jsonl")):
+        try:
+            if path.stat().st_mtime < time.time() - KEEP_S:
+                path.unlink()
+                continue
+            if int(path.stem.rpartition("-")[2]) not in hours:
+                continue
+            data = path.read_bytes()
+        except (FileNotFoundError, ValueError):
+            continue
+        for line in data[:data.rfind(b"\n") + 1].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line a killed worker left half-written
+                continue
+            if row["d"] == deployment and start <= row["t"] < end:
+                found.append(MirroredAnswer(
+                    at=row["t"], deployment=deployment, champion=row["c"], champion_status=row["s"][0],
+                    shadow_status=row["s"][1], champion_ms=row["ms"][0], shadow_ms=row["ms"][1],
+                    champion_answer=row["a"], shadow_answer=row["b"], champion_digest=row.get("ad", ""),
+                    shadow_digest=row.get("bd", "")))
+    return sorted(found, key=lambda pair: pair.at)

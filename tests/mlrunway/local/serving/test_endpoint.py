@@ -19,6 +19,7 @@ from mlrunway.backend.types import EndpointSettings
 from mlrunway.data.images import load_labeled
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.serving.endpoints import LocalEndpoints
+from mlrunway.production.shadow import ShadowRule, compare
 from tests.conftest import REPO, deployment, write_script
 
 pytestmark = pytest.mark.slow
@@ -88,9 +89,18 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     assert set(answered) == {"blue", "green"} and 150 <= answered["blue"] <= 250  # 5 standard deviations of 400 draws
 
     endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0}, mirror_traffic={"green": 50})
+    start = time.time()
     assert {post(live.scoring_uri, single, auth(live))[1]["azureml-model-deployment"] for _ in range(40)} == {"blue"}
-    mirrored = endpoints.get_logs("digits-ep", "green", lines=1000).count("mirrored request scored")
-    assert 5 <= mirrored <= 35  # about half of 40, answered by blue only
+    post(live.scoring_uri, b'{"data": "not an image"}', auth(live))  # the client's own 400: never compared
+    wait_until(lambda: endpoints.get_logs("digits-ep", "green", lines=1000).count("mirrored request scored") >= 5)
+    time.sleep(0.5)  # the workers write what they kept every quarter second
+    pairs = endpoints.mirrored_answers("digits-ep", "green", start, time.time() + 1)
+    assert 5 <= len(pairs) <= 36 and {(p.champion, p.shadow_status) for p in pairs} <= {("blue", 200), ("blue", 400)}
+    assert endpoints.mirrored_answers("digits-ep", "blue", start, time.time() + 1) == []
+    report = compare(pairs, ShadowRule(keys=("label",)))  # the same model: every label agrees
+    assert report.compared == sum(p.champion_status == 200 for p in pairs) >= 4 and report.agreed == report.compared
+    scored = next(p for p in pairs if p.shadow_status == 200)
+    assert len(json.loads(scored.shadow_answer or "")["predictions"][0]["probabilities"]) == 10
     endpoints.set_traffic("digits-ep", {"blue": 100, "green": 0}, mirror_traffic={})
     status, headers, _ = post(live.scoring_uri, single, {**auth(live), "azureml-model-deployment": "green"})
     assert status == 200 and headers["azureml-model-deployment"] == "green"  # the header bypasses traffic

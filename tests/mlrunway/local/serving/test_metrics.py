@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from mlrunway.local.serving import metrics
 from mlrunway.local.serving.metrics import Reader, Recorder
 
@@ -48,3 +50,35 @@ def test_the_reader_takes_only_new_whole_lines_and_rereads_a_file_that_shrank(tm
     old = now - 7200
     (folder / f"124-{old // 3600}.jsonl").write_text(line(old, "blue", 9))
     assert reader.read("blue", old, old + 1).requests == 9  # older than the horizon: read afresh
+
+
+def test_mirrored_answers_are_kept_in_pairs_off_the_request_path_and_read_by_deployment_and_window(tmp_path,
+                                                                                                monkeypatch):
+    from types import SimpleNamespace
+
+    recorder = Recorder(tmp_path)
+    start = time.time()
+    champion = SimpleNamespace(status=200, body=b'{"predictions": [{"label": "3"}]}', ms=4.0)
+    recorder.mirrored("green", "blue", (champion, SimpleNamespace(status=200, body=b'{"predictions": []}', ms=9.5)))
+    assert metrics.mirrored_answers(tmp_path, "green", start - 1, time.time() + 1) == []  # not written before a flush
+    big = b"[" + b"0," * metrics.KEEP_ANSWER_BYTES + b"0]"
+    recorder.mirrored("green", "blue", (champion, SimpleNamespace(status=500, body=big, ms=12.0)))
+    recorder.mirrored("red", "blue", (champion, champion))
+
+    def full(*args):  # the disk refuses once: the pairs wait for the next flush
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics, "_append", full)
+    with pytest.raises(OSError):
+        recorder.flush()
+    monkeypatch.undo()
+    assert len(recorder.pairs) == 3
+    recorder.flush()
+    with next((tmp_path / metrics.SHADOW_DIR).glob("*.jsonl")).open("a") as file:
+        file.write('{"t": 1, "d": "green", "c"')  # a line a killed worker left half-written
+    pairs = metrics.mirrored_answers(tmp_path, "green", start - 1, time.time() + 1)
+    assert [(p.champion, p.champion_status, p.shadow_status, p.shadow_ms) for p in pairs] == [
+        ("blue", 200, 200, 9.5), ("blue", 200, 500, 12.0)]
+    assert pairs[0].champion_answer == champion.body.decode() and pairs[0].shadow_answer == '{"predictions": []}'
+    assert pairs[1].shadow_answer is None and len(pairs[1].shadow_digest) == 64  # too large: its SHA-256
+    assert metrics.mirrored_answers(tmp_path, "green", time.time() + 5, time.time() + 10) == []
