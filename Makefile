@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup check test test-fast test-long soak fuzz-long demo data bench bench-quick bench-readme clean
+.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-quick bench-readme clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,23 @@ fuzz-long: $(STAMP)
 
 data: $(STAMP)
 	$(PY) -m mlrunway.data data/digits
+
+# The Airflow UI on this machine: airflow standalone (SQLite, LocalExecutor) with the project's DAGs, plugin (its
+# entry point) and workspace, on 127.0.0.1:$(UI_PORT); the weekly schedule off unless UI_SCHEDULE says otherwise,
+# so a first trigger from the form starts one run, not two. Ctrl-C stops every component.
+UI_PORT ?= 8080
+UI_SCHEDULE ?= none
+UI_HOME ?= $(CURDIR)/.airflow
+UI_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME=$(UI_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$${MLRUNWAY_WORKSPACE:-$(CURDIR)/.workspace} \
+	AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(UI_PORT) AIRFLOW__API__BASE_URL=http://127.0.0.1:$(UI_PORT) \
+	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(UI_PORT)/execution/ MLRUNWAY_SCHEDULE=$(UI_SCHEDULE)
+
+ui: data
+	@mkdir -p $(UI_HOME)
+	@echo "mlrunway UI: http://127.0.0.1:$(UI_PORT)  (user admin; its password is printed below once Airflow is up,"
+	@echo "and kept in $(UI_HOME)/simple_auth_manager_passwords.json.generated). Schedule: $(UI_SCHEDULE). Ctrl-C stops it."
+	$(UI_ENV) $(VENV)/bin/airflow standalone
 
 # The whole DAG on the local backend (airflow dags test), then a short summary of what it did.
 demo: data

@@ -7,6 +7,7 @@ the Airflow connection in ``backend_conn_id``; ``mlrunway_default`` is the local
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from datetime import datetime
@@ -17,6 +18,8 @@ from airflow.sdk import DAG, Param
 from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
+from mlrunway.early_termination import first_stop, policy_from_dict
+from mlrunway.errors import SpecError
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
@@ -99,11 +102,181 @@ def preflight(context: dict) -> None:
     if params["max_concurrent_trials"] > params["max_trials"]:
         raise fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
                                                   f"{params['max_trials']}", "lower it to at most max_trials")
+    chosen = early_termination(params)
+    try:
+        policy = None if chosen.get("type") == "none" else policy_from_dict(chosen)
+    except SpecError:  # lifecycle()'s check of the sweep, next, names what is wrong with it
+        policy = None
+    if not params.get("command") and policy is not None and first_stop(policy, params["epochs"]) is None:
+        logging.getLogger("airflow.task").warning(
+            "early termination can never stop a trial: %s first looks after epoch %d (evaluation_interval %d, "
+            "delay_evaluation %d) and each trial runs %d epochs; lower delay_evaluation below epochs for it to act",
+            policy.type, max(policy.evaluation_interval, policy.delay_evaluation), policy.evaluation_interval,
+            policy.delay_evaluation, params["epochs"])
 
 
-CODE, JOB, SWEEP, POLICY, DEPLOY, BACKEND = ("Code and data", "Training job", "Sweep", "Early termination",
-                                              "Deployment", "Backend")
+# The form: what a first run needs, open (Airflow's "Run Parameters", the one section shown open); the rest in
+# sections of their own, closed until opened. Every field has a title and says what empty means; a field that may
+# be left empty is typed as nullable, so the form marks only what a run cannot do without.
+JOB, SWEEP, POLICY, CHECKS, PRODUCTION, AZURE, BACKEND = (
+    "Your own training job", "Sweep (advanced)", "Early termination", "Deployment checks", "Production endpoint",
+    "Azure ML only", "Backend")
 NULLABLE_STRING = ["null", "string"]  # optional: the trigger form will not submit a plain string param empty
+PARAMS = {
+    # Run Parameters: the tutorial's run as it stands; change the data, the size of the sweep, the names.
+    "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, title="Code folder",
+                      description="The folder with the training script and score.py (the scoring script)."),
+    "data_dir": Param(DEFAULT_DATA, type=NULLABLE_STRING, title="Data folder", description=(
+        "Images in train/, val/ and test/ folders (one folder per class): the tutorial's input, and the images the "
+        "ONNX check and the smoke test use. Empty for a model of another kind (see Your own training job).")),
+    "epochs": Param(20, type="integer", minimum=1, maximum=500, title="Epochs",
+                    description="Epochs of the training job and of each sweep trial (1 to 500)."),
+    "max_trials": Param(8, type="integer", minimum=1, maximum=100, title="Trials",
+                        description="How many hyperparameter combinations the sweep tries at most (1 to 100)."),
+    "max_concurrent_trials": Param(2, type="integer", minimum=1, maximum=16, title="Trials at once", description=(
+        "How many trials run at the same time (1 to 16, at most Trials); locally each is a process.")),
+    "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", title="Name prefix",
+                             description=("Starts the names of the run's jobs, model and endpoint "
+                                          "(<prefix>-<8 hex of the run>): a letter, then up to 22 letters, digits "
+                                          "or hyphens.")),
+    "keep_endpoint": Param(False, type="boolean", title="Keep the endpoint after the run",
+                           description="Off: cleanup deletes the run's endpoint. On: it keeps serving."),
+    # Your own training job: a team's command in azure-ai-ml's words.
+    "command": Param(None, type=NULLABLE_STRING, title="Your training command", section=JOB, description=(
+        "Your own command, with ${{inputs.x}} and ${{outputs.y}}. Empty: the tutorial's train.py.")),
+    "inputs": Param(None, type=["null", "object"], title="Inputs of your command", section=JOB, description=(
+        'Literals, or {"type": "uri_file", "path": "/data/train.csv"} (a file) and {"type": "uri_folder", "path": '
+        "...} (a folder); paths are checked before the first job. Empty: none beyond the tutorial's.")),
+    "outputs": Param(None, type=["null", "object"], title="Outputs of your command", section=JOB, description=(
+        'Named outputs: {"model": {"type": "uri_folder"}} for --model-dir ${{outputs.model}}. Empty: none.')),
+    "model_path": Param("outputs/model", type="string", minLength=1, title="Where the job leaves its model",
+                        section=JOB, description=(
+                            "A folder under ./outputs, or a named output such as ${{outputs.model}}. It holds the "
+                            "model and its signature.json.")),
+    "distribution": Param(None, type=["null", "object"], title="Distributed training", section=JOB, description=(
+        'As azure-ai-ml: {"type": "pytorch", "process_count_per_instance": 2}, mpi, or tensorflow with '
+        "worker_count and parameter_server_count. Empty: one process."), properties={
+            "type": {"enum": ["pytorch", "mpi", "tensorflow"]}, "process_count_per_instance": {"type": "integer",
+            "minimum": 1}, "worker_count": {"type": "integer", "minimum": 1},
+            "parameter_server_count": {"type": "integer", "minimum": 0}}, required=["type"],
+        additionalProperties=False),
+    # Sweep (advanced): the search itself.
+    "search_space": Param(None, type=["null", "object"], title="Search space", section=SWEEP, description=(
+        'As azure.ai.ml.sweep: {"batch_size": {"type": "choice", "values": [32, 64]}}. Empty: the tutorial\'s '
+        "learning rate and momentum, from the four fields below."),
+        additionalProperties={"type": "object", "required": ["type"],
+                              "properties": {"type": {"enum": EXPRESSIONS}}}),
+    "lr_min": Param(0.001, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate from", section=SWEEP,
+                    description="The tutorial's smallest learning rate, drawn log-uniformly (above 0, up to 1)."),
+    "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate to", section=SWEEP,
+                    description="The tutorial's largest learning rate (more than Learning rate from)."),
+    "momentum_min": Param(0.5, type="number", minimum=0, exclusiveMaximum=1, title="Momentum from", section=SWEEP,
+                          description="The tutorial's smallest momentum, drawn uniformly (0 to below 1)."),
+    "momentum_max": Param(0.95, type="number", minimum=0, exclusiveMaximum=1, title="Momentum to", section=SWEEP,
+                          description="The tutorial's largest momentum (more than Momentum from)."),
+    "sampling": Param("random", enum=["random", "sobol", "grid", "bayesian"], title="Sampling", section=SWEEP,
+                      description=("random (seeded), sobol (a scrambled Sobol sequence, seeded), grid, or bayesian "
+                                   "(uniform ranges only, and no early termination).")),
+    "seed": Param(0, type="integer", minimum=0, title="Sampling seed", section=SWEEP,
+                  description="The same seed draws the same trials (random and sobol)."),
+    "primary_metric": Param("best_val_acc", type="string", minLength=1, title="Primary metric", section=SWEEP,
+                            description="The metric your script logs once per epoch; the sweep ranks trials by it."),
+    "goal": Param("maximize", enum=["maximize", "minimize"], title="Goal", section=SWEEP,
+                  description="Whether a larger or a smaller primary metric is better."),
+    # Early termination.
+    "early_termination": Param(None, type=["null", "object"], title="Early-termination policy", section=POLICY,
+                               description=(
+        'As azure.ai.ml.sweep: {"type": "median_stopping", "evaluation_interval": 1, "delay_evaluation": 5}, '
+        'truncation_selection, bandit, or {"type": "none"}. Empty: Bandit from the three fields below.'),
+        properties={"type": {"enum": ["bandit", "median_stopping", "truncation_selection", "none"]}},
+        required=["type"]),
+    "slack_factor": Param(0.15, type="number", exclusiveMinimum=0, maximum=1, title="Bandit slack factor",
+                          section=POLICY, description=(
+                              "A trial stops when its metric is worse than the best trial's by more than this "
+                              "share (0.15: 15%).")),
+    "evaluation_interval": Param(1, type="integer", minimum=1, maximum=100, title="Evaluation interval (epochs)",
+                                 section=POLICY, description="How many epochs between two looks of the policy."),
+    "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500,
+                              title="Delay before the first evaluation (epochs)", section=POLICY, description=(
+                                  "Epochs before the policy first looks: below Epochs, or it never stops a "
+                                  "trial (the run's first lines then say so).")),
+    # Deployment checks: what the smoke test and the ONNX check use for a model that is not the tutorial's.
+    "sample_request": Param(None, type=NULLABLE_STRING, title="Smoke-test request file", section=CHECKS,
+                            description=(
+        "A JSON request file in the code folder that score.py answers: the smoke test sends it. Needed for any "
+        "model that is not an image classifier with a data folder.")),
+    "expected_response": Param(None, type=NULLABLE_STRING, title="Expected answer file", section=CHECKS,
+                               description=(
+        "A JSON file in the code folder with the answer the request must get (numbers within the parity rule). "
+        "Empty: what your score.py answers on the exported model before it is deployed.")),
+    "ignore_keys": Param(None, type=["null", "array"], items={"type": "string", "minLength": 1},
+                         title="Answer keys not compared", section=CHECKS, description=(
+                             "Keys of the answer the smoke test skips (a request id, a timestamp), wherever they "
+                             "appear. Empty: every key is compared.")),
+    "inputs_file": Param(None, type=NULLABLE_STRING, title="ONNX parity inputs (.npy)", section=CHECKS,
+                         description=(
+        "A .npy of model inputs in the model folder (e.g. sample_inputs.npy): the ONNX parity check's inputs. "
+        "Empty: the data folder's images for an image model, else random inputs of the signature's shape.")),
+    # Production endpoint: a stable endpoint that scheduled runs improve.
+    "endpoint_name": Param(ENDPOINT_NAME, type=NULLABLE_STRING, pattern="^[A-Za-z][A-Za-z0-9-]{2,31}$",
+                           title="Production endpoint", section=PRODUCTION, description=(
+        "A stable endpoint that outlives runs (a letter, then 2 to 31 letters, digits or hyphens): this run's "
+        "model is a challenger, promoted only if it beats the serving one, through a staged rollout. Empty: the "
+        "run's own endpoint, deleted at cleanup; the fields below then do nothing.")),
+    "require_approval": Param(False, type="boolean", title="Require a person's approval", section=PRODUCTION,
+                              description=("Wait for a person's approval (python -m mlrunway.airflow.approval) "
+                                           "after the gate, before traffic moves.")),
+    "min_improvement": Param(0.0, type="number", minimum=0, title="Minimum improvement", section=PRODUCTION,
+                             description=("How much better the challenger must score at the gate's confidence "
+                                          "(the lower bound of its improvement must clear this).")),
+    "evaluation": Param(None, type=["null", "object"], title="Evaluation set and gate", section=PRODUCTION,
+                        description=(
+        'Your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"} in the code '
+        "folder; empty: accuracy on the data folder's test/ split. The gate's settings: \"confidence\" (0.95), "
+        '"min_samples" (100), "resamples" (2000, a metric\'s paired bootstrap).'), properties={
+            "file": {"type": "string", "minLength": 1}, "metric": {"type": "string", "pattern": "^[^:]+\\.py:\\w+$"},
+            "goal": {"enum": ["maximize", "minimize"]},
+            "confidence": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1},
+            "min_samples": {"type": "integer", "minimum": 1}, "resamples": {"type": "integer", "minimum": 200}},
+        dependentRequired={"file": ["metric"], "metric": ["file"]}, additionalProperties=False),
+    "rollout": Param(None, type=["null", "object"], title="Staged rollout", section=PRODUCTION, description=(
+        '{"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
+        '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '
+        '"max_extension_s": null, "watch_s": 10, "watch_alpha": 0.01, "shadow_keys": [], "shadow_tolerance": 0, '
+        '"max_disagreement": null}; empty: these defaults. A window with fewer than min_requests challenger '
+        "requests is extended up to max_extension_s (null: one more window_s), then the run ends held. Within each "
+        "window, the challenger's errors over the last watch_s seconds are watched and a clearly failing one is "
+        "rolled back at once (watch_s 0: at the end only). Locally, the mirror window compares the challenger's "
+        'answers with the champion\'s (shadow_keys, e.g. ["label"]; numbers within shadow_tolerance) and holds the '
+        "rollout past max_disagreement (a share)."),
+        properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
+                              "minItems": 1},
+                    **{k: {"type": "number", "minimum": 0} for k in (
+                        "window_s", "mirror_window_s", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms")},
+                    "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50},
+                    "min_requests": {"type": "integer", "minimum": 0},
+                    "max_extension_s": {"type": ["null", "number"], "minimum": 0},
+                    "watch_s": {"type": "number", "minimum": 0},
+                    "watch_alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.1},
+                    "shadow_keys": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                    "shadow_tolerance": {"type": "number", "minimum": 0},
+                    "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
+        additionalProperties=False),
+    # Azure ML only: ignored by the local backend.
+    "compute": Param(None, type=NULLABLE_STRING, title="Compute cluster", section=AZURE,
+                     description="A compute cluster for the jobs. Empty: the connection's, or serverless."),
+    "environment": Param(None, type=NULLABLE_STRING, title="Environment", section=AZURE,
+                         description="An environment for the jobs. Empty: one pinned to the project's torch."),
+    "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", title="Instance type",
+                           section=AZURE, description="VM size of the deployment. Empty: the connection's."),
+    "instance_count": Param(1, type="integer", minimum=1, maximum=20, title="Instance count", section=AZURE,
+                            description="Instances of the deployment (1 to 20)."),
+    # Backend.
+    "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
+                             section=BACKEND, description=(
+                                 "The Airflow connection of the backend: mlrunway_default is the local one, "
+                                 "with nothing to set up; an azure_ml connection runs the same DAG on Azure ML.")),
+}
 
 with DAG(
     dag_id="train_sweep_deploy",
@@ -116,130 +289,7 @@ with DAG(
     user_defined_macros={"training_job": training_job, "search_space": search_space,
                          "sampling_algorithm": sampling_algorithm, "early_termination": early_termination},
     tags=["mlrunway", "pytorch"],
-    params={
-        "code_dir": Param(str(PROJECT / "training"), type="string", minLength=1, section=CODE,
-                          description="The code folder: the training script and score.py."),
-        "data_dir": Param(DEFAULT_DATA, type=NULLABLE_STRING, section=CODE,
-                          description="ImageFolder data (train/, val/, test/): the tutorial's input, and the parity "
-                                      "gate's and smoke test's images for an image classifier. Empty for any other "
-                                      "model: give inputs, sample_request and the model's own parity inputs."),
-        "command": Param(None, type=NULLABLE_STRING, section=JOB,
-                         description="Your own command, with ${{inputs.x}} and ${{outputs.y}}; empty: the "
-                                     "tutorial's train.py."),
-        "inputs": Param({}, type="object", section=JOB, description=(
-            'Inputs of your command: literals, or {"type": "uri_file", "path": "/data/train.csv"} (a file) and '
-            '{"type": "uri_folder", "path": ...} (a folder); paths are checked before the first job.')),
-        "outputs": Param({}, type="object", section=JOB, description=(
-            'Named outputs of your command: {"model": {"type": "uri_folder"}} for --model-dir ${{outputs.model}}.')),
-        "model_path": Param("outputs/model", type="string", minLength=1, section=JOB, description=(
-            "Where the job leaves its model: a folder under ./outputs, or a named output such as "
-            "${{outputs.model}}. It holds the model and its signature.json.")),
-        "epochs": Param(20, type="integer", minimum=1, maximum=500, section=JOB,
-                        description="Epochs per training run and sweep trial (the tutorial's command)."),
-        "distribution": Param(None, section=JOB, type=["null", "object"], description=(
-            'As azure-ai-ml: {"type": "pytorch", "process_count_per_instance": 2}, mpi, or tensorflow with '
-            "worker_count and parameter_server_count."), properties={
-                "type": {"enum": ["pytorch", "mpi", "tensorflow"]}, "process_count_per_instance": {"type": "integer",
-                "minimum": 1}, "worker_count": {"type": "integer", "minimum": 1},
-                "parameter_server_count": {"type": "integer", "minimum": 0}}, required=["type"],
-            additionalProperties=False),
-        "compute": Param(None, type=NULLABLE_STRING, section=JOB,
-                         description="Azure: a compute cluster (empty: the connection's, or serverless)."),
-        "environment": Param(None, type=NULLABLE_STRING, section=JOB,
-                             description="Azure: an environment (empty: one pinned to the project's torch)."),
-        "search_space": Param({}, type="object", section=SWEEP, description=(
-            'As azure.ai.ml.sweep: {"batch_size": {"type": "choice", "values": [32, 64]}}; empty: the '
-            "tutorial's learning rate and momentum from the fields below."),
-            additionalProperties={"type": "object", "required": ["type"],
-                                  "properties": {"type": {"enum": EXPRESSIONS}}}),
-        "lr_min": Param(0.001, type="number", exclusiveMinimum=0, maximum=1, section=SWEEP,
-                        description="Smallest learning rate (log-uniform)."),
-        "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, section=SWEEP, description="Largest learning rate."),
-        "momentum_min": Param(0.5, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Smallest momentum."),
-        "momentum_max": Param(0.95, type="number", minimum=0, exclusiveMaximum=1, section=SWEEP, description="Largest momentum."),
-        "sampling": Param("random", enum=["random", "sobol", "grid", "bayesian"], section=SWEEP,
-                          description="Random (seeded), a scrambled Sobol sequence (seeded), a grid, or bayesian "
-                                      "(uniform ranges, no early termination)."),
-        "seed": Param(0, type="integer", minimum=0, section=SWEEP, description="Seed of random sampling."),
-        "max_trials": Param(8, type="integer", minimum=1, maximum=100, section=SWEEP, description="Trials at most."),
-        "max_concurrent_trials": Param(2, type="integer", minimum=1, maximum=16, section=SWEEP, description="Trials at once."),
-        "primary_metric": Param("best_val_acc", type="string", minLength=1, section=SWEEP,
-                                description="Metric the script logs once per epoch."),
-        "goal": Param("maximize", enum=["maximize", "minimize"], section=SWEEP, description="Direction of the primary metric."),
-        "early_termination": Param(None, type=["null", "object"], section=POLICY, description=(
-            'As azure.ai.ml.sweep: {"type": "median_stopping", "evaluation_interval": 1, "delay_evaluation": 5}, '
-            'truncation_selection, bandit, or {"type": "none"}; empty: Bandit from the fields below.'),
-            properties={"type": {"enum": ["bandit", "median_stopping", "truncation_selection", "none"]}},
-            required=["type"]),
-        "slack_factor": Param(0.15, type="number", exclusiveMinimum=0, maximum=1, section=POLICY, description="Bandit slack factor."),
-        "evaluation_interval": Param(1, type="integer", minimum=1, maximum=100, section=POLICY,
-                                     description="Epochs between evaluations."),
-        "delay_evaluation": Param(10, type="integer", minimum=0, maximum=500, section=POLICY,
-                                  description="Epochs before the first evaluation."),
-        "sample_request": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
-            "A JSON request file in code_dir that score.py answers: the smoke test sends it (needed for any model "
-            "that is not an image classifier with data_dir).")),
-        "expected_response": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
-            "A JSON file in code_dir with the answer sample_request must get (numbers within the parity rule); "
-            "empty: the answer of your score.py run on the exported model before it is deployed.")),
-        "ignore_keys": Param([], type="array", items={"type": "string", "minLength": 1}, section=DEPLOY,
-                             description="Keys of the answer the smoke test does not compare (a request id, a "
-                                         "timestamp), wherever they appear."),
-        "inputs_file": Param(None, type=NULLABLE_STRING, section=DEPLOY, description=(
-            "A .npy of model inputs in the model folder (e.g. sample_inputs.npy): the ONNX parity gate's inputs; "
-            "empty: data_dir's images for an image model, else random inputs of the signature's shape.")),
-        "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", section=DEPLOY,
-                                 description="Prefix of the run's names; the endpoint is <prefix>-<8 hex of the run>."),
-        "keep_endpoint": Param(False, type="boolean", section=DEPLOY, description="Keep the endpoint serving after the run."),
-        "endpoint_name": Param(ENDPOINT_NAME, type=NULLABLE_STRING, pattern="^[A-Za-z][A-Za-z0-9-]{2,31}$", section=DEPLOY,
-                               description="A stable production endpoint that outlives runs: this run's model is a "
-                                           "challenger, promoted only if it beats the serving one, through a staged "
-                                           "rollout. Empty: the run's own endpoint, deleted at cleanup."),
-        "require_approval": Param(False, type="boolean", section=DEPLOY,
-                                  description="Stable endpoint: wait for a person's approval (python -m "
-                                              "mlrunway.airflow.approval) after the gate, before traffic moves."),
-        "min_improvement": Param(0.0, type="number", minimum=0, section=DEPLOY,
-                                 description="Stable endpoint: how much better the challenger must score, "
-                                             "at the gate's confidence (its lower bound must clear this)."),
-        "evaluation": Param(None, type=["null", "object"], section=DEPLOY, description=(
-            'Stable endpoint: your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": '
-            '"minimize"} in the code folder; empty: accuracy on data_dir/test. The gate\'s settings: "confidence" '
-            '(0.95), "min_samples" (100), "resamples" (2000, a metric\'s paired bootstrap).'), properties={
-                "file": {"type": "string", "minLength": 1}, "metric": {"type": "string", "pattern": "^[^:]+\\.py:\\w+$"},
-                "goal": {"enum": ["maximize", "minimize"]},
-                "confidence": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1},
-                "min_samples": {"type": "integer", "minimum": 1}, "resamples": {"type": "integer", "minimum": 200}},
-            dependentRequired={"file": ["metric"], "metric": ["file"]}, additionalProperties=False),
-        "rollout": Param(None, type=["null", "object"], section=DEPLOY, description=(
-            'Stable endpoint: {"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
-            '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '
-            '"max_extension_s": null, "watch_s": 10, "watch_alpha": 0.01, "shadow_keys": [], "shadow_tolerance": 0, '
-            '"max_disagreement": null}; empty: these defaults. A window with '
-            'fewer than min_requests challenger requests is extended up to max_extension_s (null: one more '
-            'window_s), then the run ends held. Within each window, the challenger\'s errors over the last watch_s '
-            'seconds are watched and a clearly failing one is rolled back at once (watch_s 0: at the end only). '
-            'Locally, the mirror window compares the challenger\'s answers with the champion\'s (shadow_keys, e.g. '
-            '["label"]; numbers within shadow_tolerance) and holds the rollout past max_disagreement (a share).'),
-            properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
-                                  "minItems": 1},
-                        **{k: {"type": "number", "minimum": 0} for k in (
-                            "window_s", "mirror_window_s", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms")},
-                        "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50},
-                        "min_requests": {"type": "integer", "minimum": 0},
-                        "max_extension_s": {"type": ["null", "number"], "minimum": 0},
-                        "watch_s": {"type": "number", "minimum": 0},
-                        "watch_alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.1},
-                        "shadow_keys": {"type": "array", "items": {"type": "string", "minLength": 1}},
-                        "shadow_tolerance": {"type": "number", "minimum": 0},
-                        "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
-            additionalProperties=False),
-        "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", section=DEPLOY,
-                               description="Azure: VM size of the blue deployment (empty: the connection's)."),
-        "instance_count": Param(1, type="integer", minimum=1, maximum=20, section=DEPLOY,
-                                description="Azure: instances of the blue deployment."),
-        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, section=BACKEND,
-                                 description="Airflow connection of the backend; mlrunway_default is local."),
-    },
+    params=PARAMS,
 ) as dag:
     tasks = lifecycle(
         job="{{ training_job(params) }}",

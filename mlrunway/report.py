@@ -25,7 +25,7 @@ from urllib.parse import quote
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.naming import RunNames, base_name
 from mlrunway.backend.protocol import Artifacts, Backend
-from mlrunway.backend.types import TrialInfo
+from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
@@ -50,6 +50,7 @@ class SweepReport:
     endpoint: dict[str, Any] | None = None
     production: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
+    error: str | None = None  # why the sweep failed, as its job says
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -69,7 +70,7 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     production = _production(onnx)
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
                        trials=list(result.trials), best_trial=result.best_trial,
-                       stopped_because=result.stopped_because,
+                       stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
                        endpoint=_endpoint(backend, production["endpoint"] if production else names.endpoint))
 
@@ -134,6 +135,7 @@ def plot_curves(report: SweepReport) -> bytes:
         note = " (chosen)" if chosen else f" (stopped at {decided}, ran {len(trial.history)})" if trial.stopped_early else ""
         shown = trial.name in named
         (line,) = ax.plot(epochs, trial.history, linewidth=3 if chosen else 1.4 if shown else 0.6,
+                          marker="o" if len(trial.history) == 1 else None,  # one epoch so far: a point, not nothing
                           label=_short(trial.name, index) + note if shown else "_unnamed", alpha=1.0 if shown else 0.5)
         if trial.stopped_early and decided:
             ax.plot(decided, trial.history[decided - 1], "x", color=line.get_color(), markersize=10,
@@ -196,32 +198,42 @@ def render_html(report: SweepReport, png: bytes) -> str:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
         why = trial.note
         chosen = ' class="chosen"' if trial.name == report.best_trial else ""
-        rows.append(f"<tr{chosen}><td>{place}</td><td>{e(trial.name)}</td><td>{e(trial.status.value)}</td>"
+        rows.append(f"<tr{chosen}><td>{place}</td><td>{_run_link(trial.name)}</td><td>{e(trial.status.value)}</td>"
                     f"<td>{'-' if score is None else f'{score:.4f}'}</td><td>{len(trial.history)}</td>"
                     f"<td>{e(params)}</td><td>{e(why)}</td></tr>")
     stopped = sum(1 for t in report.trials if t.stopped_early)
     epochs = sum(len(t.history) for t in report.trials)
     sections = [
         f"<h1>Sweep report: {e(report.sweep)}</h1>",
-        f"<p>Sweep <b>{e(report.sweep_status)}</b>: {len(report.trials)} trials, {stopped} stopped early, "
+        f'<p id="summary">Sweep <b>{e(report.sweep_status)}</b>: {len(report.trials)} trials, {stopped} stopped early, '
         f"{epochs} epochs run; {e(metric)} {e(report.objective.goal)}d.</p>",
         *([f"<p>The sweep stopped: {e(report.stopped_because)}</p>"] if report.stopped_because else []),
+        *([f'<p class="error" id="sweep-error">The sweep {e(report.sweep_status.lower())}: {e(report.error)}</p>']
+          if report.error else []),
         img_tag(png, f"{metric} per epoch of each trial"),
         "<h2>Leaderboard</h2>",
         f"<table><tr><th>#</th><th>trial</th><th>status</th><th>{e(metric)}</th><th>epochs</th>"
         f"<th>hyperparameters</th><th>why it stopped</th></tr>{''.join(rows)}</table>",
         "<h2>Chosen model</h2>", _model_html(report.model, "not registered yet"),
         "<h2>ONNX export</h2>", _onnx_html(report.onnx),
-        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint), *_production_html(report.production),
-        f'<p class="meta">Built {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.created))}.</p>',
+        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint, report.created), *_production_html(report.production),
+        f'<p class="meta">Built {_utc(report.created)}.</p>',
     ]
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(report.sweep)}</title><style>{CSS}"
-            f"</style></head><body>{''.join(sections)}</body></html>")
+    live = report.sweep_status in {s.value for s in JobStatus if not s.is_terminal()}
+    if live:  # the page follows the sweep: the browser asks again, and the live report is built anew
+        sections.insert(1, f'<p class="meta" id="live">The sweep is running: this page refreshes every '
+                           f"{LIVE_REFRESH_S} s.</p>")
+    refresh = f'<meta http-equiv="refresh" content="{LIVE_REFRESH_S}">' if live else ""
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\">{refresh}<title>{e(report.sweep)}</title>"
+            f"<style>{CSS}</style></head><body>{''.join(sections)}</body></html>")
 
+
+LIVE_REFRESH_S = 5  # a running sweep's report page asks again this often
 
 CSS = ("body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}tr.chosen{font-weight:bold;"
-        "background:#eef6ee}img{max-width:100%;border:1px solid #ddd}.meta{color:#777;font-size:.8em}")
+        "background:#eef6ee}img{max-width:100%;border:1px solid #ddd}.meta{color:#777;font-size:.8em}"
+        ".error{color:#b00020;font-weight:bold}")
 
 
 def _model_html(model: dict[str, Any] | None, missing: str) -> str:
@@ -229,8 +241,19 @@ def _model_html(model: dict[str, Any] | None, missing: str) -> str:
         return f"<p>{missing}</p>"
     props = model["properties"]
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in props.get("params", {}).items())
-    return (f"<p><b>{html.escape(model['name'])}:{model['version']}</b> from trial "
-            f"{html.escape(str(props.get('source_job', '?')))} ({html.escape(params)})</p>")
+    return (f"<p><b>{_version_link(model)}</b> from trial {_run_link(str(props.get('source_job', '?')))} "
+            f"({html.escape(params)})</p>")
+
+
+# Links to the UI plugin's pages beside the report's (``report/<conn>/<sweep>``): ``run/<job>`` and
+# ``model/<name>/<version>``, which show the page, or go to the backend's own (Azure ML studio).
+def _run_link(job: str) -> str:
+    return f'<a class="run" href="run/{quote(job, safe="")}">{html.escape(job)}</a>'
+
+
+def _version_link(model: dict[str, Any]) -> str:
+    return (f'<a class="version" href="model/{quote(model["name"], safe="")}/{model["version"]}">'
+            f"{html.escape(model['name'])}:{model['version']}</a>")
 
 
 def _onnx_html(onnx: dict[str, Any] | None) -> str:
@@ -251,16 +274,23 @@ def _onnx_html(onnx: dict[str, Any] | None) -> str:
     card = ""
     if onnx.get("tags", {}).get("mlrunway.model_card"):  # the card's page beside this report's (the UI plugin's)
         card = (f' <a id="model-card" href="card/{quote(onnx["name"], safe="")}/{onnx["version"]}">Model card</a>')
-    return (f"<p><b>{html.escape(onnx['name'])}:{onnx['version']}</b>, opset {onnx['properties'].get('opset', '?')}: "
+    return (f"<p><b>{_version_link(onnx)}</b>, opset {onnx['properties'].get('opset', '?')}: "
             f"{html.escape(figures)}{card}</p>")
 
 
-def _endpoint_html(endpoint: dict[str, Any] | None) -> str:
+def _endpoint_html(endpoint: dict[str, Any] | None, built: float) -> str:
+    """The endpoint as the report found it, said as of then: a saved report outlives the endpoint."""
     if endpoint is None:
         return "<p>no endpoint (not deployed yet, or deleted by cleanup)</p>"
     traffic = ", ".join(f"{k} {v}%" for k, v in endpoint["traffic"].items()) or "no traffic"
     return (f"<p><b>{html.escape(endpoint['name'])}</b> {html.escape(endpoint['provisioning_state'])}, "
-            f"traffic {html.escape(traffic)}, scoring URI {html.escape(str(endpoint['scoring_uri']))}</p>")
+            f"traffic {html.escape(traffic)}, scoring URI {html.escape(str(endpoint['scoring_uri']))} "
+            f'<span class="meta">(as of {_utc(built)}, when this report was built; a run\'s own endpoint is '
+            "deleted by its cleanup)</span></p>")
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
 def _production_html(production: dict[str, Any] | None) -> list[str]:

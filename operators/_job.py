@@ -29,6 +29,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
 
     external_id_key = "mlrunway_job_name"
     link_kind = "job"  # what its links show: a job's pages, or a sweep's (the report too)
+    trigger_class: type[JobTrigger] = JobTrigger  # what waits on the job in the triggerer
 
     # -- what a job operator defines -----------------------------------------------------------------
     def job_name(self, context: Context) -> str:
@@ -61,7 +62,7 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         info = self.settle(lambda: self.backend.jobs.recover(name), lambda i: i.status.is_terminal())
         if info.status.is_terminal():  # ended already (a re-run found it finished, or a short job): no deferral
             return self._finish(context, info)
-        self.defer(trigger=JobTrigger(self.backend_conn_id, name, self.poll_s, deadline),
+        self.defer(trigger=self.trigger_class(self.backend_conn_id, name, self.poll_s, deadline),
                    method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

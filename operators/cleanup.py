@@ -46,9 +46,14 @@ class CleanupOperator(MlrunwayBaseOperator):
             done["deleted_deployments"] = stable.clean_up(self.backend, self.endpoint_name, names.run_key)
         run_id = context["run_id"]
         states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id]).get(run_id, {})
-        failed = sorted(task for task, state in states.items() if state in ("failed", "upstream_failed"))
-        if failed:  # the run must not look successful because its last task, this one, always runs
-            raise JobFailed(f"cleanup finished ({done}), but upstream tasks failed: {', '.join(failed)}")
+        failed = sorted(task for task, state in states.items() if state == "failed")
+        unrun = sorted(task for task, state in states.items() if state == "upstream_failed")
+        if failed or unrun:  # the run must not look successful because its last task, this one, always runs
+            message = (f"the run failed at {', '.join(failed) or 'an earlier task'} (its log says why"
+                       f"{'; not run: ' + ', '.join(unrun) if unrun else ''}); cleanup itself succeeded: "
+                       f"{cleaned(done)}")
+            self.log.error("RUN FAILED: %s", message)
+            raise JobFailed(message)
         return done
 
     def save_report(self, context: Context, names: RunNames) -> None:
@@ -86,3 +91,16 @@ class CleanupOperator(MlrunwayBaseOperator):
         removed += [lineage.model_version(namespace, *ref.split(":", 1)) for ref in done.get("archived_models") or []]
         report = self.backend.reports / names.sweep / "report.html"
         return removed, [lineage.local_path(report)] if report.is_file() else []
+
+
+def cleaned(done: dict[str, Any]) -> str:
+    """What a cleanup did, in words (its result is a dict for XCom)."""
+    endpoint = ("endpoint kept" if done.get("endpoint_kept") else
+                "endpoint deleted" if done.get("endpoint_deleted") else "no endpoint to delete")
+    parts = [endpoint, f"canceled {', '.join(done['canceled_jobs'])}" if done.get("canceled_jobs") else
+             "no job left running", f"archived {', '.join(done['archived_models'])}" if done.get("archived_models")
+             else ""]
+    if done.get("stable_endpoint"):
+        parts.append(f"stable endpoint {done['stable_endpoint']} kept, slots deleted: "
+                     f"{', '.join(done.get('deleted_deployments') or []) or 'none'}")
+    return "; ".join(p for p in parts if p)

@@ -7,11 +7,13 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import lineage
+from mlrunway.airflow.triggers import SweepTrigger
 from mlrunway.backend.types import JobInfo
 from mlrunway.pipeline import require_completed
-from mlrunway.specs import CommandJobSpec, Objective, SweepSpec, vocabulary
+from mlrunway.specs import CommandJobSpec, SweepSpec, vocabulary
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
-from mlrunway.sweep.leaderboard import format_leaderboard, trial_score
+from mlrunway.sweep.leaderboard import format_leaderboard
+from mlrunway.sweep.progress import TrialWatch
 from operators._job import MlrunwayJobOperator
 
 
@@ -50,6 +52,8 @@ class SweepOperator(MlrunwayJobOperator):
     """
 
     link_kind = "sweep"
+    trigger_class = SweepTrigger  # waits in the triggerer and logs the trials' progress there
+    _resumed = False  # this process resumed the task after a deferral
     template_fields = (*MlrunwayJobOperator.template_fields, "trial", "search_space", "objective",
                        "sampling_algorithm", "seed", "limits", "early_termination")
 
@@ -81,7 +85,11 @@ class SweepOperator(MlrunwayJobOperator):
         return info
 
     def progress(self, name: str) -> TrialReporter:
-        return TrialReporter(self, name, vocabulary.objective(self.objective))
+        return TrialReporter(self, name, ends_only=self._resumed)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        self._resumed = True  # the trigger logged the trials' progress into this task's log as it waited
+        return super().execute_complete(context, event)
 
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         result = sweep_result(self.backend.jobs, info.name)
@@ -103,18 +111,15 @@ class SweepOperator(MlrunwayJobOperator):
 
 
 class TrialReporter:
-    """Log each trial once when it ends: its status, metric, epochs and, for early terminations, why."""
+    """The sweep's progress in the task's log, one line per trial event (:class:`~mlrunway.sweep.progress.
+    TrialWatch`): on every poll of a task that waits in its worker. A task resumed after a deferral logs only each
+    trial's end: the trigger logged the rest as it happened."""
 
-    def __init__(self, operator: SweepOperator, name: str, objective: Objective) -> None:
-        self.operator, self.name, self.objective = operator, name, objective
-        self.reported: set[str] = set()
+    def __init__(self, operator: SweepOperator, name: str, ends_only: bool = False) -> None:
+        self.operator, self.name, self.ends_only = operator, name, ends_only
+        self.watch = TrialWatch()
 
     def __call__(self, _info: Any) -> None:
-        for trial in self.operator.backend.jobs.sweep_result(self.name).trials:
-            if trial.status.is_terminal() and trial.name not in self.reported:
-                self.reported.add(trial.name)
-                why = trial.note
-                score = trial_score(trial, self.objective)
-                best = "-" if score is None else f"{score:.4f}"
-                self.operator.log.info("Trial %s %s after %d epochs, best %s %s", trial.name, trial.status.value,
-                                       len(trial.history), best, f"({why.splitlines()[0]})" if why else "")
+        for event in self.watch.events(self.operator.backend.jobs.sweep_result(self.name)):
+            if not self.ends_only or event.kind == "ended":
+                self.operator.log.info("%s", event.text)

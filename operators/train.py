@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.sdk import Context
 
 from mlrunway import lineage
 from mlrunway.backend.types import JobInfo
+from mlrunway.errors import SpecError
 from mlrunway.pipeline import check_model_output, require_completed
 from mlrunway.specs import CommandJobSpec
 from mlrunway.specs.vocabulary import JOB_ARGUMENTS, merged_job
@@ -41,6 +42,8 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param max_wait_s: cancel the job and fail past this many seconds.
     :param poll_interval_s: seconds between status checks (default: the backend's).
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
+    :param preflight: checks run first thing in ``execute``, before the job is submitted (lifecycle()'s checks
+        of the whole run); a failure is the log's first line of the task's own, not inside a collapsed group.
     """
 
     template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path")
@@ -51,13 +54,24 @@ class TrainModelOperator(MlrunwayJobOperator):
                  instance_count: int | str | None = None, environment_variables: dict[str, str] | None = None,
                  experiment_name: str | None = None, display_name: str | None = None,
                  tags: dict[str, str] | None = None, timeout: float | str | None = None,
-                 model_path: str = "outputs/model", **kwargs: Any) -> None:
+                 model_path: str = "outputs/model", preflight: Callable[[Context], None] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.preflight = preflight
         self.job, self.command, self.code, self.inputs, self.outputs = job, command, code, inputs, outputs
         self.environment, self.compute, self.distribution = environment, compute, distribution
         self.instance_count, self.environment_variables = instance_count, environment_variables
         self.experiment_name, self.display_name, self.tags, self.timeout = experiment_name, display_name, tags, timeout
         self.model_path = model_path
+
+    def execute(self, context: Context) -> Any:
+        if self.preflight is not None:
+            try:
+                self.preflight(context)
+            except SpecError as exc:  # one readable line at the top of the task's own log, then the traceback
+                self.log.error("PREFLIGHT FAILED, nothing was started: %s", exc)
+                raise
+        return super().execute(context)
 
     def spec(self, data_interval: tuple[str, str] | None = None) -> CommandJobSpec:
         """The job these (rendered) arguments describe; a pure function of them, so preflight can build it."""

@@ -100,7 +100,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                          evaluation=production.get("evaluation"), code_dir=production["code_dir"],
                          data_dir=production.get("data_dir"), min_improvement=production.get("min_improvement") or 0.0)
 
-    train = TrainModelOperator(task_id="train", job=job, model_path=model_path, pre_execute=checks, **common)
+    train = TrainModelOperator(task_id="train", job=job, model_path=model_path, preflight=checks, **common)
     swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, **common)
     pick = PickBestModelOperator(task_id="pick_best", sweep_name=_out(swept, "sweep_name"), model_path=model_path,
                                  **common)

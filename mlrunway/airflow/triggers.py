@@ -24,6 +24,7 @@ from mlrunway.backend.protocol import Backend
 from mlrunway.backend.waiting import Outcome
 from mlrunway.production import stable
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG
+from mlrunway.sweep.progress import TrialWatch
 
 
 class BackendTrigger(BaseTrigger):
@@ -120,6 +121,31 @@ class JobTrigger(BackendTrigger):
         """The user marked the deferred task failed or cleared it: cancel the job (Airflow bounds the wait)."""
         backend = await self.backend()
         await asyncio.to_thread(self.stop, backend, "the Airflow task was killed while deferred")
+
+
+class SweepTrigger(JobTrigger):
+    """Wait on a sweep as :class:`JobTrigger` does, and log its progress as it happens, one line per trial event
+    (started, each value of the primary metric, ended and why: :class:`~mlrunway.sweep.progress.TrialWatch`): the
+    triggerer writes a deferred task's trigger lines into that task's log. A trigger restarted elsewhere says
+    again what it had said."""
+
+    def __init__(self, backend_conn_id: str, job_name: str, poll_interval_s: float = 10.0,
+                 deadline: float | None = None) -> None:
+        super().__init__(backend_conn_id, job_name, poll_interval_s, deadline)
+        self.watch, self.unreadable = TrialWatch(), False
+
+    def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
+        polled = super().poll(backend)
+        try:
+            lines = self.watch.events(backend.jobs.sweep_result(self.job_name))
+        except Exception as exc:  # noqa: BLE001 - progress is a courtesy: the wait goes on without it
+            if not self.unreadable:
+                self.log.warning("the sweep's progress could not be read (%s); waiting on it regardless", exc)
+            self.unreadable = True
+        else:
+            for event in lines:
+                self.log.info("%s", event.text)
+        return polled
 
 
 class DeploymentTrigger(BackendTrigger):

@@ -1,4 +1,4 @@
-"""The pages the UI plugin serves inside the Airflow API server, under ``/mlrunway`` (``plugins/mlrunway_plugin.py``).
+"""The pages the UI plugin serves inside the Airflow API server, under ``/mlrunway`` (``mlrunway/airflow/plugin.py``).
 
 - ``report/<conn_id>/<sweep>``: the sweep report (``mlrunway.report``): the saved one once the run's cleanup
   wrote it, else built live from the backend, so a sweep can be watched while it runs;
@@ -6,7 +6,12 @@
 - ``mlflow/<conn_id>/<job>``: a job's MLflow run: params, metrics and their curves;
 - ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys);
 - ``report/<conn_id>/card/<model>/<version>``: the model card of a version that reached an endpoint
-  (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively.
+  (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively;
+- ``report/<conn_id>/run/<job>`` and ``report/<conn_id>/model/<name>/<version>``: what a report's trial and model
+  link to: the job's MLflow run and the version's page, or the backend's own (Azure ML studio, by redirect).
+
+Each page starts with a way back (to Airflow, and to the page before); an error is such a page too, with its
+status and what to do, never a JSON body.
 
 The last two stand in for a backend's own UI: where it has one (:class:`~mlrunway.backend.protocol.Studio`, Azure ML studio),
 they answer 404 and the task's studio link is the way there.
@@ -18,12 +23,14 @@ dependency: plugin apps are not protected by default.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
 
-from mlrunway.backend.protocol import Backend, Studio
+from mlrunway.backend.protocol import Artifacts, Backend, Studio
 from mlrunway.errors import MlrunwayError, NotFound
 
 # No schema pages: /docs, /redoc and /openapi.json would answer without Airflow's authentication.
@@ -49,11 +56,40 @@ def _backend(conn_id: str) -> Backend:
         raise HTTPException(404, f"connection {conn_id!r}: {exc}") from exc
 
 
-def _page(title: str, body: str) -> HTMLResponse:
+NAV = ('<nav class="meta" id="nav"><a href="/">Airflow</a> &middot; <a href="javascript:history.back()">back</a>'
+       "</nav>")
+
+
+def _page(title: str, body: str, status: int = 200, refresh_s: int | None = None) -> HTMLResponse:
     from mlrunway.report import CSS
 
-    return HTMLResponse(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-                        f"<style>{CSS}</style></head><body>{body}</body></html>")
+    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
+    return HTMLResponse(f"<!doctype html><html><head><meta charset=\"utf-8\">{refresh}<title>{html.escape(title)}"
+                        f"</title><style>{CSS}</style></head><body>{NAV}{body}</body></html>", status_code=status)
+
+
+def _with_nav(page: str) -> HTMLResponse:
+    """A page built elsewhere (a report, a model card: self-contained files), with the way back on top."""
+    return HTMLResponse(page.replace("<body>", f"<body>{NAV}", 1))
+
+
+def _file(path: Path) -> HTMLResponse:
+    return _with_nav(path.read_text(encoding="utf-8"))
+
+
+@app.exception_handler(HTTPException)
+def _error_page(request: Request, exc: HTTPException) -> HTMLResponse:
+    """An error as a page: its status, what it means, and the way back (a 401 also says where to sign in)."""
+    what = {401: "Sign in to Airflow first (<a href=\"/\">Airflow</a>), then open this page again.",
+            403: "Your Airflow user may not read DAG runs.",
+            404: "Nothing here: the run may not have reached this step, or its cleanup removed it."}
+    hint = what.get(exc.status_code, "")
+    body = (f"<h1>{exc.status_code}</h1><p class=\"error\" id=\"error\">{html.escape(str(exc.detail))}</p>"
+            f"<p>{hint}</p>")
+    response = _page(f"{exc.status_code}", body, status=exc.status_code)
+    for key, value in (exc.headers or {}).items():
+        response.headers[key] = value
+    return response
 
 
 @app.get("/report/{conn_id}/{sweep}", response_class=HTMLResponse, dependencies=[can_read_runs()])
@@ -64,12 +100,12 @@ def sweep_report(conn_id: str, sweep: str) -> Any:
     backend = _backend(conn_id)
     saved = saved_report(sweep, backend.reports)
     if saved is not None:
-        return FileResponse(saved, media_type="text/html")
+        return _file(saved)
     try:
         report = collect(backend, RunNames.of_sweep(sweep))
     except (NotFound, MlrunwayError) as exc:
         raise HTTPException(404, str(exc)) from exc
-    return HTMLResponse(render_html(report, plot_curves(report)))
+    return _with_nav(render_html(report, plot_curves(report)))
 
 
 @app.get("/runs/{dag_id}/{run_id}", dependencies=[can_read_runs()])
@@ -85,9 +121,12 @@ def run_report(dag_id: str, run_id: str) -> Any:
                .filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == SweepReportLink.key)
                .first())
         url = XComModel.deserialize_value(row) if row is not None else None
-    if not url:
-        return _page("no sweep yet", f"<p>Run {html.escape(run_id)} of {html.escape(dag_id)} has no sweep yet: "
-                                     "the report appears once its sweep task has submitted the sweep.</p>")
+    if not url:  # asks again by itself: the tab shows the live report as soon as the sweep exists
+        from mlrunway.report import LIVE_REFRESH_S
+
+        return _page("no sweep yet", f'<p id="waiting">Run {html.escape(run_id)} of {html.escape(dag_id)} has no '
+                                     "sweep yet: the report appears here once its sweep task has submitted the sweep "
+                                     f"(this page asks again every {LIVE_REFRESH_S} s).</p>", refresh_s=LIVE_REFRESH_S)
     return RedirectResponse(url)
 
 
@@ -97,6 +136,49 @@ def _backend_without_studio(conn_id: str, elsewhere: str) -> Backend:
     if isinstance(backend, Studio):
         raise HTTPException(404, elsewhere)
     return backend
+
+
+@app.get("/report/{conn_id}/run/{job}", dependencies=[can_read_runs()])
+def report_run(conn_id: str, job: str) -> Any:
+    """A report's trial (or the chosen model's source job): its MLflow run here, or its studio page."""
+    backend = _backend(conn_id)
+    if isinstance(backend, Studio):
+        return RedirectResponse(backend.link("job", job))
+    return mlflow_run(conn_id, job)
+
+
+@app.get("/report/{conn_id}/model/{name}/{version}", dependencies=[can_read_runs()])
+def model_version(conn_id: str, name: str, version: str) -> Any:
+    """A registered version: where it came from, its properties, tags and aliases; or its studio page."""
+    backend = _backend(conn_id)
+    if isinstance(backend, Studio):
+        return RedirectResponse(backend.link("model", name, version))
+    try:
+        model = backend.models.get(name, version)
+    except (NotFound, MlrunwayError) as exc:
+        raise HTTPException(404, str(exc)) from exc
+    source = str(model.properties.get("source_job", ""))
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))[:400]}</td></tr>"
+                   for k, v in sorted({**model.properties, **{f"tag {k}": v for k, v in model.tags.items()}}.items()))
+    aliases = [a for a in ("production", "previous") if (held := backend.models.alias(name, a)) and
+               held.version == model.version]
+    body = (f"<h1>Model {html.escape(name)}:{model.version}</h1><p>{html.escape(model.format)} model"
+            + (f", from job <a id=\"source\" href=\"../../run/{quote(source, safe='')}\">{html.escape(source)}</a>"
+               if source else "")
+            + (f"; aliases: {', '.join(aliases)}" if aliases else "")
+            + ("; archived" if model.archived else "")
+            + f". MLflow loads it as <code>models:/{html.escape(name)}/{model.version}</code>.</p>"
+            + _mlflow_ui(backend) + f"<table>{rows}</table>")
+    return _page(f"{name}:{model.version}", body)
+
+
+def _mlflow_ui(backend: Backend) -> str:
+    """How to open MLflow's own UI over the backend's tracking store, where there is one of this machine."""
+    if not isinstance(backend.jobs, Artifacts):
+        return ""
+    uri = html.escape(backend.jobs.tracking_uri)
+    return (f'<p class="meta" id="mlflow-ui">MLflow\'s own UI over this workspace: <code>.venv/bin/mlflow ui '
+            f"--backend-store-uri {uri} --port 5000</code>, then http://127.0.0.1:5000.</p>")
 
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
@@ -119,7 +201,7 @@ def mlflow_run(conn_id: str, job: str) -> Any:
     curves = [k for k, values in histories.items() if len(values) > 1]
     plot = img_tag(_curves_png(histories, curves), "metrics per step") if curves else ""
     body = (f"<h1>MLflow run of {html.escape(job)}</h1><p>{html.escape(info.kind)} job, {info.status.value}; run "
-            f"{html.escape(info.mlflow_run_id)}</p>{plot}<h2>Params</h2><table>{params}</table>"
+            f"{html.escape(info.mlflow_run_id)}</p>{_mlflow_ui(backend)}{plot}<h2>Params</h2><table>{params}</table>"
             f"<h2>Metrics (latest)</h2><table><tr><th>metric</th><th>value</th><th>steps</th></tr>{metrics}</table>")
     return _page(job, body)
 
@@ -151,9 +233,14 @@ def endpoint(conn_id: str, name: str) -> Any:
         f"<tr><td>{html.escape(d.name)}</td><td>{html.escape(d.model)}</td>"
         f"<td>{html.escape(d.provisioning_state.value)}</td><td>{info.traffic.get(d.name, 0)}%</td></tr>"
         for d in deployments)
+    curl = (f"curl -X POST {info.scoring_uri} -H \"Authorization: Bearer $KEY\" "
+            "-H \"Content-Type: application/json\" -d @sample_request.json")
     body = (f"<h1>Endpoint {html.escape(name)}</h1><p>{html.escape(info.provisioning_state.value)}, "
             f"{html.escape(info.auth_mode)} auth, scoring URI {html.escape(info.scoring_uri)}</p><table><tr>"
-            f"<th>deployment</th><th>model</th><th>state</th><th>traffic</th></tr>{rows}</table>")
+            f"<th>deployment</th><th>model</th><th>state</th><th>traffic</th></tr>{rows}</table>"
+            f"<h2>Call it</h2><pre id=\"curl\">KEY=$(.venv/bin/python -m mlrunway.local keys {html.escape(name)})\n"
+            f"{html.escape(curl)}</pre><p class=\"meta\">The key is never shown here: the command above reads it "
+            "from the workspace, on the machine the endpoint runs on.</p>")
     return _page(name, body)
 
 
@@ -165,4 +252,4 @@ def model_card(conn_id: str, name: str, version: str) -> Any:
     if page is None:
         raise HTTPException(404, f"{name}:{version} has no model card: a card is written when a version reaches an "
                                  "endpoint")
-    return FileResponse(page, media_type="text/html")
+    return _file(page)

@@ -225,6 +225,11 @@ class Artifacts(Protocol):
 
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
 
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow tracking store the jobs' runs are in (what ``mlflow ui --backend-store-uri`` takes)."""
+        ...
+
 
 @runtime_checkable
 class Rollout(Protocol):

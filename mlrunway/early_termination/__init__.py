@@ -23,7 +23,7 @@ from mlrunway.early_termination._common import Goal, Termination, best_so_far
 from mlrunway.early_termination.registry import POLICIES, EarlyTerminationPolicy, Policy, policy_from_dict
 
 __all__ = ["POLICIES", "EarlyTerminationPolicy", "Goal", "Policy", "Termination", "applies_at", "best_so_far",
-           "decide", "evaluate", "evaluate_in_order", "evaluation_points", "policy_from_dict"]
+           "decide", "evaluate", "evaluate_in_order", "evaluation_points", "first_stop", "policy_from_dict"]
 
 
 def _first_point(evaluation_interval: int, delay_evaluation: int) -> int:
@@ -34,6 +34,12 @@ def evaluation_points(policy: EarlyTerminationPolicy, up_to: int) -> Iterator[in
     """Intervals (1-based) at which the policy is applied, up to ``up_to``."""
     first = _first_point(policy.evaluation_interval, policy.delay_evaluation)
     yield from range(first, up_to + 1, policy.evaluation_interval)
+
+
+def first_stop(policy: EarlyTerminationPolicy, intervals: int) -> int | None:
+    """The first interval at which the policy could stop a trial that logs ``intervals`` values and still save
+    some of it (a stop at the last one saves nothing); None: with these settings it never can."""
+    return next(evaluation_points(policy, intervals - 1), None)
 
 
 def applies_at(evaluation_interval: int, delay_evaluation: int, interval: int) -> bool:

@@ -1,4 +1,5 @@
 """``python -m mlrunway.local recover [--workspace DIR]``: restart what of a workspace died, e.g. after a reboot.
+``python -m mlrunway.local keys ENDPOINT``: print the endpoint's primary key, for a client of this machine.
 
 Every sweep whose controller died resumes from its record, and every endpoint whose server died restarts on its
 own port with its keys, deployments and traffic. Jobs that simply failed are left as they are (a task's retry
@@ -11,7 +12,7 @@ import argparse
 import sys
 
 from mlrunway.backend.types import JobStatus, ProvisioningState
-from mlrunway.errors import MlrunwayError
+from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local.backend import LocalBackend
 
 
@@ -34,10 +35,21 @@ def recover_workspace(backend: LocalBackend) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlrunway.local", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["recover"])
+    parser.add_argument("command", choices=["recover", "keys"])
+    parser.add_argument("endpoint", nargs="?", help="keys: the endpoint whose primary key is printed")
     parser.add_argument("--workspace", help="workspace folder (default: $MLRUNWAY_WORKSPACE or ./.workspace)")
     args = parser.parse_args(argv)
-    lines = recover_workspace(LocalBackend.at(args.workspace))
+    backend = LocalBackend.at(args.workspace)
+    if args.command == "keys":  # for a client on this machine: KEY=$(python -m mlrunway.local keys <endpoint>)
+        if not args.endpoint:
+            parser.error("keys needs the endpoint's name: python -m mlrunway.local keys <endpoint>")
+        try:
+            print(backend.endpoints.get_keys(args.endpoint)["primary"])
+        except NotFound as exc:
+            print(f"{exc}", file=sys.stderr)
+            return 1
+        return 0
+    lines = recover_workspace(backend)
     print("\n".join(lines) or "nothing to recover")
     return 1 if any("not restarted" in line for line in lines) else 0
 

@@ -68,7 +68,7 @@ class AirflowStack:
             "AIRFLOW__CELERY__BROKER_URL": broker,
             "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + database,
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),  # the UI plugin loads through its entry point
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__API__PORT": str(self.port), "AIRFLOW__API__BASE_URL": self.base_url,
             "AIRFLOW__API__WORKERS": "1",

@@ -119,7 +119,7 @@ OLD_PARITY = {"max_abs_diff": 3.8e-06, "top1_agreement": 1.0, "samples": 256, "i
 def test_the_onnx_figures_read_as_recorded_before_and_after_the_relative_tolerance():
     def onnx_line(parity):
         onnx = {"name": "d-onnx", "version": 1, "properties": {"opset": 18, "parity": parity}}
-        return render_html(report(onnx=onnx), b"").split("<b>d-onnx:1</b>")[1].split("</p>")[0]
+        return render_html(report(onnx=onnx), b"").split('href="model/d-onnx/1">d-onnx:1</a></b>')[1].split("</p>")[0]
 
     assert onnx_line(OLD_PARITY) == (", opset 18: max |onnx - torch| 3.8e-06 on 256 validation images, "
                                      "top-1 agreement 100.00%")
@@ -129,3 +129,51 @@ def test_the_onnx_figures_read_as_recorded_before_and_after_the_relative_toleran
     regressor = {**new, "top1_agreement": None, "max_abs_diff": 0.00195, "tolerance_used": 0.0074}
     assert "max |onnx - torch| 0.00195 (0.74% of the tolerance" in onnx_line(regressor)
     assert "not a classifier" in onnx_line(regressor)
+
+
+def test_a_failed_sweeps_report_says_why_it_failed(tmp_path):
+    from mlrunway.backend.fake import FakeBackend
+    from mlrunway.report import collect
+    from mlrunway.specs import SweepSpec, vocabulary
+    from tests.tutorial import OBJECTIVE, SPACE, tutorial_job
+
+    fake, names = FakeBackend(tmp_path), RunNames.of_sweep(SWEEP)
+    fake.jobs.script(SWEEP, JobStatus.RUNNING, JobStatus.FAILED, error="every trial failed: <train.py> exit 1")
+    fake.jobs.submit_sweep(SWEEP, SweepSpec(trial=vocabulary.command_job(tutorial_job("/data")),
+                                            search_space=vocabulary.search_space(SPACE),
+                                            objective=vocabulary.objective(OBJECTIVE)))
+    fake.jobs.get(SWEEP), fake.jobs.get(SWEEP)  # walks to Failed
+    collected = collect(fake, names)
+    assert collected.sweep_status == "Failed" and collected.error == "every trial failed: <train.py> exit 1"
+    page = render_html(collected, b"")
+    assert '<p class="error" id="sweep-error">The sweep failed: every trial failed: &lt;train.py&gt; exit 1</p>' in page
+
+
+def test_a_running_sweeps_page_refreshes_itself_and_draws_a_trial_of_one_epoch():
+    running = report(sweep_status="Running", best_trial=None, model=None, onnx=None, endpoint=None)
+    page = render_html(running, b"")
+    assert '<meta http-equiv="refresh" content="5">' in page and 'id="live"' in page
+    assert "http-equiv" not in render_html(report(), b"")  # an ended sweep's page stays as it is
+
+
+
+def test_a_trial_of_one_epoch_is_drawn_as_a_point(monkeypatch):
+    from matplotlib.axes import Axes
+
+    drawn, plot = [], Axes.plot
+
+    def recorded(self, *args, **kwargs):
+        values = args[1] if len(args) > 1 else None
+        drawn.append((list(values) if isinstance(values, tuple | list) else values, kwargs.get("marker")))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recorded)
+    one = TrialInfo(name=f"{SWEEP}_trial_3", params={}, status=JobStatus.RUNNING, history=(0.4,))
+    plot_curves(report(trials=[*report().trials, one]))
+    assert ([0.4], "o") in drawn and ([0.5, 0.7, 0.8, 0.85], None) in drawn  # a line alone draws nothing for one
+
+
+def test_a_saved_reports_endpoint_is_said_as_of_when_it_was_built():
+    page = render_html(report(created=1_790_000_000.0), b"")
+    assert "digits-0123abcd</b> Succeeded, traffic blue 100%" in page
+    assert "(as of 2026-09-21 14:13:20 UTC, when this report was built" in page

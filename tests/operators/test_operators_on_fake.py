@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from mlrunway import check
 from mlrunway.airflow.triggers import DeploymentTrigger, JobTrigger
 from mlrunway.backend.attempts import Action
 from mlrunway.backend.fake import FakeBackend
@@ -262,6 +263,14 @@ def test_pick_best_deploy_and_cleanup_run_through_the_real_operators_on_the_fake
     assert (fake.reports / NAMES.sweep / "report.html").is_file()  # the run's report, where its backend keeps them
 
 
+def test_cleanup_after_a_failed_task_fails_the_run_in_one_readable_line(fake):
+    task = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk")
+    with pytest.raises(JobFailed) as failed:
+        task.execute(context(ti=TaskInstance({"train": "failed", "sweep": "upstream_failed", "cleanup": "running"})))
+    assert str(failed.value) == ("the run failed at train (its log says why; not run: sweep); cleanup itself "
+                                 "succeeded: no endpoint to delete; no job left running")
+
+
 def test_killing_deploy_blue_while_blue_provisions_deletes_it(fake, digits):
     fake.models.register("m", REPO / "training" / "score.py")
     fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING]
@@ -347,6 +356,21 @@ def test_a_model_in_a_named_output_passes_the_contract(fake):
     job = {**tutorial_job("/data"), "outputs": {"model": {"type": "uri_folder"}}}
     job["command"] += " --output-dir ${{outputs.model}}"
     assert train(job=job, model_path="${{outputs.model}}", defer_after_s=0).execute(context())["status"] == "Completed"
+
+
+def test_a_failed_preflight_is_the_first_line_of_the_tasks_own_log_and_starts_nothing(fake, capfd):
+    def preflight(context: dict) -> None:
+        raise check.fail("lr_min", "0.1 is not less than lr_max 0.01", "make lr_min < lr_max")
+
+    capfd.readouterr()
+    with pytest.raises(SpecError, match="lr_min: 0.1"):
+        train(preflight=preflight, defer_after_s=0).execute(context())
+    written = capfd.readouterr()
+    first = next(line for line in (written.out + written.err).splitlines()  # the task logger's (structlog's)
+                 if "TrainModelOperator" in line and "outside of the Task Runner" not in line)  # (a test's call)
+    assert "PREFLIGHT FAILED, nothing was started: lr_min: 0.1 is not less than lr_max 0.01; make lr_min < lr_max" \
+        in first
+    assert fake.jobs.list() == []
 
 
 def test_keyword_arguments_override_the_jobs_fields_and_reach_the_backend(fake):

@@ -157,6 +157,46 @@ def test_preflight_accepts_the_defaults(dag, digits):
         preflight(context(dag, digits, sampling=sampling))
 
 
+def test_every_field_has_a_title_and_says_what_it_is_and_only_a_first_runs_fields_are_open(dag):
+    schemas = {name: dag.params.get_param(name).schema for name in dag.params}
+    untitled = [name for name, schema in schemas.items()
+                if not schema.get("title") or not dag.params.get_param(name).description]
+    assert not untitled, f"fields without a title or a description: {untitled}"
+    assert len({schema["title"] for schema in schemas.values()}) == len(schemas)  # no two fields look alike
+    open_ = [name for name, schema in schemas.items() if "section" not in schema]  # Airflow's open "Run Parameters"
+    assert open_ == ["code_dir", "data_dir", "epochs", "max_trials", "max_concurrent_trials", "endpoint_prefix",
+                     "keep_endpoint"]
+    assert {n for n, s in schemas.items() if s.get("section") == "Azure ML only"} == {
+        "compute", "environment", "instance_type", "instance_count"}
+    assert {n for n, s in schemas.items() if s.get("section") == "Production endpoint"} == {
+        "endpoint_name", "require_approval", "min_improvement", "evaluation", "rollout"}
+    # The form marks a field required when its type does not admit null: only what a run cannot do without.
+    required = {n for n, s in schemas.items() if "type" in s and "null" not in (s["type"] if isinstance(s["type"], list) else [s["type"]])}
+    assert not required & {"inputs", "outputs", "search_space", "ignore_keys", "command", "distribution"}
+    params = copy.deepcopy(dag.params)
+    params["search_space"], params["inputs"], params["ignore_keys"] = None, None, None  # empty: the defaults
+    assert params.validate()["search_space"] is None
+
+
+def test_a_policy_that_cannot_act_within_the_epochs_is_warned_about_in_the_first_lines(dag, digits, caplog):
+    import logging
+
+    from mlrunway.early_termination import first_stop
+    from mlrunway.early_termination.bandit import BanditPolicy
+
+    assert first_stop(BanditPolicy(slack_factor=0.1, evaluation_interval=1, delay_evaluation=10), 10) is None
+    assert first_stop(BanditPolicy(slack_factor=0.1, evaluation_interval=2, delay_evaluation=3), 10) == 4
+    with caplog.at_level(logging.WARNING, logger="airflow.task"):
+        preflight(context(dag, digits, epochs=3))  # the default delay_evaluation is 10
+    assert "early termination can never stop a trial: bandit first looks after epoch 10" in caplog.text
+    assert "each trial runs 3 epochs; lower delay_evaluation below epochs" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="airflow.task"):
+        preflight(context(dag, digits, epochs=3, delay_evaluation=1))
+        preflight(context(dag, digits, epochs=3, early_termination={"type": "none"}))
+    assert "never stop" not in caplog.text
+
+
 def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_job(dag, digits, monkeypatch):
     from mlrunway.backend.fake import FakeBackend
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import re
@@ -45,7 +46,8 @@ def client(airflow_db, tmp_path, monkeypatch):
 
 def test_pages_need_an_airflow_session(client):
     anonymous = TestClient(client.app)
-    assert anonymous.get(f"/report/mlrunway_test/{SWEEP}").status_code == 401
+    refused = anonymous.get(f"/report/mlrunway_test/{SWEEP}")
+    assert refused.status_code == 401 and "Sign in to Airflow first" in refused.text
     assert TestClient(client.app, cookies={"_token": "forged"}).get(f"/report/mlrunway_test/{SWEEP}").status_code == 403
 
 
@@ -53,13 +55,18 @@ def test_the_saved_report_is_served_with_its_plot(client, tmp_path):
     save(report(), tmp_path / "ws" / "reports" / SWEEP)
     page = client.get(f"/report/mlrunway_test/{SWEEP}")
     assert page.status_code == 200 and "Sweep report: digits-0123abcd-sweep" in page.text
+    assert page.text.count('id="nav"') == 1  # the saved file, with the way back on top
+    assert f'<a class="run" href="run/{SWEEP}_trial_0">' in page.text  # each trial leads to its run
+    assert '<a class="version" href="model/digits-0123abcd/1">digits-0123abcd:1</a>' in page.text
     png = base64.b64decode(re.search(r'id="curves"[^>]*src="data:image/png;base64,([^"]+)"', page.text).group(1))
     assert Image.open(io.BytesIO(png)).format == "PNG"
 
 
 def test_a_run_without_a_sweep_is_a_404_that_says_why(client):
     page = client.get("/report/mlrunway_test/digits-89abcdef-sweep")
-    assert page.status_code == 404 and "sweep 'digits-89abcdef-sweep' does not exist" in page.json()["detail"]
+    assert page.status_code == 404 and "sweep 'digits-89abcdef-sweep' does not exist" in html.unescape(page.text)
+    assert page.headers["content-type"].startswith("text/html") and 'id="error"' in page.text
+    assert '<a href="/">Airflow</a>' in page.text and "history.back()" in page.text  # an error page leads back
     assert client.get("/report/no_such_conn/digits-89abcdef-sweep").status_code == 404
     assert client.get("/endpoint/mlrunway_test/digits-89abcdef").status_code == 404
 
@@ -74,6 +81,16 @@ def test_the_mlflow_page_shows_a_real_jobs_params_metrics_and_curves(client, tmp
     assert "<td>learning_rate</td><td>0.05</td>" in page.text
     assert "<td>val_acc</td><td>0.6</td><td>4</td>" in page.text and "<td>best_val_acc</td><td>0.6</td><td>1</td>" in page.text
     assert 'id="curves"' in page.text  # val_acc has a curve; best_val_acc, one value, has none
+    assert "mlflow ui --backend-store-uri sqlite:///" in page.text  # and how to open MLflow's own UI on it
+    assert client.get("/report/mlrunway_test/run/epochs-job").text == page.text  # where a report's trial leads
+
+    backend.models.register("digits", code, properties={"source_job": "epochs-job"})
+    backend.models.set_alias("digits", 1, "production")
+    version = client.get("/report/mlrunway_test/model/digits/1")
+    assert version.status_code == 200, version.text
+    assert 'from job <a id="source" href="../../run/epochs-job">epochs-job</a>; aliases: production' in version.text
+    assert "<code>models:/digits/1</code>" in version.text
+    assert client.get("/report/mlrunway_test/model/digits/7").status_code == 404
 
 
 def test_no_schema_page_answers_without_a_session(client):
@@ -91,5 +108,28 @@ def test_a_model_card_is_served_beside_the_reports_and_a_missing_one_says_why(cl
     assert page.status_code == 200 and "Model card: digits-0123abcd-onnx:2" in page.text
     assert "deployed on digits-0123abcd: smoke test" in page.text
     missing = client.get("/report/mlrunway_test/card/digits-0123abcd-onnx/3")
-    assert missing.status_code == 404 and "has no model card" in missing.json()["detail"]
+    assert missing.status_code == 404 and "has no model card" in missing.text
     assert TestClient(client.app).get("/report/mlrunway_test/card/digits-0123abcd-onnx/2").status_code == 401
+
+
+def test_the_endpoint_page_shows_how_to_call_it_without_its_key(airflow_db, monkeypatch):
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    from mlrunway.airflow.ui import app
+    from mlrunway.backend.fake import FakeBackend
+    from mlrunway.backend.types import EndpointSettings
+
+    monkeypatch.setenv("AIRFLOW_CONN_FAKE_UI", json.dumps({"conn_type": "mlrunway_fake", "extra": {"name": "ui"}}))
+    fake = FakeBackend.named("ui")
+    try:
+        fake.endpoints.create_or_update("digits-prod", EndpointSettings())
+        token = init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="reader", role="viewer"))
+        page = TestClient(app, cookies={"_token": token}).get("/endpoint/fake_ui/digits-prod")
+    finally:
+        FakeBackend.forget("ui")
+    assert page.status_code == 200, page.text
+    uri = fake.endpoints.get("digits-prod").scoring_uri
+    assert "KEY=$(.venv/bin/python -m mlrunway.local keys digits-prod)" in page.text
+    assert f"curl -X POST {uri} -H &quot;Authorization: Bearer $KEY&quot;" in page.text
+    assert all(key not in page.text for key in fake.endpoints.get_keys("digits-prod").values())

@@ -130,6 +130,16 @@ def test_keys_are_required_both_work_and_regeneration_retires_the_old_one(endpoi
     assert post(live.scoring_uri, body, {"Authorization": f"Bearer {keys['primary']}"})[0] == 200
 
 
+def test_the_keys_command_prints_the_primary_key_for_a_client_of_this_machine(endpoints, live, capsys):
+    from mlrunway.local.__main__ import main
+
+    workspace = str(endpoints.workspace.root)
+    assert main(["keys", "digits-ep", "--workspace", workspace]) == 0
+    assert capsys.readouterr().out.strip() == live.keys["primary"]
+    assert main(["keys", "no-such-ep", "--workspace", workspace]) == 1
+    assert "no-such-ep" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [

@@ -1,7 +1,9 @@
 """mlrunway's Airflow plugin: the operators' extra links, and the pages behind them in the Airflow 3 UI.
 
-The pages (``mlrunway/airflow/ui.py``) are a FastAPI app that the API server mounts under ``/mlrunway``; the
-"Sweep report" tab of a DAG run's page shows that run's report.
+Registered through the package's ``airflow.plugins`` entry point (pyproject.toml), so it loads however Airflow is
+started (``make ui``, ``airflow standalone``, each component of a deployment, ``airflow dags test``) with no
+plugins folder to point at. The pages (``mlrunway/airflow/ui.py``) are a FastAPI app that the API server mounts
+under ``/mlrunway``; the "Sweep report" tab of a DAG run's page shows that run's report.
 """
 
 from __future__ import annotations
