@@ -176,7 +176,7 @@ def _mlflow_ui(backend: Backend) -> str:
     """How to open MLflow's own UI over the backend's tracking store, where there is one of this machine."""
     if not isinstance(backend.jobs, Artifacts):
         return ""
-    uri = html.escape(backend.jobs.tracking_uri)
+    uri = html.escape(backend.jobs.tracking_uri())
     return (f'<p class="meta" id="mlflow-ui">MLflow\'s own UI over this workspace: <code>.venv/bin/mlflow ui '
             f"--backend-store-uri {uri} --port 5000</code>, then http://127.0.0.1:5000.</p>")
 

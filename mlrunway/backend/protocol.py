@@ -225,7 +225,6 @@ class Artifacts(Protocol):
 
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
 
-    @property
     def tracking_uri(self) -> str:
         """The MLflow tracking store the jobs' runs are in (what ``mlflow ui --backend-store-uri`` takes)."""
         ...

@@ -334,7 +334,6 @@ class LocalJobs(Jobs):
         run_id = self.get(name).mlflow_run_id
         return dict(tracking.client(self.workspace).get_run(run_id).data.params) if run_id else {}
 
-    @property
     def tracking_uri(self) -> str:
         """The workspace's MLflow tracking store (``sqlite:///.../mlflow.db``)."""
         return self.workspace.tracking_uri

@@ -110,11 +110,11 @@ def test_the_readmes_ui_recipe_from_the_form_to_each_link(digits, tmp_path):
             frame = page.frame_locator("iframe").first
             expect(frame.locator("#live")).to_be_visible(timeout=240_000)
             first = frame.locator("#summary").inner_text()
-            page.screenshot(path=SHOTS / "recipe-2-live-report.png")
             deadline = time.monotonic() + 120  # the page asks again by itself: its figures move with no reload
             while frame.locator("#summary").inner_text() == first:
                 assert time.monotonic() < deadline, f"the live report never refreshed: {first}"
-                time.sleep(2)
+                time.sleep(1)
+            page.screenshot(path=SHOTS / "recipe-2-live-report.png")
 
             wait(lambda: rows(database, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG, run_id)
                  in ([("success",)], [("failed",)]), 900, "the run's end", proc, log)

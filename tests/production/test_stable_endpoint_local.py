@@ -183,7 +183,7 @@ def test_a_faulty_challenger_is_rolled_back_at_a_step_under_steady_load(backend,
                    rollout={"steps": [25, 50, 100], "window_s": 5})
         time.sleep(1)  # load after the rollback
     failed = [(status, slot) for status, slot in answers if status != 200]
-    assert len(answers) > 100 and failed, answers[-5:]
+    assert len(answers) > 50 and failed, answers[-5:]  # a steady client: about 25 a second, until after the rollback
     assert {slot for _, slot in failed} == {"green"}, failed  # only the challenger's own share failed
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     assert [d.name for d in backend.endpoints.list_deployments(ENDPOINT)] == ["blue"]

@@ -13,6 +13,7 @@ from mlrunway.backend.protocol import (
     Leftovers,
     Models,
     Rollout,
+    Shadow,
     Studio,
     rollout_of,
 )
@@ -44,8 +45,10 @@ def test_what_only_some_backends_do_is_a_capability_each_has_or_not():
     assert not issubclass(AzureJobs, Artifacts)
     assert issubclass(LocalJobs, Artifacts) and issubclass(LocalEndpoints, Rollout)
     assert issubclass(LocalBackend, Leftovers) and not issubclass(LocalBackend, Studio)
+    assert issubclass(LocalEndpoints, Shadow) and not issubclass(AzureEndpoints, Shadow)  # Azure discards the answers
     fake = FakeBackend()
     assert isinstance(fake.endpoints, Rollout) and not isinstance(fake.jobs, Artifacts) and not isinstance(fake, Studio)
+    assert not isinstance(fake.endpoints, Shadow)
     assert rollout_of(fake) is fake.endpoints
 
 
