@@ -51,13 +51,21 @@ class OptunaSearch:
         seed = spec.seed if spec.seed is None or not asked else (spec.seed * 1_000_003 + asked) % 2**32
         self.study.sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True)
         started = {trial_index(name) for name in recorded}
-        # Asked by a controller that died before its record named the trial: index -> the asked trial.
-        self.unrecorded = {t.user_attrs.get("index"): t for t in self._running()
-                           if t.user_attrs.get("index") not in started}
+        # Asked by a controller that died before its record named the trial: index -> the asked trial; and asked
+        # by one that died between the ask and writing the trial's index (two writes): the next index takes it.
+        running = self._running()
+        self.unrecorded = {t.user_attrs["index"]: t for t in running
+                           if "index" in t.user_attrs and t.user_attrs["index"] not in started}
+        self.unindexed = [t for t in running if "index" not in t.user_attrs]
 
     def params(self, index: int) -> dict[str, Any]:
         if (asked := self.unrecorded.pop(index, None)) is not None:
             log.info("Optuna trial %d was asked for trial %d before the controller died: its parameters stand",
+                     asked.number, index)
+        elif self.unindexed:
+            asked = self.unindexed.pop(0)
+            self.study._storage.set_trial_user_attr(asked._trial_id, "index", index)  # a FrozenTrial has no setter
+            log.info("Optuna trial %d was asked before the controller died, its trial unnamed: it is trial %d",
                      asked.number, index)
         else:
             asked = self.study.ask(self.distributions)

@@ -201,3 +201,9 @@ def test_a_trial_asked_by_a_controller_that_died_before_recording_it_keeps_its_p
     fresh = taken_on.params(3)
     assert fresh not in (first, second, lost)
     assert [t.user_attrs["index"] for t in taken_on.study.trials] == [0, 1, 2, 3]  # none asked twice
+
+    cut = taken_on.study.ask(taken_on.distributions)  # a controller killed between the ask and naming its trial
+    again = OptunaSearch(workspace, "s", spec, recorded=[f"s_trial_{i}" for i in range(4)])
+    kept = again.params(4)
+    assert kept == {"x": cut.params["x"], "kind": ["a", "b", "c"][cut.params["kind"]]}  # its parameters stand
+    assert [t.user_attrs.get("index") for t in again.study.trials] == [0, 1, 2, 3, 4]
