@@ -138,6 +138,8 @@ def test_the_readmes_ui_recipe_from_the_form_to_each_link(digits, tmp_path):
             page.get_by_role("link", name="Airflow").click()  # an error page leads back
             page.wait_for_url(re.compile(f"^{re.escape(base)}/?$"))
             browser.close()
+        served = LocalBackend.at(workspace).endpoints
+        key, uri = served.get_keys(names.endpoint)["primary"], served.get(names.endpoint).scoring_uri
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as the recipe says
         try:
@@ -145,6 +147,9 @@ def test_the_readmes_ui_recipe_from_the_form_to_each_link(digits, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        kept = [e.name for e in LocalBackend.at(workspace).endpoints.list()]  # keep_endpoint: its server outlives
+        for name in kept:  # the run, and a failed test must not leave it serving
+            LocalBackend.at(workspace).endpoints.delete(name)
 
     runs = rows(database, "SELECT run_id, state FROM dag_run WHERE dag_id = ?", DAG)
     assert runs == [(run_id, "success")], runs  # one run: the schedule was off, unpausing started no other
@@ -159,11 +164,10 @@ def test_the_readmes_ui_recipe_from_the_form_to_each_link(digits, tmp_path):
     assert f"Model {names.model}" in version_page and "from job" in version_page
     assert "Model card:" in card_page
     backend = LocalBackend.at(workspace)
-    key = backend.endpoints.get_keys(names.endpoint)["primary"]
     assert f"KEY=$(.venv/bin/python -m mlrunway.local keys {names.endpoint})" in endpoint_page
-    assert f"curl -X POST {backend.endpoints.get(names.endpoint).scoring_uri}" in endpoint_page
+    assert f"curl -X POST {uri}" in endpoint_page
     assert key not in endpoint_page
     assert "404" in gone and "deleted by its run's cleanup" in gone
-    assert backend.endpoints.delete(names.endpoint)  # the endpoint the form asked to keep
+    assert kept == [names.endpoint]  # the endpoint the form asked to keep, deleted above
     assert backend.leftovers() == []
     assert not answers(f"{base}/api/v2/monitor/health")  # Ctrl-C stopped every component
