@@ -29,7 +29,7 @@ from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
-from mlrunway.sweep.leaderboard import rank, trial_score
+from mlrunway.sweep.leaderboard import format_params, rank, trial_score
 
 HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
 
@@ -195,7 +195,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
     rows = []
     for place, trial in enumerate(rank(report.trials, report.objective), start=1):
         score = trial_score(trial, report.objective)
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
+        params = format_params(trial.params)
         why = trial.note
         chosen = ' class="chosen"' if trial.name == report.best_trial else ""
         rows.append(f"<tr{chosen}><td>{place}</td><td>{_run_link(trial.name)}</td><td>{e(trial.status.value)}</td>"
@@ -240,7 +240,7 @@ def _model_html(model: dict[str, Any] | None, missing: str) -> str:
     if model is None:
         return f"<p>{missing}</p>"
     props = model["properties"]
-    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in props.get("params", {}).items())
+    params = format_params(props.get("params", {}))
     return (f"<p><b>{_version_link(model)}</b> from trial {_run_link(str(props.get('source_job', '?')))} "
             f"({html.escape(params)})</p>")
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.errors import MlrunwayError, NotFound
+from mlrunway.sweep.leaderboard import format_params
 
 CARD_TAG = "mlrunway.model_card"  # a version's tag: where its card's HTML is
 FOLDER = "model-cards"
@@ -75,7 +76,7 @@ def collect(backend: Backend, model: str, *, description: dict[str, Any] | None 
         card.data.append(("data interval", f"{data_interval[0]} to {data_interval[1]}"))
     card.training += [(k, _text(job[k])) for k in ("command", "environment", "distribution", "compute") if job.get(k)]
     if source_props.get("params"):
-        card.training.append(("hyperparameters", _params(source_props["params"])))
+        card.training.append(("hyperparameters", format_params(source_props["params"])))
     card.training += _sweep_rows(backend, str(source_props.get("sweep") or ""), sweep)
     card.evaluation = _evaluation(served.tags)
     parity = props.get("parity") or {}
@@ -246,10 +247,6 @@ def _input(value: Any) -> str:
     if isinstance(value, dict) and "path" in value:
         return f"{value.get('type', 'uri_folder')} {value['path']}"
     return _text(value)
-
-
-def _params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def _text(value: Any) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
-from mlrunway.sweep.leaderboard import trial_score
+from mlrunway.sweep.leaderboard import format_params, trial_score
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ class TrialWatch:
 
 
 def _params(trial: TrialInfo) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items()) or \
-        "no hyperparameters"
+    return format_params(trial.params) or "no hyperparameters"
 
 
 def _ended(trial: TrialInfo, result: SweepResult) -> str:
