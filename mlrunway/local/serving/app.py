@@ -60,6 +60,11 @@ class Answer:
         self.ms = 0.0  # how long the deployment took to answer (set once it has)
         self.headers = [(b"content-type", media), *(headers or [])]
 
+    @property
+    def at_deployment(self) -> int:
+        """The status the deployment itself gave: a 424 at the scoring URI carries it as its model status."""
+        return int(self.model_status) if self.model_status else self.status
+
     async def send(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
         await send({"type": "http.response.body", "body": self.body})
@@ -272,7 +277,7 @@ class ScoringApp:
             return _error(404, f"deployment {name!r} does not exist on endpoint {state.name}")
         if direct is None and state.mirror_traffic and (mirror := self.runtime.mirror_target(state)) and mirror != name:
             primary = asyncio.ensure_future(self._run(deployment, body, state.request_timeout_ms, at_endpoint=True))
-            task = asyncio.create_task(self._mirror(mirror, body, state, primary))
+            task = asyncio.create_task(self._mirror(mirror, name, body, state, primary))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
             return await primary
@@ -331,7 +336,8 @@ class ScoringApp:
     def _end_overrun(self) -> None:
         self.overrun -= 1
 
-    async def _mirror(self, name: str, body: bytes, state: EndpointState, primary: asyncio.Future[Answer]) -> None:
+    async def _mirror(self, name: str, champion_name: str, body: bytes, state: EndpointState,
+                      primary: asyncio.Future[Answer]) -> None:
         """Score a copy of the request on the shadow deployment; its answer goes to nobody, but is kept beside
         the champion's (the status each had at its deployment, as a rollout compares them) for the rollout's
         comparison (:meth:`Recorder.mirrored`)."""
@@ -342,15 +348,8 @@ class ScoringApp:
         await asyncio.wait([primary])
         if primary.cancelled() or primary.exception() is not None:
             return
-        champion = primary.result()
-        at_champion = Answer(int(champion.model_status or champion.status), champion.body)
-        at_champion.ms = champion.ms
-        self.metrics.mirrored(name, _deployment_of(champion), (at_champion, answer))
+        self.metrics.mirrored(name, champion_name, (primary.result(), answer))
         deployment.log.info("mirrored request scored (status %d; kept beside the champion's answer)", answer.status)
-
-
-def _deployment_of(answer: Answer) -> str:
-    return next((v.decode() for k, v in answer.headers if k == DEPLOYMENT_KEY), "")
 
 
 def create_app() -> ScoringApp:

@@ -50,9 +50,11 @@ def _bucket(seconds: float) -> int:
 class Answered(Protocol):
     """What :meth:`Recorder.mirrored` needs of an answer: its status at the deployment, body and latency."""
 
-    status: int
     body: bytes
     ms: float
+
+    @property
+    def at_deployment(self) -> int: ...
 
 
 @dataclass
@@ -87,7 +89,7 @@ class Recorder:
         """Keep a mirrored request's two answers (the champion's, the shadow's): written with the next flush, to
         ``shadow/<pid>-<hour>.jsonl``; an answer over :data:`KEEP_ANSWER_BYTES` is kept as its SHA-256."""
         row: dict[str, Any] = {"t": round(time.time(), 3), "d": shadow, "c": champion,
-                               "s": [a.status for a in answers], "ms": [round(a.ms, 3) for a in answers]}
+                               "s": [a.at_deployment for a in answers], "ms": [round(a.ms, 3) for a in answers]}
         for key, answer in zip("ab", answers, strict=True):
             if len(answer.body) <= KEEP_ANSWER_BYTES:
                 row[key] = answer.body.decode("utf-8", "replace")

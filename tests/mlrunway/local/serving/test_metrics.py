@@ -58,11 +58,11 @@ def test_mirrored_answers_are_kept_in_pairs_off_the_request_path_and_read_by_dep
 
     recorder = Recorder(tmp_path)
     start = time.time()
-    champion = SimpleNamespace(status=200, body=b'{"predictions": [{"label": "3"}]}', ms=4.0)
-    recorder.mirrored("green", "blue", (champion, SimpleNamespace(status=200, body=b'{"predictions": []}', ms=9.5)))
+    champion = SimpleNamespace(at_deployment=200, body=b'{"predictions": [{"label": "3"}]}', ms=4.0)
+    recorder.mirrored("green", "blue", (champion, SimpleNamespace(at_deployment=200, body=b'{"predictions": []}', ms=9.5)))
     assert metrics.mirrored_answers(tmp_path, "green", start - 1, time.time() + 1) == []  # not written before a flush
     big = b"[" + b"0," * metrics.KEEP_ANSWER_BYTES + b"0]"
-    recorder.mirrored("green", "blue", (champion, SimpleNamespace(status=500, body=big, ms=12.0)))
+    recorder.mirrored("green", "blue", (champion, SimpleNamespace(at_deployment=500, body=big, ms=12.0)))
     recorder.mirrored("red", "blue", (champion, champion))
 
     def full(*args):  # the disk refuses once: the pairs wait for the next flush
