@@ -144,7 +144,7 @@ def report_run(conn_id: str, job: str) -> Any:
     backend = _backend(conn_id)
     if isinstance(backend, Studio):
         return RedirectResponse(backend.link("job", job))
-    return mlflow_run(conn_id, job)
+    return _mlflow_page(backend, job)
 
 
 @app.get("/report/{conn_id}/model/{name}/{version}", dependencies=[can_read_runs()])
@@ -183,7 +183,12 @@ def _mlflow_ui(backend: Backend) -> str:
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def mlflow_run(conn_id: str, job: str) -> Any:
-    backend = _backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page")
+    return _mlflow_page(_backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page"),
+                        job)
+
+
+def _mlflow_page(backend: Backend, job: str) -> HTMLResponse:
+    """A job's MLflow run: params, metrics and their curves (a backend without a studio of its own)."""
     from mlrunway.report import img_tag
 
     try:

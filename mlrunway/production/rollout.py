@@ -18,7 +18,7 @@ from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics
 from mlrunway.errors import EndpointError
-from mlrunway.production.shadow import ShadowReport, ShadowRule
+from mlrunway.production.shadow import ShadowReport, ShadowRule, ms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,8 +167,8 @@ def judge(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
             return Verdict(False, f"p99 latency {challenger.p99_ms:.1f} ms against the champion's "
                                   f"{champion.p99_ms:.1f} ms; the bound is {bound:.1f} ms", *figures)
     return Verdict(True, f"error rate {challenger.error_rate:.1%} of {challenger.requests} requests, p99 "
-                         f"{_ms(challenger.p99_ms)} (champion: {champion.error_rate:.1%} of {champion.requests}, "
-                         f"p99 {_ms(champion.p99_ms)})", *figures)
+                         f"{ms(challenger.p99_ms)} (champion: {champion.error_rate:.1%} of {champion.requests}, "
+                         f"p99 {ms(champion.p99_ms)})", *figures)
 
 
 def judge_shadow(report: ShadowReport, policy: RolloutPolicy, verdict: Verdict) -> Verdict:
@@ -208,10 +208,6 @@ def watch(challenger: DeploymentMetrics, champion: DeploymentMetrics, policy: Ro
             f"{policy.watch_s:g} s, an error rate of {challenger.error_rate:.1%} against the allowed {rate:.1%} (the "
             f"champion's {champion.error_rate:.1%} + {policy.max_error_rate_increase:.1%}): P = {tail:.2g} < "
             f"watch_alpha={policy.watch_alpha:g}")
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} ms"
 
 
 def traffic_at(champion: str, challenger: str, percent: int) -> dict[str, int]:

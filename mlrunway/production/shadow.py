@@ -59,7 +59,7 @@ class ShadowReport:
             return f"{self.mirrored} mirrored request(s), none the champion answered: nothing compared"
         return (f"the challenger agreed with the champion on {self.agreed} of {self.compared} mirrored requests "
                 f"({1 - (self.disagreement or 0):.1%}; {self.rule}; {self.challenger_failed} failed), p50 "
-                f"{_ms(self.challenger_p50_ms)} against the champion's {_ms(self.champion_p50_ms)}")
+                f"{ms(self.challenger_p50_ms)} against the champion's {ms(self.champion_p50_ms)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in vars(self).items() if k != "examples"}, "examples": list(self.examples),
@@ -149,5 +149,6 @@ def _quantile(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)], 3)
 
 
-def _ms(value: float | None) -> str:
+def ms(value: float | None) -> str:
+    """A latency as the evidence says it: ``12.3 ms``, or ``n/a`` where there was none."""
     return "n/a" if value is None else f"{value:.1f} ms"
