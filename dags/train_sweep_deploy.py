@@ -262,6 +262,15 @@ PARAMS = {
                     "shadow_tolerance": {"type": "number", "minimum": 0},
                     "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
         additionalProperties=False),
+    "data_collector": Param(None, type=["null", "object"], title="Data collection", section=PRODUCTION, description=(
+        'What the deployment collects for monitoring, in azure-ai-ml\'s shape: {"collections": {"model_inputs": '
+        '{"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}. '
+        "model_inputs/model_outputs are filled by your score.py through azureml-ai-monitoring's Collector; "
+        "request/response are the HTTP bodies. Empty: nothing is collected."),
+        properties={"collections": {"type": "object", "minProperties": 1},
+                    "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "rolling_rate": {"enum": ["minute", "hour", "day"]}},
+        required=["collections"], additionalProperties=False),
     # Azure ML only: ignored by the local backend.
     "compute": Param(None, type=NULLABLE_STRING, title="Compute cluster", section=AZURE,
                      description="A compute cluster for the jobs. Empty: the connection's, or serverless."),
@@ -301,6 +310,6 @@ with DAG(
         deployment={name: P % name for name in (
             "code_dir", "data_dir", "sample_request", "expected_response", "ignore_keys", "instance_type",
             "instance_count", "endpoint_name", "min_improvement", "require_approval", "evaluation", "rollout",
-            "keep_endpoint")},
+            "data_collector", "keep_endpoint")},
         model_path=P % "model_path", name_prefix=P % "endpoint_prefix", backend_conn_id=P % "backend_conn_id",
         preflight=preflight)

@@ -12,6 +12,7 @@ from airflow.sdk import Context
 from mlrunway import lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
+from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
@@ -78,6 +79,10 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.airflow.lifecycle.lifecycle` passes
         them); the rest of the card comes from the registry and the sweep's record.
 
+    :param data_collector: what the deployment collects, in azure-ai-ml's shape (``{"collections": {"model_inputs":
+        {"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}``,
+        :mod:`mlrunway.backend.capture`); empty: nothing.
+
     :param strategy: the deployment strategy by name (:data:`mlrunway.deploy.STRATEGIES`); default
         ``champion_challenger`` with ``endpoint_name``, else ``blue``. The task only hosts it: each wait the
         strategy asks for becomes a trigger (or a wait in the worker) and its event goes back to the strategy.
@@ -87,7 +92,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                        "data_dir", "instance_type", "instance_count", "sample_request", "expected_response",
                        "ignore_keys", "scoring_script", "endpoint_name",
                        "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy",
-                       "intended_use", "model_card")
+                       "intended_use", "model_card", "data_collector")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
                  sample_request: str | None = None, expected_response: str | None = None,
@@ -97,7 +102,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                  evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                  rollback_to: str | None = None, require_approval: bool | str = False,
                  approval_timeout_s: float = 7 * 24 * 3600.0, strategy: str | None = None,
-                 intended_use: str | None = None, model_card: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 intended_use: str | None = None, model_card: dict[str, Any] | None = None,
+                 data_collector: dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
         super().__init__(**kwargs)
         self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
@@ -109,6 +115,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         self.expected_response, self.ignore_keys = expected_response, ignore_keys
         self.instance_type, self.instance_count = instance_type, instance_count
         self.strategy, self.intended_use, self.model_card = strategy, intended_use, model_card
+        self.data_collector = data_collector
 
     def chosen(self) -> DeploymentStrategy:
         return strategy(self.strategy or ("champion_challenger" if self.endpoint_name else "blue"))
@@ -120,7 +127,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             endpoint=self.endpoint_name or self.names(context).endpoint,
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
                                         scoring_script=self.scoring_script, instance_type=self.instance_type or None,
-                                        instance_count=int(self.instance_count) if self.instance_count else None),
+                                        instance_count=int(self.instance_count) if self.instance_count else None,
+                                        data_collector=DataCollector.parse(self.data_collector)),
             endpoint_settings=EndpointSettings(workers=self.workers), data_dir=self.data_dir,
             sample_request=Path(self.code_dir) / self.sample_request if self.sample_request else None,
             expected_response=Path(self.code_dir) / self.expected_response if self.expected_response else None,

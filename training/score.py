@@ -6,7 +6,13 @@ one ONNX Runtime session. ``run(raw_data)`` takes the request body as a string:
 - ``{"data": [...]}``: a batch of images as nested arrays in the signature's shape (N, C, H, W), preprocessed;
 - ``{"images": ["<base64 PNG or JPEG>", ...]}``: raw images, preprocessed here as the signature says.
 
-It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``. Every malformed request comes
+It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``.
+
+When the deployment has a data collector (``model_inputs`` and ``model_outputs``), each scored image is collected
+through Azure ML's SDK (``azureml-ai-monitoring``'s ``Collector``): as inputs, its summary statistics (``mean``,
+``std``, ``p10``, ``p90`` of the model's input) rather than its pixels; as outputs, its ``label`` and
+``probability``; both with the request's ``correlationid``. A DataFrame costs more to build than a request costs
+to score, so rows are handed over as one DataFrame a second, by a thread of their own, never on the request path. Every malformed request comes
 back as an ``AMLResponse`` with status 400 and a message that names the problem: JSON nested too deep, a number
 out of range, values that are not numbers (strings, booleans), a wrong shape, too many images, an image that is
 not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), one that
@@ -19,14 +25,23 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import itertools
 import json
 import os
 import re
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 from PIL import Image, UnidentifiedImageError
+
+try:  # Azure ML's data collector SDK; without it (or without a data collector on the deployment) nothing is collected
+    from azureml.ai.monitoring import Collector
+except ImportError:  # pragma: no cover - the project's environment and the scoring image both install it
+    Collector = None
 
 try:  # Azure ML's scoring server provides it
     from azureml.contrib.services.aml_response import AMLResponse
@@ -39,13 +54,65 @@ except ImportError:  # the local endpoint reads the same two attributes
 
 session: ort.InferenceSession | None = None
 signature: dict = {}
+collected: Collected | None = None
 MAX_IMAGES = 256  # images (or inputs) per request
 MAX_DEPTH = 8  # nesting of "data"; an image batch is 4 deep
 MIN_PIXEL_BOUND = 1024 * 1024  # an uploaded image may have this many pixels, or 64 times the model's input
 
 
+class Collected:
+    """Rows for the deployment's ``model_inputs`` and ``model_outputs``, collected once a second."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.on = True
+        self.inputs = Collector(name="model_inputs", on_error=self._refused)
+        self.outputs = Collector(name="model_outputs", on_error=self._refused)
+        self.rows: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.lock = threading.Lock()
+        self.prefix, self.counter = os.urandom(4).hex(), itertools.count()
+        if self.on:
+            threading.Thread(target=self._loop, args=(every_s,), name="collect", daemon=True).start()
+
+    def _refused(self, error: Exception) -> None:
+        """The SDK's answer when the deployment collects nothing (or its queue is full): score on regardless."""
+        if "not enabled" in str(error):
+            self.on = False
+        else:
+            print(f"data collector: {error}", file=sys.stderr)
+
+    def add(self, batch: np.ndarray, probabilities: np.ndarray) -> None:
+        with self.lock:
+            self.rows.append((next(self.counter), batch, probabilities))
+
+    def _loop(self, every_s: float) -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - collection never stops scoring
+                print(f"data collector: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def flush(self) -> None:
+        import pandas as pd
+
+        with self.lock:
+            rows, self.rows = self.rows, []
+        if not rows:
+            return
+        ids = [f"{self.prefix}-{n}" for n, batch, _ in rows for _ in range(len(batch))]
+        images = np.concatenate([batch for _, batch, _ in rows]).reshape(len(ids), -1)
+        probabilities = np.concatenate([p for _, _, p in rows])
+        low, high = np.percentile(images, [10, 90], axis=1)
+        context = self.inputs.collect(pd.DataFrame({
+            "correlationid": ids, "mean": images.mean(axis=1), "std": images.std(axis=1), "p10": low, "p90": high}))
+        classes = signature["classes"]
+        self.outputs.collect(pd.DataFrame({
+            "correlationid": ids, "label": [classes[i] for i in probabilities.argmax(axis=1)],
+            "probability": probabilities.max(axis=1)}), context)
+
+
 def init() -> None:
-    global session, signature
+    global session, signature, collected
     root = Path(os.environ.get("AZUREML_MODEL_DIR", "."))
     found = next(root.rglob("signature.json"), None)  # Azure nests the files under the model's own folder
     if found is None:
@@ -59,6 +126,9 @@ def init() -> None:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(str(found.parent / signature.get("file", "model.onnx")), options,
                                    providers=["CPUExecutionProvider"])
+    collected = Collected() if Collector is not None else None
+    if collected is not None and not collected.on:
+        collected = None
 
 
 def _bad(message: str) -> AMLResponse:
@@ -174,6 +244,8 @@ def run(raw_data: str) -> dict | AMLResponse:
         return _bad('"data" holds values so large that the model\'s output overflows (NaN or infinity)')
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+    if collected is not None:
+        collected.add(batch, probabilities)
     classes = signature["classes"]
     return {"predictions": [
         {"label": classes[int(row.argmax())], "probability": round(float(row.max()), 6),

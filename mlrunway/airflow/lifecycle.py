@@ -25,6 +25,7 @@ from airflow.sdk import BaseOperator, Context
 
 from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
+from mlrunway.backend.capture import DataCollector
 from operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -93,6 +94,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                                           "deployment": deploy_args, "name_prefix": name_prefix}, context)
         check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"])
         production = described["deployment"]
+        DataCollector.parse(production.get("data_collector"))
         check_smoke(code_dir=production["code_dir"], data_dir=production.get("data_dir"),
                     sample_request=production.get("sample_request"),
                     expected_response=production.get("expected_response"), ignore_keys=production.get("ignore_keys"))

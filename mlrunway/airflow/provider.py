@@ -27,6 +27,9 @@ def get_provider_info() -> dict[str, Any]:
                     "endpoint_host": {"label": "Endpoint host", "schema": _STRING,
                                       "description": "Address endpoints listen on; empty: 127.0.0.1 (this "
                                                      "machine). Serve beyond it only behind a TLS proxy."},
+                    "capture_max_mb": {"label": "Capture cap (MB)", "schema": _STRING,
+                                       "description": "What each deployment's data collector may keep on disk; "
+                                                      "empty: 1024. Past it, its oldest files go first."},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {}, "placeholders": {}},

@@ -14,12 +14,13 @@ import logging
 from typing import Any
 
 from azure.ai.ml import MLClient
-from azure.ai.ml.entities import CodeConfiguration, ManagedOnlineDeployment
+from azure.ai.ml.entities import CodeConfiguration, DataCollector, DeploymentCollection, ManagedOnlineDeployment
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from mlrunway.azure.environments import scoring_environment
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
+from mlrunway.backend import capture
 from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotFound
 
@@ -40,22 +41,26 @@ class AzureDeployments:
         self.instance_type, self.instance_count = instance_type, instance_count
 
     def begin_create_or_update(self, endpoint: str, name: str, settings: DeploymentSettings) -> DeploymentInfo:
-        """Send a ``ManagedOnlineDeployment`` of the settings' model with its scoring script; don't wait."""
-        deployment = ManagedOnlineDeployment(
+        """Send a ``ManagedOnlineDeployment`` of the settings' model with its scoring script; don't wait. The entity
+        is made afresh for each try: the SDK's ``DataCollector`` deletes its own ``sampling_rate`` when serialized."""
+        self._delete_if_failed(endpoint, name)
+        try:
+            poller = self.write(f"deployment {endpoint}/{name}", lambda: self.ml.online_deployments.begin_create_or_update(
+                self.entity(endpoint, name, settings)))
+        except HttpResponseError as exc:
+            raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
+        return self.get(endpoint, name, operation=_operation_url(poller))
+
+    def entity(self, endpoint: str, name: str, settings: DeploymentSettings) -> ManagedOnlineDeployment:
+        return ManagedOnlineDeployment(
             name=name, endpoint_name=endpoint, model=f"azureml:{settings.model_name}:{settings.model_version}",
             code_configuration=CodeConfiguration(code=settings.code_dir, scoring_script=settings.scoring_script),
             environment=scoring_environment(),
             instance_type=settings.instance_type or self.instance_type,
             instance_count=settings.instance_count or self.instance_count,
             environment_variables=dict(settings.environment_variables),
+            data_collector=_data_collector(settings.data_collector),
         )
-        self._delete_if_failed(endpoint, name)
-        try:
-            poller = self.write(f"deployment {endpoint}/{name}",
-                                lambda: self.ml.online_deployments.begin_create_or_update(deployment))
-        except HttpResponseError as exc:
-            raise EndpointError(f"deployment {endpoint}/{name} was refused: {exc.message}") from exc
-        return self.get(endpoint, name, operation=_operation_url(poller))
 
     def _delete_if_failed(self, endpoint: str, name: str) -> None:
         """A deployment left Failed (its first provisioning failed: the service refuses to update it) is deleted so
@@ -132,6 +137,16 @@ class AzureDeployments:
                 or "(empty)"
         except HttpResponseError as exc:
             return f"(no logs: {exc.message})"
+
+
+def _data_collector(settings: capture.DataCollector | None) -> DataCollector | None:
+    """azure-ai-ml's own entity: every enabled collection, the sampling rate (the SDK copies it onto each) and the
+    rolling rate. A custom collection is filled only by a scoring script that uses ``azureml-ai-monitoring``'s
+    ``Collector`` (the scoring environment installs it); ``request``/``response`` need no change to the script."""
+    if settings is None:
+        return None
+    return DataCollector(collections={name: DeploymentCollection(enabled="true") for name in settings.enabled},
+                         sampling_rate=settings.sampling_rate, rolling_rate=settings.rolling_rate)
 
 
 def _operation_url(poller: Any) -> str | None:

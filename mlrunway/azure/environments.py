@@ -33,6 +33,7 @@ SCORING_CONDA: dict[str, Any] = {
     "channels": ["conda-forge"],
     "dependencies": ["python=3.11", "pip", {"pip": [
         "azureml-inference-server-http", "onnxruntime==1.31.1", "numpy<3", "pillow",
+        "azureml-ai-monitoring==1.0.0", "pandas",  # the data collector's SDK (a deployment's model_inputs/outputs)
     ]}],
 }
 

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlrunway.backend.capture import DataCollector
 from mlrunway.specs.sweep import Objective
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class DeploymentSettings:
     :param environment_variables: for the scoring process.
     :param instance_type: Azure's VM size (default: the connection's); the local backend runs on this machine.
     :param instance_count: Azure's instance count (default: the connection's); locally, scoring workers.
+    :param data_collector: what the deployment collects (:class:`~mlrunway.backend.capture.DataCollector`): on
+        Azure ML the deployment's own data collector; locally, files under the workspace.
     """
 
     model: str
@@ -94,6 +97,7 @@ class DeploymentSettings:
     environment_variables: dict[str, str] = field(default_factory=dict)
     instance_type: str | None = None
     instance_count: int | None = None
+    data_collector: DataCollector | None = None
 
     @property
     def model_name(self) -> str:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway import lineage
+from mlrunway import check, lineage
+from mlrunway.backend.capture import Capture
 from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Rollout
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
@@ -22,6 +23,7 @@ class LocalBackend:
 
     workspace: Workspace
     endpoint_host: str = "127.0.0.1"
+    capture_max_mb: float = 1024.0
     jobs: LocalJobs = field(init=False)
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
@@ -31,13 +33,24 @@ class LocalBackend:
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)
         self.models = LocalModels(self.workspace)
-        self.endpoints = LocalEndpoints(self.workspace, self.endpoint_host)
+        self.endpoints = LocalEndpoints(self.workspace, self.endpoint_host, int(self.capture_max_mb * 1024 * 1024))
 
     @classmethod
     def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> LocalBackend:
         """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one; its
-        ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only)."""
-        return cls(Workspace.at(fields.get("workspace") or None), endpoint_host=fields.get("endpoint_host") or "127.0.0.1")
+        ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only); ``capture_max_mb``
+        what each deployment's data collector may keep (default 1024 MB; its oldest files go first)."""
+        cap = fields.get("capture_max_mb")
+        megabytes = 1024.0
+        if cap not in (None, ""):
+            try:  # the connection's form gives text
+                megabytes = float(cap)
+            except (TypeError, ValueError):
+                megabytes = float("nan")
+            if not megabytes > 0 or megabytes == float("inf"):
+                raise check.fail("capture_max_mb", f"{cap!r} is not a positive number of megabytes", "pass e.g. 1024")
+        return cls(Workspace.at(fields.get("workspace") or None), endpoint_host=fields.get("endpoint_host") or "127.0.0.1",
+                   capture_max_mb=megabytes)
 
     @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:
@@ -68,8 +81,8 @@ class LocalBackend:
         return lineage.local_namespace(lineage.host(), self.workspace.root)
 
 
-def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage]:
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture]:
     """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
-    artifacts and that its endpoints are ``Rollout`` (a mismatch fails ``make test``). It has no studio: the sweep
-    report and MLflow pages come with the UI plugin."""
-    return backend, backend, backend.jobs, backend.endpoints, backend
+    artifacts and that its endpoints are ``Rollout`` and ``Capture`` (a mismatch fails ``make test``). It has no
+    studio: the sweep report and MLflow pages come with the UI plugin."""
+    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints

@@ -58,6 +58,11 @@ def dag():
         pytest.param("rollout", {"window": 30}, id="rollout-setting-unknown"),
         pytest.param("rollout", {"max_disagreement": 1.5}, id="disagreement-over-1"),
         pytest.param("rollout", {"shadow_keys": "label"}, id="shadow-keys-not-a-list"),
+        pytest.param("data_collector", {"collections": {}}, id="collector-without-collections"),
+        pytest.param("data_collector", {"collections": {"model_inputs": True}, "sampling_rate": 0},
+                     id="collector-sampling-zero"),
+        pytest.param("data_collector", {"collections": {"model_inputs": True}, "rolling_rate": "week"},
+                     id="collector-rolling-week"),
     ],
 )
 def test_trigger_form_rejects_bad_values_naming_the_param(dag, param, value):
@@ -134,6 +139,9 @@ def context(dag, digits, **changes):
         pytest.param({"sampling": "bayesian", "search_space": {"learning_rate": {"type": "loguniform", "min_value": -7,
                                                                                  "max_value": -2}}},
                      "bayesian sampling takes choice, uniform and quniform only, not loguniform", id="bayesian-log"),
+        pytest.param({"data_collector": {"collections": {"model_inputs": {"enabled": "yes"}}}},
+                     "data_collector.collections.model_inputs.enabled: 'yes' is not true or false",
+                     id="collector-enabled-not-a-boolean"),
         pytest.param({"endpoint_name": "digits-prod", "data_dir": "NO-TEST-SPLIT"},
                      "evaluation: there is no .*test to compare the challenger", id="no-test-split"),
     ],
@@ -169,7 +177,7 @@ def test_every_field_has_a_title_and_says_what_it_is_and_only_a_first_runs_field
     assert {n for n, s in schemas.items() if s.get("section") == "Azure ML only"} == {
         "compute", "environment", "instance_type", "instance_count"}
     assert {n for n, s in schemas.items() if s.get("section") == "Production endpoint"} == {
-        "endpoint_name", "require_approval", "min_improvement", "evaluation", "rollout"}
+        "endpoint_name", "require_approval", "min_improvement", "evaluation", "rollout", "data_collector"}
     # The form marks a field required when its type does not admit null: only what a run cannot do without.
     required = {n for n, s in schemas.items() if "type" in s and "null" not in (s["type"] if isinstance(s["type"], list) else [s["type"]])}
     assert not required & {"inputs", "outputs", "search_space", "ignore_keys", "command", "distribution"}

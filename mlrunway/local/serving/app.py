@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from mlrunway.local.serving import capture
 from mlrunway.local.serving.metrics import Recorder
 from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.local.serving.state import EndpointState
@@ -217,6 +218,7 @@ class ScoringApp:
                     self.metrics.flush()
                 except OSError as error:  # a full disk at shutdown: the worker still stops
                     log.warning("endpoint metrics lost at shutdown: %s", error)
+                capture.WRITER.flush()
                 marker.unlink(missing_ok=True)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -290,6 +292,8 @@ class ScoringApp:
         elapsed = time.perf_counter() - started
         answer.ms = elapsed * 1000
         self.metrics.record(deployment.state.name, answer.status, answer.model_status, elapsed)
+        if deployment.capture is not None:  # payload logging: queued here, written by the capture thread
+            capture.WRITER.payload(deployment.capture, body, answer.at_deployment, answer.body)
         return answer
 
     async def _score(self, deployment: LoadedDeployment, body: bytes, timeout_ms: int, at_endpoint: bool) -> Answer:

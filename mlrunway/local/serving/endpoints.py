@@ -35,7 +35,7 @@ from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.files import locked, read_json, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
-from mlrunway.local.serving import master, metrics, provision
+from mlrunway.local.serving import capture, master, metrics, provision
 from mlrunway.local.serving.state import (
     SERVER_LIMITS,
     DeploymentState,
@@ -48,10 +48,13 @@ from mlrunway.local.workspace import Workspace
 
 class LocalEndpoints(Endpoints):
     """:param host: the address new endpoints listen on: 127.0.0.1 (this machine only) unless a team serves
-        beyond it, behind a TLS-terminating proxy (the README shows one); an endpoint keeps the host it has."""
+        beyond it, behind a TLS-terminating proxy (the README shows one); an endpoint keeps the host it has.
+    :param capture_max_bytes: what each deployment's data collector may keep on disk (its oldest files go first).
+    """
 
-    def __init__(self, workspace: Workspace, host: str = "127.0.0.1") -> None:
-        self.workspace, self.host = workspace, host
+    def __init__(self, workspace: Workspace, host: str = "127.0.0.1",
+                 capture_max_bytes: int = capture.DEFAULT_MAX_BYTES) -> None:
+        self.workspace, self.host, self.capture_max_bytes = workspace, host, capture_max_bytes
         self._readers: dict[str, metrics.Reader] = {}  # per endpoint: its metrics, read incrementally
 
     def _dir(self, name: str) -> Path:
@@ -213,7 +216,9 @@ class LocalEndpoints(Endpoints):
         shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
         deployment = DeploymentState(name=name, version=version, model_dir=str(Path(model_dir).resolve()),
                                      code_dir=str(home / "code"), scoring_script=scoring_script, model=settings.model,
-                                     workers=workers, environment_variables=dict(settings.environment_variables))
+                                     workers=workers, environment_variables=dict(settings.environment_variables),
+                                     data_collector=settings.data_collector.to_dict() if settings.data_collector else None,
+                                     capture_max_bytes=self.capture_max_bytes)
         return provision.start(folder, deployment, creating=old is None)
 
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
@@ -285,6 +290,13 @@ class LocalEndpoints(Endpoints):
         shadow's, as the server's workers kept them (:func:`metrics.mirrored_answers`)."""
         self.state(endpoint)
         return metrics.mirrored_answers(self._dir(endpoint), deployment, start, end)
+
+    def captured(self, endpoint: str, deployment: str, collection: str, start: float,
+                 end: float) -> builtins.list[dict[str, Any]]:
+        """What ``deployment``'s data collector wrote to ``collection`` over [start, end), oldest first; the files
+        outlive the endpoint (:mod:`mlrunway.local.serving.capture`)."""
+        check.endpoint_name(endpoint)
+        return capture.read(capture.capture_root(self._dir(endpoint)), deployment, collection.lower(), start, end)
 
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
         """Hold the endpoint's rollout lease for ``ttl_s`` (taken, or renewed by its holder): None; else who holds

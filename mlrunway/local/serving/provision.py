@@ -118,11 +118,13 @@ def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
 
 
 def main() -> None:
+    from mlrunway.local.serving import capture
     from mlrunway.local.serving.runtime import load_deployment
 
     endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.stdin.read()))
     try:
         load_deployment(endpoint_dir, deployment)
+        capture.WRITER.flush()  # what init() collected, if anything
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()

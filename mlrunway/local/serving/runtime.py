@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from mlrunway.local.serving import capture
 from mlrunway.local.serving.state import GENERATION_FILE, STATE_FILE, DeploymentState, EndpointState
 
 _INIT_LOCK = threading.Lock()
@@ -27,6 +28,7 @@ class LoadedDeployment:
     state: DeploymentState
     module: ModuleType
     log: logging.Logger
+    capture: capture.Target | None = None  # its payload logging (request, response), when it has any
 
 
 def deployment_logger(endpoint_dir: Path, name: str) -> logging.Logger:
@@ -49,7 +51,9 @@ def load_deployment(endpoint_dir: Path, state: DeploymentState) -> LoadedDeploym
     spec = importlib.util.spec_from_file_location(f"mlrunway_score_{state.name}_v{state.version}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    with _INIT_LOCK:
+    collector = capture.target(endpoint_dir, state.name, state.model or state.model_dir, state.data_collector,
+                               state.capture_max_bytes, log)
+    with _INIT_LOCK, capture.collecting(collector, state.name, state.version):
         saved = {k: os.environ.get(k) for k in ("AZUREML_MODEL_DIR", *state.environment_variables)}
         os.environ.update({"AZUREML_MODEL_DIR": state.model_dir, **state.environment_variables})
         try:
@@ -62,7 +66,7 @@ def load_deployment(endpoint_dir: Path, state: DeploymentState) -> LoadedDeploym
                 else:
                     os.environ[key] = value
     log.info("init() done: deployment %s version %s, model %s", state.name, state.version, state.model or state.model_dir)
-    return LoadedDeployment(state, module, log)
+    return LoadedDeployment(state, module, log, collector if collector and collector.settings.payload else None)
 
 
 class Runtime:

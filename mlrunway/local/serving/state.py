@@ -37,6 +37,9 @@ class DeploymentState:
     workers: int = 1
     environment_variables: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
     provisioning_state: str = "Succeeded"
+    # Its data collector, in azure-ai-ml's shape (mlrunway.backend.capture), and the bytes its captures may hold.
+    data_collector: dict[str, Any] | None = None
+    capture_max_bytes: int = 1024 ** 3
 
 
 @dataclass(kw_only=True)

@@ -5,9 +5,12 @@ rollback's traffic update are retried, and a rollback that still cannot land say
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import mlrunway.azure.writes as azure_writes
+from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError
 from mlrunway.production import stable
@@ -76,3 +79,25 @@ def test_409s_on_the_rollbacks_traffic_update_are_retried_and_a_rollback_that_ca
                                             r"\{'green': 100, 'blue': 0\}.*set blue to 100% by hand.*HTTP 409: Endpoint digits-prod "
                                             r"is busy"):
         stable.after_window(azure, r)
+
+
+def test_a_data_collector_reaches_the_deployment_in_the_rest_apis_shape_and_survives_a_retried_write(
+        fake, production, monkeypatch):
+    """azure-ai-ml's DataCollector, checked by the fake against mfe.json: every collection enabled with the sampling
+    rate, the rolling rate. The SDK deletes the entity's sampling_rate when it serializes it, so a PUT retried
+    after a 409 must be a new entity (it was one entity: the retry raised AttributeError)."""
+    azure = production
+    monkeypatch.setattr(azure_writes, "WRITE_BACKOFF_S", 0.01)
+    collector = DataCollector.parse({"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": True,
+                                                     "request": True}, "sampling_rate": 0.5, "rolling_rate": "minute"})
+    fake.conflict_writes = 1
+    azure.endpoints.begin_create_or_update_deployment(ENDPOINT, "green", replace(SETTINGS, data_collector=collector))
+    puts = fake.sent("PUT", f"{WS_PATH}/onlineEndpoints/{ENDPOINT}/deployments/green$")
+    assert len(puts) == 2 and not fake.refused  # the 409, then the same deployment again
+    sent = puts[-1].json()["properties"]["dataCollector"]
+    assert sent["rollingRate"].lower() == "minute"
+    assert {name: (c["dataCollectionMode"].lower(), c["samplingRate"]) for name, c in sent["collections"].items()} == {
+        "model_inputs": ("enabled", 0.5), "model_outputs": ("enabled", 0.5), "request": ("enabled", 0.5)}
+    assert settle(azure, "green").provisioning_state is ProvisioningState.SUCCEEDED
+    read = azure.endpoints.deployments.ml.online_deployments.get(name="green", endpoint_name=ENDPOINT).data_collector
+    assert read.sampling_rate == 0.5 and set(read.collections) == {"model_inputs", "model_outputs", "request"}

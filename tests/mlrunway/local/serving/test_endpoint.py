@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import EndpointSettings
 from mlrunway.data.images import load_labeled
 from mlrunway.errors import EndpointError, SpecError
@@ -78,8 +79,9 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     assert len(predictions) == 8 and all(len(p["probabilities"]) == 10 for p in predictions)
     assert sum(p["label"] == want for p, want in zip(predictions, labels, strict=True)) >= 6  # a real model answers
 
-    endpoints.create_or_update_deployment("digits-ep", "green",
-                                          deployment(endpoints.workspace, onnx_model, TRAINING, instance_count=3))
+    collector = DataCollector.parse({"collections": {c: {"enabled": "true"} for c in CAPTURED}})
+    endpoints.create_or_update_deployment("digits-ep", "green", deployment(
+        endpoints.workspace, onnx_model, TRAINING, instance_count=3, data_collector=collector))
     assert endpoints.state("digits-ep").workers == 3
     wait_until(lambda: len(psutil.Process(live.pid).children()) >= 3)  # uvicorn added a worker (SIGTTIN)
     endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
@@ -105,12 +107,39 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     status, headers, _ = post(live.scoring_uri, single, {**auth(live), "azureml-model-deployment": "green"})
     assert status == 200 and headers["azureml-model-deployment"] == "green"  # the header bypasses traffic
     assert json.loads(endpoints.invoke("digits-ep", payload=json.loads(single), deployment="green"))["predictions"]
+    captured = check_captures(endpoints, onnx_model)
 
     server = psutil.Process(live.pid)
     assert endpoints.delete("digits-ep") is True
+    assert check_captures(endpoints, onnx_model) == captured  # the captures outlive the endpoint
     assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     assert not any(c.laddr.port == live.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN)
     assert endpoints.list() == [] and endpoints.delete("digits-ep") is False
+
+
+CAPTURED = ("model_inputs", "model_outputs", "request", "response")
+
+
+def check_captures(endpoints: LocalEndpoints, onnx_model: Path) -> int:
+    """What green collected: score.py's rows (through azureml-ai-monitoring) and the server's payloads agree; blue,
+    with no data collector, collected nothing. Return how many images green scored."""
+    def read(collection: str, deployment: str = "green") -> list[dict]:
+        return endpoints.captured("digits-ep", deployment, collection, time.time() - 600, time.time() + 60)
+
+    def scored() -> int:
+        return sum(len(json.loads(r["data"]) if isinstance(r["data"], str) else r["data"]["predictions"])
+                   for r in read("response") if r["statuscode"] == 200)
+
+    wait_until(lambda: scored() > 0 and len([row for r in read("model_outputs") for row in r["data"]]) == scored())
+    inputs = [row for r in read("model_inputs") for row in r["data"]]
+    outputs = [row for r in read("model_outputs") for row in r["data"]]
+    assert [row["correlationid"] for row in inputs] == [row["correlationid"] for row in outputs]
+    assert len(set(row["correlationid"] for row in inputs)) == len(inputs)
+    assert set(inputs[0]) == {"correlationid", "mean", "std", "p10", "p90"} and inputs[0]["p10"] <= inputs[0]["p90"]
+    classes = json.loads((onnx_model / "signature.json").read_text())["classes"]
+    assert {row["label"] for row in outputs} <= set(classes) and all(0 < row["probability"] <= 1 for row in outputs)
+    assert len(read("request")) == len(read("response")) and all(not read(c, "blue") for c in CAPTURED)
+    return len(outputs)
 
 
 def test_base64_png_images_are_accepted(live, digits):
