@@ -221,6 +221,21 @@ def trial_overhead(doc: Doc) -> str:
                         targets(doc), provenance(doc, "python bench/trial_overhead.py")])
 
 
+def capture(doc: Doc) -> str:
+    labels, clients = doc["labels"], doc["args"]["clients"]
+    rows = [[labels[s]] + [cell for c in clients for cell in (of(doc, f"{s} req/s at {c}"), of(doc, f"{s} p99 ms at {c}"))]
+            for s in labels]
+    header = ["data collector"] + [cell for c in clients for cell in (f"req/s at {c}", f"p99 ms at {c}")]
+    cost = "capture's cost in req/s at"
+    costs = ", ".join(f"{of(doc, f'{s} {cost} {c}')} for {s} at {_clients(c)}" for s in ("custom", "payload")
+                      for c in clients)
+    kept = "; ".join(f"{s}: {k['captured']:,} rows of {k['requests']:,} answered requests"
+                     for s, k in doc.get("kept", {}).items())
+    return "\n\n".join([md_table(header, rows), f"Capture's cost in req/s (1 - with / without, within a repeat): "
+                         f"{costs}. Kept after the last repeat: {kept}.", targets(doc),
+                         provenance(doc, "python bench/capture.py")])
+
+
 def report_page(doc: Doc) -> str:
     trials = doc["args"]["trials"]
     rows = [[f"{trials} trials of {e} epochs", of(doc, f"{trials} trials of {e} epochs: page s")]
@@ -246,7 +261,8 @@ def samplers(doc: Doc) -> str:
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
-                                           "report_page": report_page, "samplers": samplers, "gate": gate}
+                                           "report_page": report_page, "samplers": samplers, "gate": gate,
+                                           "capture": capture}
 
 
 def render(text: str, results: Path = RESULTS) -> str:

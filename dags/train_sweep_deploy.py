@@ -13,8 +13,9 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
+from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
@@ -28,6 +29,9 @@ DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "di
 SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
 # A production endpoint that the scheduled runs improve (see the README); empty: each run its own endpoint.
 ENDPOINT_NAME = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or None
+# What a production endpoint's deployments collect by default: what its monitor (dags/monitor_endpoint.py) reads.
+DATA_COLLECTOR = ({"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": {"enabled": "true"}},
+                   "sampling_rate": 1.0, "rolling_rate": "hour"} if ENDPOINT_NAME else None)
 # How long a waiting task holds its worker slot before it defers to the triggerer (resuming costs a task process).
 DEFER_AFTER_S = float(os.environ.get("MLRUNWAY_DEFER_AFTER_S", "20"))
 P = "{{ params.%s }}"
@@ -113,6 +117,16 @@ def preflight(context: dict) -> None:
             "delay_evaluation %d) and each trial runs %d epochs; lower delay_evaluation below epochs for it to act",
             policy.type, max(policy.evaluation_interval, policy.delay_evaluation), policy.evaluation_interval,
             policy.delay_evaluation, params["epochs"])
+
+
+def schedule() -> object:
+    """The cadence; with a production endpoint, also whenever its monitor finds drift (dags/monitor_endpoint.py)."""
+    timed = None if SCHEDULE.lower() == "none" else SCHEDULE
+    if ENDPOINT_NAME is None:
+        return timed
+    if timed is None:
+        return [drift_asset(ENDPOINT_NAME)]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(timed, timezone="UTC"), assets=[drift_asset(ENDPOINT_NAME)])
 
 
 # The form: what a first run needs, open (Airflow's "Run Parameters", the one section shown open); the rest in
@@ -262,11 +276,12 @@ PARAMS = {
                     "shadow_tolerance": {"type": "number", "minimum": 0},
                     "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
         additionalProperties=False),
-    "data_collector": Param(None, type=["null", "object"], title="Data collection", section=PRODUCTION, description=(
+    "data_collector": Param(DATA_COLLECTOR, type=["null", "object"], title="Data collection", section=PRODUCTION, description=(
         'What the deployment collects for monitoring, in azure-ai-ml\'s shape: {"collections": {"model_inputs": '
         '{"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}. '
         "model_inputs/model_outputs are filled by your score.py through azureml-ai-monitoring's Collector; "
-        "request/response are the HTTP bodies. Empty: nothing is collected."),
+        "request/response are the HTTP bodies. Empty: nothing is collected. With a production endpoint set for "
+        "the DAG (MLRUNWAY_ENDPOINT_NAME), model_inputs and model_outputs by default: its monitor reads them."),
         properties={"collections": {"type": "object", "minProperties": 1},
                     "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                     "rolling_rate": {"enum": ["minute", "hour", "day"]}},
@@ -290,7 +305,7 @@ PARAMS = {
 with DAG(
     dag_id="train_sweep_deploy",
     description="PyTorch lifecycle: train, sweep (Bandit), pick best, ONNX, deploy blue, clean up",
-    schedule=None if SCHEDULE.lower() == "none" else SCHEDULE,
+    schedule=schedule(),
     start_date=datetime(2026, 1, 5),
     catchup=False,
     max_active_runs=2,

@@ -1,8 +1,9 @@
-"""The six operators of the lifecycle, thin over mlrunway's core."""
+"""The six operators of the lifecycle, and the production endpoint's monitor, thin over mlrunway's core."""
 
 from operators.cleanup import CleanupOperator
 from operators.deploy_blue import DeployBlueOperator
 from operators.export_onnx import ExportOnnxOperator
+from operators.monitor_endpoint import MonitorEndpointOperator
 from operators.pick_best import PickBestModelOperator
 from operators.sweep import SweepOperator
 from operators.train import TrainModelOperator
@@ -11,6 +12,7 @@ __all__ = [
     "CleanupOperator",
     "DeployBlueOperator",
     "ExportOnnxOperator",
+    "MonitorEndpointOperator",
     "PickBestModelOperator",
     "SweepOperator",
     "TrainModelOperator",

@@ -57,7 +57,12 @@ class ModelCardLink(_RecordedLink):
     key = "model_card_url"
 
 
-ALL_LINKS = (StudioLink(), MlflowRunLink(), SweepReportLink(), EndpointLink(), ModelCardLink())
+class MonitorLink(_RecordedLink):
+    name = "Monitoring report"
+    key = "monitor_url"
+
+
+ALL_LINKS = (StudioLink(), MlflowRunLink(), SweepReportLink(), EndpointLink(), ModelCardLink(), MonitorLink())
 
 
 def ui_path(*parts: str) -> str:
@@ -72,10 +77,12 @@ def ui_path(*parts: str) -> str:
 
 def links_for(backend: Backend, conn_id: str, kind: str, name: str,
               version: int | str | None = None) -> dict[str, str]:
-    """The links of what a task created, by key: ``kind`` is job, sweep, model, endpoint or model_card. A backend with a
-    UI of its own links there; one without gets the plugin's MLflow and endpoint pages instead."""
+    """The links of what a task created, by key: ``kind`` is job, sweep, model, endpoint, model_card or monitor. A
+    backend with a UI of its own links there; one without gets the plugin's MLflow and endpoint pages instead."""
     if kind == "model_card":  # the plugin serves the card from the backend's reports, whatever the backend
         return {ModelCardLink.key: ui_path("report", conn_id, "card", name, str(version))}
+    if kind == "monitor":  # the monitoring report, saved with the backend's reports
+        return {MonitorLink.key: ui_path("monitor", conn_id, name)}
     links: dict[str, str] = {}
     studio = isinstance(backend, Studio)
     if isinstance(backend, Studio):

@@ -68,6 +68,10 @@ def get_provider_info() -> dict[str, Any]:
                     "reports_folder": {"label": "Reports folder", "schema": _STRING,
                                        "description": "Where run reports are saved, on a disk the workers and the "
                                                       "API server share; empty: ~/.mlrunway/reports/<workspace>."},
+                    "model_monitor": {"label": "Model monitor (JSON)", "schema": _STRING,
+                                      "description": "The workspace's model monitor of the production endpoint, "
+                                                     'e.g. {"cron": "0 3 * * *", "reference_data": '
+                                                     '"azureml:digits-reference:1"}; empty: none.'},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "port", "extra"],
                                        "relabeling": {"login": "Client ID (service principal)",

@@ -8,7 +8,9 @@
 - ``report/<conn_id>/card/<model>/<version>``: the model card of a version that reached an endpoint
   (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively;
 - ``report/<conn_id>/run/<job>`` and ``report/<conn_id>/model/<name>/<version>``: what a report's trial and model
-  link to: the job's MLflow run and the version's page, or the backend's own (Azure ML studio, by redirect).
+  link to: the job's MLflow run and the version's page, or the backend's own (Azure ML studio, by redirect);
+- ``monitor/<conn_id>/<endpoint>``: the endpoint's latest monitoring report (:mod:`mlrunway.production.monitor`),
+  with the earlier ones listed; ``monitor/<conn_id>/<endpoint>/<time>`` one of them.
 
 Each page starts with a way back (to Airflow, and to the page before); an error is such a page too, with its
 status and what to do, never a JSON body.
@@ -247,6 +249,30 @@ def endpoint(conn_id: str, name: str) -> Any:
             f"{html.escape(curl)}</pre><p class=\"meta\">The key is never shown here: the command above reads it "
             "from the workspace, on the machine the endpoint runs on.</p>")
     return _page(name, body)
+
+
+@app.get("/monitor/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def monitoring(conn_id: str, name: str) -> Any:
+    return _monitoring_page(conn_id, name, "latest")
+
+
+@app.get("/monitor/{conn_id}/{name}/{stamp}", response_class=HTMLResponse, dependencies=[can_read_runs()])
+def monitoring_at(conn_id: str, name: str, stamp: str) -> Any:
+    return _monitoring_page(conn_id, name, stamp)
+
+
+def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
+    import re
+
+    folder = Path(_backend(conn_id).reports) / "monitor" / name
+    if not re.fullmatch(r"latest|\d{8}T\d{6}Z", stamp) or not (folder / f"{stamp}.html").is_file():
+        raise HTTPException(404, f"endpoint {name} has no monitoring report {stamp}: the monitor_endpoint DAG "
+                                 "writes one each time it runs")
+    earlier = sorted((p.stem for p in folder.glob("*T*Z.html")), reverse=True)[:30]
+    listed = " ".join(f'<a href="{quote(name)}/{s}">{s}</a>' if stamp == "latest" else s for s in earlier)
+    page = (folder / f"{stamp}.html").read_text(encoding="utf-8")
+    return _with_nav(page.replace("</body>", f'<h2>Earlier reports</h2><p class="meta" id="earlier">{listed}</p>'
+                                              "</body>", 1))
 
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])

@@ -27,8 +27,10 @@ from mlrunway.azure.jobs import AzureJobs
 from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.models import AzureModels
 from mlrunway.azure.monitor import DeploymentMonitor
+from mlrunway.azure.monitors import ModelMonitors, MonitorSettings
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
+from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
 
 __all__ = ["AzureBackend"]
@@ -45,6 +47,8 @@ class AzureBackend:
     :param cache_dir: where downloaded models are kept.
     :param reports: where the runs' sweep reports are saved and read, on the machine Airflow runs on (a folder the
         workers and the API server share); default ``~/.mlrunway/reports/<workspace>``.
+    :param model_monitor: the workspace's model monitor of a production endpoint (:mod:`mlrunway.azure.monitors`);
+        None: none is made.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
@@ -56,7 +60,8 @@ class AzureBackend:
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
                  environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
-                 reports: str | Path | None = None, **client_kwargs: Any) -> None:
+                 reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
+                 **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
@@ -73,6 +78,7 @@ class AzureBackend:
                               environment=environment)
         self.models = AzureModels(client, self.cache_dir)
         self.endpoints = self._endpoints(RetriedWrites())
+        self.monitors = ModelMonitors(client, model_monitor) if model_monitor else None
 
     def _endpoints(self, write: RetriedWrites) -> AzureEndpoints:
         """The endpoints and the parts of them in their own modules, all writing through ``write``."""
@@ -100,7 +106,7 @@ class AzureBackend:
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
                    environment=fields.get("environment") or None, cloud=cloud,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
-                   **client_kwargs)
+                   model_monitor=MonitorSettings.parse(fields.get("model_monitor")), **client_kwargs)
 
     # -- references --------------------------------------------------------------------------------
     def job_outputs(self, job_name: str) -> str:
@@ -126,6 +132,11 @@ class AzureBackend:
         c = self.client
         return lineage.azure_namespace(str(c.subscription_id), str(c.resource_group_name), str(c.workspace_name))
 
+    def ensure_monitor(self, endpoint: str, deployment: str,
+                       metric_thresholds: dict[str, dict[str, float]]) -> str | None:
+        """The workspace's model monitor of ``deployment``, when the connection asks for one (``model_monitor``)."""
+        return self.monitors.ensure(endpoint, deployment, metric_thresholds) if self.monitors else None
+
     def link(self, kind: str, name: str, version: int | str | None = None) -> str:
         """The Azure ML studio page of a job, sweep, model or endpoint."""
         wsid = f"wsid={self.workspace_id}"
@@ -138,7 +149,7 @@ class AzureBackend:
         raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
-def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage]:
-    """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio``, ``Rollout`` endpoints and its
-    ``Lineage`` namespace (a mismatch fails ``make test``); its jobs keep no artifacts."""
-    return backend, backend, backend.endpoints, backend
+def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage, ModelMonitor]:
+    """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio``, ``Rollout`` endpoints, its
+    ``Lineage`` namespace and a ``ModelMonitor`` (a mismatch fails ``make test``); its jobs keep no artifacts."""
+    return backend, backend, backend.endpoints, backend, backend

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mlrunway import check
 
-__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "DataCollector"]
+__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "DataCollector", "ModelMonitor", "Replay"]
 
 PAYLOAD_COLLECTIONS = ("request", "response")
 ROLLING_RATES = ("minute", "hour", "day")  # azure-ai-ml's DataCollectorSchema allows these three
@@ -116,4 +116,25 @@ class Capture(Protocol):
                  end: float) -> list[dict[str, Any]]:
         """The records ``deployment`` wrote to ``collection`` over [start, end) (epoch seconds), oldest first:
         each Azure's JSON object, its rows under ``data``."""
+        ...
+
+
+@runtime_checkable
+class Replay(Protocol):
+    """A backend that can run a scoring script on this machine and keep what it collects (a monitor's reference)."""
+
+    def replay(self, model: str, code_dir: str, scoring_script: str, requests: list[Any], out: str) -> dict[str, int]:
+        """Give ``requests`` to the script serving ``model`` (``name:version``), with ``model_inputs`` and
+        ``model_outputs`` enabled; write each collection's rows to ``<out>/<collection>.jsonl``; return the counts."""
+        ...
+
+
+@runtime_checkable
+class ModelMonitor(Protocol):
+    """A backend whose service computes drift itself (Azure ML's model monitor), over what its deployments collect."""
+
+    def ensure_monitor(self, endpoint: str, deployment: str,
+                       metric_thresholds: dict[str, dict[str, float]]) -> str | None:
+        """Create or update the service's monitor of ``deployment`` with these metrics and thresholds (azure-ai-ml's
+        ``metric_thresholds``); return its name, or None when the connection asks for no monitor."""
         ...

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check, lineage
-from mlrunway.backend.capture import Capture
+from mlrunway.backend.capture import Capture, Replay
 from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Rollout
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
@@ -81,8 +81,8 @@ class LocalBackend:
         return lineage.local_namespace(lineage.host(), self.workspace.root)
 
 
-def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture]:
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture, Replay]:
     """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
-    artifacts and that its endpoints are ``Rollout`` and ``Capture`` (a mismatch fails ``make test``). It has no
+    artifacts and that its endpoints are ``Rollout``, ``Capture`` and ``Replay`` (a mismatch fails ``make test``). It has no
     studio: the sweep report and MLflow pages come with the UI plugin."""
-    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints
+    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints

@@ -127,18 +127,26 @@ class Writer:
     def __init__(self, tick_s: float = TICK_S, limit: int = QUEUE_LIMIT) -> None:
         self.tick_s, self.limit = tick_s, limit
         self.pending: collections.deque[tuple[Any, ...]] = collections.deque()
-        self.instance = f"{os.getpid()}-{int(time.time())}"
+        self._instance = ("", 0)
         self.used: dict[Path, int] = {}  # per deployment folder: bytes on disk when last counted, plus written since
         self.dropped: collections.Counter[Target] = collections.Counter()
         self._flush_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._thread_pid = 0
+
+    @property
+    def instance(self) -> str:
+        """This process's files' name: its PID and start, so a forked copy of the writer never shares a file."""
+        if self._instance[1] != os.getpid():
+            self._instance = (f"{os.getpid()}-{int(time.time())}", os.getpid())
+        return self._instance[0]
 
     def put(self, item: tuple[Any, ...]) -> bool:
         """Queue ``(kind, target, when, ...)``; False when the queue is full."""
         if len(self.pending) >= self.limit:
             return False
         self.pending.append(item)
-        if self._thread is None:
+        if self._thread is None or self._thread_pid != os.getpid():  # none yet, or a forked copy's (no thread here)
             self._start()
         return True
 
@@ -149,8 +157,9 @@ class Writer:
 
     def _start(self) -> None:
         with self._flush_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
+            if self._thread is None or self._thread_pid != os.getpid():
+                self._thread, self._thread_pid = threading.Thread(target=self._run, name="capture-writer",
+                                                                  daemon=True), os.getpid()
                 self._thread.start()
 
     def _run(self) -> None:

@@ -298,6 +298,26 @@ class LocalEndpoints(Endpoints):
         check.endpoint_name(endpoint)
         return capture.read(capture.capture_root(self._dir(endpoint)), deployment, collection.lower(), start, end)
 
+    def replay(self, model: str, code_dir: str, scoring_script: str, requests: builtins.list[Any],
+               out: str) -> dict[str, int]:
+        """What the script collects when given ``requests`` with ``model`` (from this workspace's registry), in a
+        process of its own (:mod:`mlrunway.local.reference`)."""
+        import sys
+        import tempfile
+
+        found = LocalModels(self.workspace).get(model.partition(":")[0], int(model.partition(":")[2]))
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as listed:
+            listed.write("".join(json.dumps(r) + "\n" for r in requests))
+            listed.flush()
+            done = subprocess.run([sys.executable, "-m", "mlrunway.local.reference", "--code", code_dir,
+                                   "--scoring-script", scoring_script, "--model", str(found.path), "--model-ref", model,
+                                   "--requests", listed.name, "--out", out], capture_output=True, text=True)
+        if done.returncode:
+            raise EndpointError(f"the reference of {model} could not be made with {code_dir}/{scoring_script}: "
+                                f"{(done.stderr or done.stdout).strip()[-1500:]}")
+        counts: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
+        return counts
+
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
         """Hold the endpoint's rollout lease for ``ttl_s`` (taken, or renewed by its holder): None; else who holds
         it and until when. The endpoint need not exist yet (the first run creates it under the lease)."""

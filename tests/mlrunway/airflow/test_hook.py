@@ -69,16 +69,17 @@ def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
         CleanupOperator,
         DeployBlueOperator,
         ExportOnnxOperator,
+        MonitorEndpointOperator,
         PickBestModelOperator,
         SweepOperator,
         TrainModelOperator,
     )
 
     for op in (TrainModelOperator, SweepOperator, PickBestModelOperator, ExportOnnxOperator, DeployBlueOperator,
-               CleanupOperator):
+               CleanupOperator, MonitorEndpointOperator):
         assert op.operator_extra_links == ALL_LINKS
     assert [link.name for link in ALL_LINKS] == ["Azure ML studio", "MLflow run", "Sweep report", "Endpoint",
-                                                 "Model card"]
+                                                 "Model card", "Monitoring report"]
 
     class Studio(FakeBackend):  # a backend with a UI of its own (the Studio protocol), as Azure ML's studio
         def link(self, kind, name, version=None):

@@ -21,6 +21,6 @@ def test_airflow_loads_the_plugin_from_its_entry_point_without_a_plugins_folder(
     mine = plugins["mlrunway"]
     assert "value='mlrunway.airflow.plugin:MlrunwayPlugin', group='airflow.plugins'" in mine["source"]
     assert [link.split(".")[-1].split()[0] for link in mine["operator_extra_links"]] == [
-        "StudioLink", "MlflowRunLink", "SweepReportLink", "EndpointLink", "ModelCardLink"]
+        "StudioLink", "MlflowRunLink", "SweepReportLink", "EndpointLink", "ModelCardLink", "MonitorLink"]
     assert [app["url_prefix"] for app in mine["fastapi_apps"]] == ["/mlrunway"]
     assert [view["name"] for view in mine["external_views"]] == ["Sweep report"]

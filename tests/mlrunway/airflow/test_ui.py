@@ -133,3 +133,24 @@ def test_the_endpoint_page_shows_how_to_call_it_without_its_key(airflow_db, monk
     assert "KEY=$(.venv/bin/python -m mlrunway.local keys digits-prod)" in page.text
     assert f"curl -X POST {uri} -H &quot;Authorization: Bearer $KEY&quot;" in page.text
     assert all(key not in page.text for key in fake.endpoints.get_keys("digits-prod").values())
+
+
+def test_the_monitoring_page_shows_the_latest_report_and_lists_the_earlier_ones(client, tmp_path):
+    from mlrunway.production import drift, monitor
+
+    reference = [{"mean": float(i % 10), "label": str(i % 3)} for i in range(300)]
+    shifted = [{"mean": float(i % 10) + 4, "label": str(i % 3)} for i in range(300)]
+    folder = tmp_path / "ws" / "reports" / "monitor"
+    for end, rows in ((1_800_000_000, reference), (1_800_003_600, shifted)):
+        found = drift.signal("data_drift", "model_inputs", reference, rows, drift.DriftSettings())
+        monitor.save(monitor.MonitorReport("digits-prod", ("blue",), end - 3600, end, (found,), {
+            "drift": drift.DriftSettings().to_dict()}), folder)
+    page = client.get("/monitor/mlrunway_test/digits-prod")
+    assert page.status_code == 200 and "Monitor: endpoint digits-prod" in page.text and 'id="nav"' in page.text
+    assert "DRIFTED" in page.text and "data:image/png;base64," in page.text
+    assert '<a href="digits-prod/20270115T080000Z">' in page.text  # the earlier stable one, a click away
+    earlier = client.get("/monitor/mlrunway_test/digits-prod/20270115T080000Z")
+    assert earlier.status_code == 200 and "STABLE" in earlier.text
+    missing = client.get("/monitor/mlrunway_test/other-prod")
+    assert missing.status_code == 404 and "monitor_endpoint DAG" in missing.text
+    assert client.get("/monitor/mlrunway_test/digits-prod/..%2Flatest").status_code == 404

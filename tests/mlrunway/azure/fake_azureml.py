@@ -1,10 +1,10 @@
 """A fake Azure ML service behind an azure-core transport, for driving the real ``MLClient`` offline.
 
 It answers the REST calls azure-ai-ml makes with the documented shapes of the Azure ML REST API: ARM resources
-(codes, datastores, jobs, models, environments, online endpoints and deployments, with long-running operations
-that poll), Run History (child runs of a sweep, run details), MLflow tracking (runs/get, metrics/get-history),
-blob storage (uploads and downloads of code and models) and the scoring URI. It keeps every request in
-``requests`` so tests assert on what the SDK sent.
+(codes, datastores, jobs, models, environments, online endpoints and deployments, schedules such as a model
+monitor's, with long-running operations that poll), Run History (child runs of a sweep, run details), MLflow
+tracking (runs/get, metrics/get-history), blob storage (uploads and downloads of code and models) and the scoring
+URI. It keeps every request in ``requests`` so tests assert on what the SDK sent.
 
 What the service does on its own is scripted: a job goes Queued → Running → its final status over a few GETs;
 a sweep's children and their metric histories come from ``sweep_trials``; a trial's ``./outputs`` come from
@@ -57,7 +57,8 @@ METRIC_AGGREGATIONS = {"RequestsPerMinute": {"Average", "Minimum", "Maximum"},
                        "RequestLatency_P99": {"Average", "Minimum", "Maximum"}}
 SPEC = SpecValidator()
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
-             "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments"}
+             "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments",
+             "schedules": "schedules"}
 
 
 def route_blob_storage(fake: FakeAzureML, monkeypatch: Any) -> None:
@@ -368,6 +369,9 @@ class FakeAzureML(HttpTransport):
             ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
             ("GET", f"{ARM}{re.escape(OPERATIONS)}/mfeOperation(?:sStatus|Results)/(?P<op>[^/]+)", self._operation),
             ("GET", f"{ws}/computes/(?P<name>[^/]+)", self._compute),
+            ("GET", f"{ws}/schedules", self._list_schedules),
+            ("PUT", f"{ws}/schedules/(?P<name>[^/]+)", self._put_schedule),
+            ("DELETE", f"{ws}/schedules/(?P<name>[^/]+)", self._delete_schedule),
             ("GET", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/providers/Microsoft.Insights/metrics", self._metrics),
             ("PUT", f"{ws}/.+", self._put_generic),
             ("GET", f"{ws}/.+", self._get_generic),
@@ -663,6 +667,52 @@ class FakeAzureML(HttpTransport):
             return _response(request, 200, {"id": recorded.path, "name": op, "status": "Failed", "error": state["error"]})
         return _response(request, 200, {"id": recorded.path, "name": op, "status": "Succeeded"})
 
+    # -- schedules (a model monitor is one: its action is CreateMonitor) ------------------------------
+    def _put_schedule(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        """Schedules_CreateOrUpdate (2023-06-01-preview, the SDK's api-version for schedules), an LRO whose result
+        is the resource itself (``final-state-via: original-uri``). A new schedule is a 201 with
+        Azure-AsyncOperation (the spec declares it there only) and stays Creating until its operation finishes;
+        an update is a 200, Succeeded at once, so the poller reads a terminal state in the body and asks
+        nothing more. The body was checked against the spec (``_validate``), create-only fields included."""
+        path = self._arm(request)
+        body = SPEC.as_stored("PUT", recorded.path, recorded.query.get("api-version", ""), recorded.json())
+        props = body["properties"]
+        props.setdefault("isEnabled", True)  # the spec's default
+        created = path.lower() not in self.resources
+        props["provisioningState"] = "Creating" if created else "Succeeded"
+        resource = self._store(path, body)
+        if not created:
+            return _response(request, 200, resource)
+
+        def finish() -> None:
+            resource["properties"]["provisioningState"] = "Succeeded"
+
+        op = self._new_operation(then=finish)
+        self.provisioning[path.lower()] = urlparse(op).path.rsplit("/", 1)[1]
+        return _response(request, 201, resource, {"Azure-AsyncOperation": op, **self._wait_header()})
+
+    def _list_schedules(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        """Schedules_List: ``listViewType`` EnabledOnly (the spec's default), DisabledOnly or All."""
+        prefix = self._arm(request).lower() + "/"
+        values = [r for p, r in self.resources.items() if p.startswith(prefix)]
+        view = recorded.query.get("listViewType", "EnabledOnly").lower()
+        if view != "all":
+            values = [r for r in values if bool(r["properties"].get("isEnabled", True)) == (view == "enabledonly")]
+        return self.page(request, recorded, values)
+
+    def _delete_schedule(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
+        """Schedules_Delete: 202 with Location (``final-state-via: location``), 204 when there is none."""
+        path = self._arm(request).lower()
+        if path not in self.resources:
+            return _response(request, 204)
+
+        def gone() -> None:
+            self.resources.pop(path, None)
+            self.provisioning.pop(path, None)
+
+        return _response(request, 202, None, {"Location": self._new_operation(then=gone, results=True),
+                                              **self._wait_header()})
+
     # -- models --------------------------------------------------------------------------------------
     def _put_model(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
         body = recorded.json()
@@ -687,7 +737,7 @@ class FakeAzureML(HttpTransport):
         if path.lower() in self.failed_creations:
             return _error(request, 400, "BadArgument", f"Deployment {dep} failed its creation and cannot be updated: "
                           "delete it and create it again.")
-        body = recorded.json()
+        body = SPEC.as_stored("PUT", recorded.path, recorded.query.get("api-version", ""), recorded.json())
         props = body["properties"]
         if dep is None:
             props.update(scoringUri=f"https://{name}.{REGION}.inference.ml.azure.com/score",

@@ -90,6 +90,7 @@ class _Walk:
     problems: list[str] = field(default_factory=list)
     read_only: list[str] = field(default_factory=list)
     create_only: list[str] = field(default_factory=list)
+    recasing: bool = False  # also give enum values the spec's casing, in place (SpecValidator.as_stored)
 
     def resolve(self, schema: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         """The schema with its ``$ref`` followed, and the definition's name."""
@@ -155,10 +156,19 @@ class _Walk:
         for key, item in value.items():
             if key in properties:
                 self.check(item, properties[key], _join(path, key))
+                self.recase(value, key, properties[key])
             elif isinstance(extra, dict):
                 self.check(item, extra, _join(path, key))
+                self.recase(value, key, extra)
             elif extra is False:
                 self.problems.append(f"{_join(path, key)}: unknown field, not in {name or 'the definition'}")
+
+    def recase(self, parent: dict[str, Any], key: str, schema: dict[str, Any]) -> None:
+        """When recasing (``SpecValidator.as_stored``), an enum value in the spec's own casing, as the service's .NET
+        enums give it back: the SDK sends ``dataCollectionMode`` "enabled", the service answers "Enabled"."""
+        enum = self.resolve(schema)[1].get("enum") if self.recasing else None
+        if enum and isinstance(parent[key], str):
+            parent[key] = next((e for e in enum if str(e).lower() == parent[key].lower()), parent[key])
 
     def flatten(self, schema: dict[str, Any]) -> tuple[dict[str, Any], set[str], Any]:
         """Properties, required names and ``additionalProperties`` of an object, its ``allOf`` parts merged in."""
@@ -216,6 +226,11 @@ class SpecValidator:
         """The JSON paths of read-only fields present in the body (ARM ignores them; the fake decides)."""
         return self._walk(method, path, api_version, body).read_only
 
+    def as_stored(self, method: str, path: str, api_version: str, body: Any) -> Any:
+        """The body with every enum value in the spec's casing, as the service stores and returns it."""
+        self._walk(method, path, api_version, body, recasing=True)
+        return body
+
     def create_only_fields(self, method: str, path: str, api_version: str, body: Any) -> list[str]:
         """The JSON paths present in the body whose ``x-ms-mutability`` lacks update (set once, at creation)."""
         return self._walk(method, path, api_version, body).create_only
@@ -230,12 +245,13 @@ class SpecValidator:
                 return spec, item[method.lower()], args
         return None
 
-    def _walk(self, method: str, path: str, api_version: str, body: Any) -> _Walk:
+    def _walk(self, method: str, path: str, api_version: str, body: Any, recasing: bool = False) -> _Walk:
         found = self._match(method, path, api_version)
         if found is None:
             return _Walk({})
         spec, operation, args = found
         walk = _Walk(spec)
+        walk.recasing = recasing
         for parameter in operation.get("parameters", []):
             parameter = walk.resolve(parameter)[1]
             if parameter["in"] == "path" and parameter["name"] in args:
