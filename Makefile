@@ -96,6 +96,7 @@ bench: $(STAMP)
 	$(PY) bench/rollout.py            # 9 min
 	$(PY) bench/gate.py               # 4 min
 	$(PY) bench/endpoint.py           # 13 min (and 1 the first time: Azure's server's venv)
+	$(PY) bench/capture.py            # 3 min
 	$(PY) bench/early_termination.py  # 7 min
 	$(PY) bench/orchestration.py      # 10.5 min
 	$(PY) bench/readme.py
@@ -107,6 +108,7 @@ bench-quick: $(STAMP)
 	$(PY) bench/onnx_runtime.py --duration 1 $(QUICK)
 	$(PY) bench/faults.py --repeats 2 $(QUICK)
 	$(PY) bench/endpoint.py --servers mlrunway httptools bare --clients 16 --duration 2 --warm-up 1 $(QUICK)
+	$(PY) bench/capture.py --duration 2 --warm-up 1 --repeats 2 $(QUICK)
 	$(PY) bench/rollout.py --window-s 5 --repeats 1 $(QUICK)
 	$(PY) bench/gate.py --gates 500 --repeats 1 $(QUICK)
 

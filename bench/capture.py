@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +47,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     harness_args(parser, repeats=5)
     args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is needed as the load generator: apt-get install wrk")
     bench = Bench("capture", args)
     from mlrunway.backend.capture import DataCollector
     from mlrunway.backend.types import DeploymentSettings, EndpointSettings
