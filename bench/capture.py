@@ -10,7 +10,8 @@ request from wrk as bench/endpoint.py, 16 keep-alive connections):
   azureml-ai-monitoring's ``Collector`` (summary statistics in, label and probability out), written by the workers;
 - **payload**: ``request`` and ``response`` at 100%: the HTTP bodies, kept by the server.
 
-Each repeat measures the three in rotated order; the **cost** is ``1 - req/s with capture / req/s without`` within
+Each repeat measures the three in rotated order, ``--settle`` seconds apart (a capturing endpoint's writers finish
+what they queued rather than take CPU from the next cell); the **cost** is ``1 - req/s with capture / req/s without`` within
 a repeat (target: at most 5% for custom logging at 16 clients, issue 35). After the last repeat, the rows captured
 are counted against the requests the endpoint answered (its own metrics): capture that kept up loses none.
 Records bench/results/capture.json.
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=2)
     parser.add_argument("--clients", type=int, nargs="+", default=[16])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds between cells: the last endpoint's writers finish what they queued")
     harness_args(parser, repeats=5)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -84,6 +87,7 @@ def main() -> None:
             for repeat, order in interleaved(list(servers), args.repeats):
                 measured: dict[str, dict[str, Any]] = {}
                 for server in order:
+                    time.sleep(args.settle)
                     cell = measured[server] = under_wrk(*servers[server], body, clients, args.duration, tmp)
                     if cell["errors"]:
                         raise SystemExit(f"{server}: {cell['errors']} failed requests; not recorded")

@@ -52,6 +52,7 @@ CAPTURE_DIR = "modelDataCollector"
 TICK_S = 0.25
 QUEUE_LIMIT = 10_000
 DEFAULT_MAX_BYTES = 1024 ** 3
+YIELD_EVERY = 64  # records serialized between two chances for the serving thread to take the GIL
 EVICT_TO = 0.9  # past the cap, the oldest files go until this share of it is used
 PERIOD_S = {"day": 86400, "hour": 3600, "minute": 60}
 FULL_QUEUE = "Too many requests lead to message queue is full, please reduce the number of requests."
@@ -98,17 +99,27 @@ def target(endpoint_dir: Path, name: str, model: str, data_collector: dict[str, 
                   model, settings, max_bytes, logger)
 
 
+_ISO: list[Any] = [-1, ""]  # the last second formatted, and its text (only the writer's thread formats)
+_HEADS: dict[tuple[str, str], str] = {}
+
+
 def _iso(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+    second = int(when)
+    if second != _ISO[0]:
+        _ISO[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
+    return str(_ISO[1])
 
 
-def _record(target: Target, collection: str, when: float, data: str, size: int, **extra: Any) -> str:
-    """One line: Azure's fields around ``data`` (already JSON text, written as it is)."""
-    head = json.dumps({"specversion": "1.0", "id": str(uuid.uuid4()), "source": target.source,
-                       "type": f"azureml.inference.{collection}", "datacontenttype": "application/json",
-                       "time": _iso(when)})
-    tail = json.dumps({**extra, "contentrange": f"bytes 0-{max(size - 1, 0)}/{size}"})
-    return f'{head[:-1]},"data":{data},{tail[1:]}\n'
+def _record(target: Target, collection: str, when: float, data: str, size: int, tail: str) -> str:
+    """One line: Azure's fields around ``data`` (already JSON text, written as it is); ``tail``: more members,
+    already JSON. The fields that never change for a deployment's collection are rendered once."""
+    head = _HEADS.get((target.source, collection))
+    if head is None:
+        head = _HEADS[(target.source, collection)] = json.dumps({
+            "source": target.source, "type": f"azureml.inference.{collection}",
+            "datacontenttype": "application/json"})[1:-1]
+    return (f'{{"specversion": "1.0", "id": "{uuid.uuid4()}", {head}, "time": "{_iso(when)}", "data":{data}, '
+            f'{tail}, "contentrange": "bytes 0-{max(size - 1, 0)}/{size}"}}\n')
 
 
 def _json_text(body: bytes) -> tuple[str, int]:
@@ -175,13 +186,20 @@ class Writer:
         with self._flush_lock:
             lines: dict[Path, list[str]] = collections.defaultdict(list)
             owners: dict[Path, Target] = {}
+            paths: dict[tuple[int, str, int], Path] = {}  # per deployment, collection and time period
+            done = 0
             while self.pending:
                 item = self.pending.popleft()
+                done += 1
+                if done % YIELD_EVERY == 0:
+                    time.sleep(0)  # let the event loop's thread have the GIL: a backlog is not written in one go
                 try:
                     for collection, line in self._lines(item):
-                        path = item[1].path(collection, item[2], self.instance)
+                        target, when = item[1], item[2]
+                        key = (id(target), collection, int(when // PERIOD_S[target.settings.rolling_rate]))
+                        path = paths.get(key) or paths.setdefault(key, target.path(collection, when, self.instance))
                         lines[path].append(line)
-                        owners[path] = item[1]
+                        owners[path] = target
                 except Exception as exc:  # noqa: BLE001 - a frame that cannot be serialized is that record lost
                     item[1].log.warning("data collector: a record could not be written (%s: %s)",
                                         type(exc).__name__, exc)
@@ -197,22 +215,21 @@ class Writer:
             data = payload.content()
             if not isinstance(data, str):  # the SDK's compact format (bytes of the frame's text)
                 data = json.dumps(bytes(data).decode("utf-8", "replace"))
-            correlation, collection = payload.correlation_id() or "", payload.designation().lower()
-            yield collection, _record(
-                target, collection, payload.time() or when, data, len(data), correlationid=correlation,
-                xrequestid=correlation, modelversion=target.model, collectdatatype=payload.type(),
-                agent=payload.agent())
+            quoted, collection = json.dumps(payload.correlation_id() or ""), payload.designation().lower()
+            tail = json.dumps({"modelversion": target.model, "collectdatatype": payload.type(),
+                               "agent": payload.agent()})[1:-1]
+            yield collection, _record(target, collection, payload.time() or when, data, len(data),
+                                      f'"correlationid": {quoted}, "xrequestid": {quoted}, {tail}')
             return
         body, status, answer = item[3:]
         correlation = str(uuid.uuid4())
+        ids = f'"correlationid": "{correlation}", "xrequestid": "{correlation}"'
         if "request" in target.settings.enabled:
             text, size = _json_text(body)
-            yield "request", _record(target, "request", when, text, size, path="/score", method="POST",
-                                     correlationid=correlation, xrequestid=correlation)
+            yield "request", _record(target, "request", when, text, size, f'"path": "/score", "method": "POST", {ids}')
         if "response" in target.settings.enabled:
             text, size = _json_text(answer)
-            yield "response", _record(target, "response", when, text, size, statuscode=status,
-                                      correlationid=correlation, xrequestid=correlation)
+            yield "response", _record(target, "response", when, text, size, f'"statuscode": {int(status)}, {ids}')
 
     def _append(self, target: Target, path: Path, text: str, count: int) -> None:
         size = len(text.encode())
