@@ -80,7 +80,7 @@ def main() -> None:
             state = endpoints.state(name)
             servers[server] = (state.scoring_uri, state.keys["primary"])
             wait_answers(state.scoring_uri, body.read_bytes(), state.keys["primary"])
-        started = time.time()
+        started = time.time()  # the readiness checks' requests, just before, are counted on both sides
         for clients in args.clients:
             for url, key in servers.values():
                 under_wrk(url, key, body, clients, args.warm_up, tmp)
@@ -102,7 +102,7 @@ def main() -> None:
         now = time.time()
         kept = {}
         for server, collection in (("custom", "model_outputs"), ("payload", "response")):
-            served = endpoints.deployment_metrics(f"bench-{server}", "blue", started - 1, now).requests
+            served = endpoints.deployment_metrics(f"bench-{server}", "blue", started - 60, now).requests
             rows_kept = sum(len(r["data"]) if collection == "model_outputs" else 1
                             for r in endpoints.captured(f"bench-{server}", "blue", collection, started - 60, now + 60))
             kept[server] = {"requests": served, "captured": rows_kept}
