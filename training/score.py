@@ -6,18 +6,18 @@ one ONNX Runtime session. ``run(raw_data)`` takes the request body as a string:
 - ``{"data": [...]}``: a batch of images as nested arrays in the signature's shape (N, C, H, W), preprocessed;
 - ``{"images": ["<base64 PNG or JPEG>", ...]}``: raw images, preprocessed here as the signature says.
 
-It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``.
+It returns ``{"predictions": [{"label", "probability", "probabilities"}...]}``. Every malformed request comes
+back as an ``AMLResponse`` with status 400 and a message that names the problem: JSON nested too deep, a number
+out of range, values that are not numbers (strings, booleans), a wrong shape, too many images, an image that is
+not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), one that
+does not decode, or values so large that the model's output overflows (NaN is no JSON a client can read).
 
 When the deployment has a data collector (``model_inputs`` and ``model_outputs``), each scored image is collected
 through Azure ML's SDK (``azureml-ai-monitoring``'s ``Collector``): as inputs, its summary statistics (``mean``,
 ``std``, ``p10``, ``p90`` of the model's input) rather than its pixels; as outputs, its ``label`` and
-``probability``; both with the request's ``correlationid``. A DataFrame costs more to build than a request costs
-to score, so rows are handed over as one DataFrame a second, by a thread of their own, never on the request path. Every malformed request comes
-back as an ``AMLResponse`` with status 400 and a message that names the problem: JSON nested too deep, a number
-out of range, values that are not numbers (strings, booleans), a wrong shape, too many images, an image that is
-not a PNG or JPEG, one with more pixels than ``MAX_PIXELS`` (read from its header, before decoding), one that
-does not decode, or values so large that the model's output overflows (NaN is no JSON a client can read). The
-same file runs on Azure ML.
+``probability``; both with its request's ``correlationid``. A DataFrame costs more to build than a request costs
+to score, so rows are handed over as one DataFrame a second, by a thread of their own, never on the request path.
+The same file runs on Azure ML.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Two signals, Azure ML's: **data drift** (the ``model_inputs`` collection against
 production rows are those of every deployment with traffic (or the one named), over the last ``window_s`` seconds,
 read back through the backend's :class:`~mlrunway.backend.capture.Capture`. The reference is a JSON-lines file per
 collection, of rows with the same columns (or of the collector's own records, whose ``data`` holds rows): what the
-deployment's score.py collects when it is given the training data (:mod:`mlrunway.local.reference` writes them).
+deployment's score.py collects when it is given held-out data of the training set's distribution (the ``val/``
+images; :mod:`mlrunway.local.reference` writes them).
 
 The report says ``drifted`` (a signal drifted: retraining is due), ``stable`` (every signal had its evidence and
 none drifted) or ``no evidence`` (a signal had too few rows, a collection is missing, or its reference is): a
