@@ -66,7 +66,7 @@ def test_defers_while_blue_provisions_then_smoke_tests_and_moves_all_traffic(bac
     result = resumed.execute_complete(CONTEXT, first_event(trigger))
     assert [link.get_link(resumed, ti_key=None) for link in resumed.operator_extra_links] == [
         "", "", "", f"/mlrunway/endpoint/mlrunway_default/{ENDPOINT}",  # what the UI shows: the endpoint's page
-        "/mlrunway/report/mlrunway_default/card/digits-onnx/1"]  # and the served version's model card
+        "/mlrunway/report/mlrunway_default/card/digits-onnx/1", ""]  # and the served version's model card
     assert result["endpoint"] == ENDPOINT and result["smoke_label"] in [str(i) for i in range(10)]
     assert backend.endpoints.get(ENDPOINT).traffic == {"blue": 100}
     answer = json.loads(backend.endpoints.invoke(ENDPOINT, payload={"data": [[[[0.0] * 8] * 8]]}))
