@@ -394,32 +394,42 @@ def test_generated_heads_are_served_or_refused_by_size_and_count(endpoint, recor
     once, however it arrives: whole in one write (issue 31: 33 to 100 KB in one read) or in pieces. The size is
     counted in slices of HEAD_SLICE bytes, so a head at most a slice over the limit may go either way."""
     _, state = endpoint
+
+    def case(tally: Tally, fields_: list[tuple[bytes, bytes]], size: int, key: str, cut) -> None:
+        wire = fuzz.padded("/score", VALID, [*fields(state, key), *fields_, (b"Connection", b"close")], size)
+        size, count = wire.index(b"\r\n\r\n") + 4, wire[:wire.index(b"\r\n\r\n")].count(b"\r\n")
+        writes = cut(wire)
+        served = 200 if key == "right" else 401
+        if count > state.max_headers:
+            band, allowed = "over the field count", {431}
+        elif size > state.max_header_bytes + HEAD_SLICE:
+            band, allowed = "over the size", {431}
+        elif size > state.max_header_bytes:
+            band, allowed = "within a slice over the size", {served, 431}
+        else:
+            band, allowed = "within the limits", {served}
+        answer = fuzz.exchange(state.host, state.port, writes)
+        context = (band, size, count, len(writes), answer)
+        assert len(answer.statuses) == 1 and answer.statuses[0] in allowed and not answer.rest, context
+        assert answer.closed_after_s is not None and answer.closed_after_s < 3, context
+        tally.add(f"{band}, {'one write' if len(writes) == 1 else 'in pieces'}", str(answer.statuses[0]))
+        assert_alive(state)
+
     with tallied("heads", record_property) as tally:
         @fuzz.fuzz_settings(0.5)
         @given(generated=fuzz.header_sets(state.max_header_bytes, HEAD_SLICE),
                key=st.sampled_from(["right", "wrong", "none"]), data=st.data())
         def one(generated: tuple[list[tuple[bytes, bytes]], int], key: str, data: st.DataObject) -> None:
-            wire = fuzz.padded("/score", VALID, [*fields(state, key), *generated[0], (b"Connection", b"close")],
-                               generated[1])
-            size, count = wire.index(b"\r\n\r\n") + 4, wire[:wire.index(b"\r\n\r\n")].count(b"\r\n")
-            writes = fuzz.pieces(data.draw, wire)
-            served = 200 if key == "right" else 401
-            if count > state.max_headers:
-                band, allowed = "over the field count", {431}
-            elif size > state.max_header_bytes + HEAD_SLICE:
-                band, allowed = "over the size", {431}
-            elif size > state.max_header_bytes:
-                band, allowed = "within a slice over the size", {served, 431}
-            else:
-                band, allowed = "within the limits", {served}
-            answer = fuzz.exchange(state.host, state.port, writes)
-            context = (band, size, count, len(writes), answer)
-            assert len(answer.statuses) == 1 and answer.statuses[0] in allowed and not answer.rest, context
-            assert answer.closed_after_s is not None and answer.closed_after_s < 3, context
-            tally.add(f"{band}, {'one write' if len(writes) == 1 else 'in pieces'}", str(answer.statuses[0]))
-            assert_alive(state)
+            case(tally, generated[0], generated[1], key, lambda wire: fuzz.pieces(data.draw, wire))
 
         one()
+        # Each band in each way it can arrive, whatever the generator drew (one write over the size is a few of
+        # its cases at most): the generated cases, then one fixed case of each.
+        fixed = {"within the limits": ([], 0), "over the size": ([], state.max_header_bytes + 4 * HEAD_SLICE),
+                 "over the field count": ([(b"X-F%d" % i, b"v") for i in range(state.max_headers + 5)], 0)}
+        for fields_, size in fixed.values():
+            case(tally, fields_, size, "right", lambda wire: [wire])
+            case(tally, fields_, size, "right", lambda wire: [wire[:len(wire) // 2], wire[len(wire) // 2:]])
     for band in ("within the limits", "over the size", "over the field count"):
         assert {f"{band}, one write", f"{band}, in pieces"} <= set(tally.answers), tally
 
