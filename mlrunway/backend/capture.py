@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mlrunway import check
 
-__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "DataCollector", "ModelMonitor", "Replay"]
+__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "DataCollector", "ModelMonitor", "Replay", "rows_of"]
 
 PAYLOAD_COLLECTIONS = ("request", "response")
 ROLLING_RATES = ("minute", "hour", "day")  # azure-ai-ml's DataCollectorSchema allows these three
@@ -106,6 +106,15 @@ def _enabled(field: str, name: Any, setting: Any) -> bool:
     if flag in _FALSE:
         return False
     raise check.fail(f"{field}.{name}.enabled", f"{flag!r} is not true or false", 'pass "true" or "false"')
+
+
+def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of collector records (a record's ``data``: a list of rows, or one), in order."""
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        data = record.get("data")
+        rows += [r for r in (data if isinstance(data, list) else [data]) if isinstance(r, dict)]
+    return rows
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
+from mlrunway.backend.capture import rows_of
 
 COLLECTIONS = ("model_inputs", "model_outputs")
 SETTLE_S = 2.5  # rows stop arriving for this long: the script's collectors have handed everything over
@@ -48,7 +49,7 @@ def build(code_dir: str | Path, scoring_script: str, model_dir: str | Path, requ
         now: dict[str, list[dict[str, Any]]] = {}
         while time.monotonic() < deadline:
             capture.WRITER.flush()
-            now = {c: _rows(capture.read(root, "reference", c, 0, time.time() + 3600)) for c in COLLECTIONS}
+            now = {c: rows_of(capture.read(root, "reference", c, 0, time.time() + 3600)) for c in COLLECTIONS}
             sizes = {c: len(rows) for c, rows in now.items()}
             if sizes != counts:
                 counts, last_change = sizes, time.monotonic()
@@ -65,14 +66,6 @@ def build(code_dir: str | Path, scoring_script: str, model_dir: str | Path, requ
             partial.write_text("".join(json.dumps(row) + "\n" for row in rows))
             partial.replace(folder / f"{collection}.jsonl")
         return counts
-
-
-def _rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for record in records:
-        data = record.get("data")
-        rows += [r for r in (data if isinstance(data, list) else [data]) if isinstance(r, dict)]
-    return rows
 
 
 def read_requests(path: str | Path) -> list[Any]:

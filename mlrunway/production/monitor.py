@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
-from mlrunway.backend.capture import Capture, ModelMonitor, Replay
+from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
 from mlrunway.production.drift import TESTS, DriftSettings, Signal, signal
 
@@ -131,12 +131,8 @@ def read_rows(path: str | Path, field_name: str = "reference") -> list[dict[str,
 
 def _captured(capture: Capture, endpoint: str, deployments: tuple[str, ...], collection: str, start: float,
               end: float) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for deployment in deployments:
-        for record in capture.captured(endpoint, deployment, collection, start, end):
-            data = record.get("data")
-            rows += [r for r in (data if isinstance(data, list) else [data]) if isinstance(r, dict)]
-    return rows
+    return [row for deployment in deployments
+            for row in rows_of(capture.captured(endpoint, deployment, collection, start, end))]
 
 
 def check_endpoint(backend: Backend, settings: MonitorSettings, now: float | None = None) -> MonitorReport:

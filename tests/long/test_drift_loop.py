@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -36,18 +35,11 @@ from PIL import Image
 from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 from tests.e2e.stack import BIN, free_port
+from tests.e2e.test_ui_recipe import answers, rows
 
 pytestmark = [pytest.mark.long, pytest.mark.e2e, pytest.mark.slow]
 ENDPOINT = "loop-prod"
 FIRST = {"epochs": 4, "max_trials": 2, "max_concurrent_trials": 2, "delay_evaluation": 1}
-
-
-def rows(database: Path, sql: str, *args: object) -> list[tuple]:
-    with contextlib.closing(sqlite3.connect(database, timeout=30)) as conn:
-        try:
-            return conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError:
-            return []
 
 
 def until(condition, timeout: float, what: str, log: Path) -> None:
@@ -128,7 +120,7 @@ def test_drift_retrains_and_the_gate_changes_production_with_no_person(digits, t
                                 start_new_session=True)
     clients = None
     try:
-        until(lambda: _answers(f"{base}/api/v2/monitor/health"), 240, "Airflow", log)
+        until(lambda: answers(f"{base}/api/v2/monitor/health"), 240, "Airflow", log)
         jwt = _token(base)
         until(lambda: len(rows(database, "SELECT dag_id FROM serialized_dag WHERE dag_id IN "
                                          "('train_sweep_deploy', 'monitor_endpoint')")) == 2, 180, "the DAGs", log)
@@ -188,14 +180,6 @@ def test_drift_retrains_and_the_gate_changes_production_with_no_person(digits, t
         for info in backend.endpoints.list():
             backend.endpoints.delete(info.name)
         assert backend.leftovers() == []
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5):
-            return True
-    except OSError:
-        return False
 
 
 def _token(base: str) -> str:
