@@ -15,7 +15,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "mlrunway",
         "name": "mlrunway",
         "description": "The PyTorch model lifecycle on Azure ML or the local backend.",
-        "versions": ["0.1.0"],
+        "versions": ["0.2.0", "0.1.0"],
         "connection-types": [
             {
                 "hook-class-name": "mlrunway.airflow.hook.MlrunwayHook",
@@ -30,6 +30,9 @@ def get_provider_info() -> dict[str, Any]:
                     "capture_max_mb": {"label": "Capture cap (MB)", "schema": _STRING,
                                        "description": "What each deployment's data collector may keep on disk; "
                                                       "empty: 1024. Past it, its oldest files go first."},
+                    "retention": {"label": "Retention (JSON)", "schema": _STRING,
+                                  "description": 'What pruning keeps: {"keep_runs": 10, "keep_versions": 5, '
+                                                 '"capture_days": 30}; empty: these.'},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {}, "placeholders": {}},

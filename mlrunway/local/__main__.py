@@ -1,5 +1,7 @@
 """``python -m mlrunway.local recover [--workspace DIR]``: restart what of a workspace died, e.g. after a reboot.
 ``python -m mlrunway.local keys ENDPOINT``: print the endpoint's primary key, for a client of this machine.
+``python -m mlrunway.local prune [--dry-run] [--keep-runs N] [--keep-versions K] [--capture-days D]``: remove what
+the retention policy lets go of (:mod:`mlrunway.local.prune`), listing each thing and the space freed.
 
 Every sweep whose controller died resumes from its record, and every endpoint whose server died restarts on its
 own port with its keys, deployments and traffic. Jobs that simply failed are left as they are (a task's retry
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mlrunway.backend.retention import RetentionPolicy
 from mlrunway.backend.types import JobStatus, ProvisioningState
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local.backend import LocalBackend
@@ -35,11 +38,27 @@ def recover_workspace(backend: LocalBackend) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlrunway.local", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["recover", "keys"])
+    parser.add_argument("command", choices=["recover", "keys", "prune"])
     parser.add_argument("endpoint", nargs="?", help="keys: the endpoint whose primary key is printed")
     parser.add_argument("--workspace", help="workspace folder (default: $MLRUNWAY_WORKSPACE or ./.workspace)")
+    parser.add_argument("--dry-run", action="store_true", help="prune: list what would go, remove nothing")
+    defaults = RetentionPolicy()
+    parser.add_argument("--keep-runs", type=int, default=defaults.keep_runs, help="prune: each DAG's last N runs")
+    parser.add_argument("--keep-versions", type=int, default=defaults.keep_versions,
+                        help="prune: each model's newest K versions")
+    parser.add_argument("--capture-days", type=float, default=defaults.capture_days,
+                        help="prune: days captured requests and monitoring reports stay")
     args = parser.parse_args(argv)
-    backend = LocalBackend.at(args.workspace)
+    try:
+        backend = LocalBackend.at(args.workspace)
+        if args.command == "prune":
+            policy = RetentionPolicy.parse({"keep_runs": args.keep_runs, "keep_versions": args.keep_versions,
+                                            "capture_days": args.capture_days}, "prune")
+            print("\n".join(backend.prune(policy, dry_run=args.dry_run).lines()))
+            return 0
+    except MlrunwayError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 1
     if args.command == "keys":  # for a client on this machine: KEY=$(python -m mlrunway.local keys <endpoint>)
         if not args.endpoint:
             parser.error("keys needs the endpoint's name: python -m mlrunway.local keys <endpoint>")

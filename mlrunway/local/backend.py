@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from mlrunway import check, lineage
 from mlrunway.backend.capture import Capture, Replay
 from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Rollout
+from mlrunway.backend.retention import PrunePlan, Retention, RetentionPolicy
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
 from mlrunway.local.registry import LocalModels
@@ -24,6 +26,7 @@ class LocalBackend:
     workspace: Workspace
     endpoint_host: str = "127.0.0.1"
     capture_max_mb: float = 1024.0
+    retention: RetentionPolicy = RetentionPolicy()
     jobs: LocalJobs = field(init=False)
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
@@ -39,7 +42,8 @@ class LocalBackend:
     def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> LocalBackend:
         """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one; its
         ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only); ``capture_max_mb``
-        what each deployment's data collector may keep (default 1024 MB; its oldest files go first)."""
+        what each deployment's data collector may keep (default 1024 MB; its oldest files go first); ``retention``
+        what :meth:`prune` keeps (:class:`~mlrunway.backend.retention.RetentionPolicy`, a dict or its JSON)."""
         cap = fields.get("capture_max_mb")
         megabytes = 1024.0
         if cap not in (None, ""):
@@ -49,8 +53,16 @@ class LocalBackend:
                 megabytes = float("nan")
             if not megabytes > 0 or megabytes == float("inf"):
                 raise check.fail("capture_max_mb", f"{cap!r} is not a positive number of megabytes", "pass e.g. 1024")
+        retention = fields.get("retention") or None
+        if isinstance(retention, str):
+            try:
+                retention = json.loads(retention)
+            except ValueError as exc:
+                raise check.fail("retention", f"is not JSON ({exc})",
+                                 'give e.g. {"keep_runs": 10, "keep_versions": 5, "capture_days": 30}') from exc
+        policy = RetentionPolicy.parse(retention)
         return cls(Workspace.at(fields.get("workspace") or None), endpoint_host=fields.get("endpoint_host") or "127.0.0.1",
-                   capture_max_mb=megabytes)
+                   capture_max_mb=megabytes, retention=policy)
 
     @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:
@@ -72,6 +84,12 @@ class LocalBackend:
     def reports(self) -> Path:
         return self.workspace.root / "reports"
 
+    def prune(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> PrunePlan:
+        """Remove what ``policy`` (default: the connection's ``retention``) lets go of (:mod:`mlrunway.local.prune`)."""
+        from mlrunway.local import prune
+
+        return prune.prune(self.workspace, policy or self.retention, self.reports, dry_run=dry_run)
+
     def leftovers(self) -> list[str]:
         return leftovers(self.workspace)
 
@@ -81,8 +99,9 @@ class LocalBackend:
         return lineage.local_namespace(lineage.host(), self.workspace.root)
 
 
-def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture, Replay]:
+def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture, Replay,
+                                                         Retention]:
     """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
-    artifacts and that its endpoints are ``Rollout``, ``Capture`` and ``Replay`` (a mismatch fails ``make test``). It has no
-    studio: the sweep report and MLflow pages come with the UI plugin."""
-    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints
+    artifacts and that its endpoints are ``Rollout``, ``Capture`` and ``Replay``, and that it prunes (``Retention``): a
+    mismatch fails ``make test``. It has no studio: the sweep report and MLflow pages come with the UI plugin."""
+    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints, backend

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlrunway.local import formats
+
 
 def dumps(data: Any) -> str:
     """``data`` as the workspace's files hold it: one line, keys sorted. ``json.dumps`` without indentation is
@@ -21,8 +23,9 @@ def dumps(data: Any) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` (:func:`dumps`) so that readers see the old file or the new one (:func:`write_text`)."""
-    write_text(path, dumps(data))
+    """Write the state file ``path`` (:func:`dumps`, with the workspace's format version: :mod:`~mlrunway.local.formats`)
+    so that readers see the old file or the new one (:func:`write_text`)."""
+    write_text(path, dumps(formats.stamped(data)))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -55,8 +58,9 @@ def stamp(path: Path) -> Stamp:
 
 
 def read_json(path: Path) -> Any:
+    """The state file ``path`` in the current format (an older one migrated, a newer one refused)."""
     with open(path) as handle:
-        return json.load(handle)
+        return formats.current(path, json.load(handle))
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -201,6 +201,23 @@ def sync(workspace: Workspace, name: str, versions: list[int]) -> None:
         _drop_alias_tags(workspace.models / name / str(version) / "model.json")
 
 
+def delete_version(workspace: Workspace, name: str, version: int) -> None:
+    """Remove ``name``'s ``version`` from MLflow's registry and its copy in the artifact store (the folder goes
+    next: the caller holds the model's lock and removes it after, so an interrupted prune mirrors it again)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client(workspace).delete_model_version(name, str(version))
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+    copy = artifact_dir(workspace, name, version)
+    if copy.exists():
+        for path in (copy, *copy.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o700 if path.is_dir() else path.stat().st_mode | 0o600)
+        shutil.rmtree(copy)
+
+
 def _drop_alias_tags(path: Path) -> None:
     """Remove the old alias tags once MLflow holds the aliases (they would name a holder no one updates)."""
     data: dict[str, Any] = read_json(path)

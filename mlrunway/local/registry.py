@@ -11,6 +11,7 @@ model version of the same number in the workspace's store (:mod:`mlrunway.local.
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import os
 import re
@@ -32,6 +33,7 @@ from mlrunway.local.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
+ALIAS_LOG = "aliases.jsonl"  # models/<name>/: every alias given, {"alias", "version", "at"} a line (prune reads it)
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 
 
@@ -152,6 +154,8 @@ class LocalModels(Models):
         with locked(self.workspace.models / name / ".lock"):
             self._sync(name)
             mlflow_registry.client(self.workspace).set_registered_model_alias(name, alias, str(model.version))
+            with open(self.workspace.models / name / ALIAS_LOG, "a") as history:
+                history.write(json.dumps({"alias": alias, "version": model.version, "at": time.time()}) + "\n")
 
     def alias(self, name: str, alias: str) -> ModelVersion | None:
         """The version of ``name`` holding ``alias`` in MLflow's registry; None when none does."""

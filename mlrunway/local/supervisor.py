@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mlrunway.local import tracking
+from mlrunway.local import formats, tracking
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.processes import (
     JOB_TOKEN_ENV,
@@ -78,6 +78,7 @@ class JobState:
 
     def record_outcome(self, outcome: dict[str, Any]) -> None:
         """Write ``outcome`` over the reserved file, in place (one write within its allocated bytes)."""
+        outcome = formats.stamped(outcome)
         data = json.dumps(outcome).encode()
         error = outcome.get("error") or ""
         while len(data) > OUTCOME_BYTES and error:  # a long stderr tail: the status keeps it whole, this its end
@@ -93,7 +94,7 @@ class JobState:
         """The outcome the supervisor recorded before it exited, if it did (None: it died before knowing one)."""
         try:
             text = self.outcome_file.read_bytes().strip()
-            return json.loads(text) if text else None
+            return formats.current(self.outcome_file, json.loads(text)) if text else None
         except (OSError, ValueError):  # none reserved (an older job), or half written when it died
             return None
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
-from mlrunway.local import tracking
+from mlrunway.local import formats, tracking
 from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.supervisor import JobState
@@ -132,9 +132,9 @@ def recorded(path: Path) -> SweepOutcome:
         return SweepOutcome()
     data = read_json(path)
     trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
-    # A record without a sampler version was started by version 1, and keeps drawing with it.
+    # A record without a sampler version was started by version 1 and keeps drawing with it (formats migrates it).
     return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"),
-                        sampler_version=int(data.get("sampler_version", 1)), seed=data.get("seed"))
+                        sampler_version=int(data["sampler_version"]), seed=data.get("seed"))
 
 
 def main(job_dir: Path) -> int:
@@ -149,7 +149,8 @@ def main(job_dir: Path) -> int:
     written = [""]
 
     def record(outcome: SweepOutcome) -> None:  # after every poll: written when it changed
-        text = dumps({"name": job["name"], "objective": job["sweep"]["objective"], **outcome.to_dict()})
+        text = dumps(formats.stamped({"name": job["name"], "objective": job["sweep"]["objective"],
+                                      **outcome.to_dict()}))
         if text != written[0]:
             write_text(result, text)
             written[0] = text

@@ -250,3 +250,29 @@ def run_of_job(workspace: Workspace, job_name: str) -> str | None:
     runs = tracking.search_runs(experiments, f"tags.`mlrunway.job` = '{job_name}'", max_results=1,
                                 order_by=["attributes.start_time DESC"]) if experiments else []
     return runs[0].info.run_id if runs else None
+
+
+def delete_runs(workspace: Workspace, run_ids: Collection[str]) -> None:
+    """Remove runs for good, as ``mlflow gc`` does (``delete_run``, then the store's ``_hard_delete_run``: the
+    run's rows, metrics, params and tags), and their artifacts where they are the workspace's files. A run already
+    gone is skipped."""
+    from mlflow.exceptions import MlflowException
+
+    tracking = client(workspace)
+    store = tracking._tracking_client.store
+    root = artifact_root(workspace).resolve()
+    for run_id in run_ids:
+        try:
+            run = tracking.get_run(run_id)
+        except MlflowException:
+            continue
+        if run.info.lifecycle_stage != "deleted":
+            tracking.delete_run(run_id)
+        store._hard_delete_run(run_id)
+        uri = run.info.artifact_uri or ""
+        if uri.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            folder = Path(unquote(urlparse(uri).path)).parent  # <location>/<run_id>/artifacts
+            if folder.name == run_id and root in folder.resolve().parents:
+                shutil.rmtree(folder, ignore_errors=True)

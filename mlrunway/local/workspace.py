@@ -17,9 +17,13 @@ class Workspace(NamedTuple):
 
     @classmethod
     def at(cls, root: str | os.PathLike[str] | None = None) -> Workspace:
-        """Open the workspace at ``root``, ``$MLRUNWAY_WORKSPACE``, or ``./.workspace``."""
+        """Open the workspace at ``root``, ``$MLRUNWAY_WORKSPACE``, or ``./.workspace``: one written by an older
+        mlrunway is migrated first, one written by a newer one refused (:mod:`mlrunway.local.formats`)."""
         chosen = Path(root or os.environ.get(DEFAULT_ROOT_ENV) or ".workspace").expanduser().resolve()
         chosen.mkdir(parents=True, exist_ok=True)
+        from mlrunway.local import formats
+
+        formats.open_workspace(chosen)
         return cls(chosen)
 
     @property

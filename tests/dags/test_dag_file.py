@@ -12,7 +12,7 @@ HEAVY = ("torch", "onnx", "onnxruntime", "mlflow", "azure")
 
 
 @pytest.mark.parametrize("module", ["train_sweep_deploy", "demand_forecast", "deploy_model", "batch_scoring",
-                                    "monitor_endpoint"])
+                                    "monitor_endpoint", "prune_workspace"])
 def test_dag_file_imports_no_heavy_module(module):
     probe = (f"import sys; sys.path.insert(0, {str(REPO / 'dags')!r}); import {module}; "
              f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
@@ -36,6 +36,7 @@ def test_dagbag_loads_the_dag_without_errors():
     assert bag.dags["deploy_model"].task_ids == ["deploy_blue", "cleanup"]
     assert type(bag.dags["batch_scoring"].timetable).__name__ == "AssetTriggeredTimetable"  # on production
     assert bag.dags["monitor_endpoint"].task_ids == ["check_drift"]
+    assert bag.dags["prune_workspace"].task_ids == ["prune"]
 
 
 def test_a_production_endpoints_dag_also_runs_when_its_monitor_finds_drift_and_collects_by_default():

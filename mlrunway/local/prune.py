@@ -1,0 +1,301 @@
+"""Pruning a local workspace by a retention policy: ``python -m mlrunway.local prune [--dry-run]``.
+
+A run is what one DAG run submitted (:class:`~mlrunway.backend.naming.RunNames`): ``<prefix>-<key>-train`` and
+``-sweep`` with their attempts (``-a2``...) and the sweep's trials (``<sweep>_trial_<i>``); a job submitted
+outside a DAG is a run of its own, counted with the others outside a DAG. Each prefix keeps its last
+``keep_runs`` runs (by their first job's creation); an older run goes whole: its job folders (code snapshots,
+logs, outputs), its jobs' MLflow runs and artifacts, and its saved report. Each model keeps its newest
+``keep_versions`` versions; an older version goes from the folder and from MLflow's registry, with its copy in
+MLflow's artifact store. Captured requests (``modelDataCollector/``) go by the hour they were written, once
+``capture_days`` have passed, and so do monitoring reports (each endpoint's ``latest`` stays).
+
+Kept whatever the numbers say, each with the reason in the plan:
+
+- a run with a job that has not ended (or whose state cannot be read: no evidence is never a pass);
+- a model version that holds an alias, or ever held ``production`` or ``previous`` (``models/<name>/aliases.jsonl``,
+  written as aliases move; a workspace from before keeps its current holders), a version a deployment of any
+  endpoint serves, and the run that produced each of them;
+- a kept run's model versions, so that a kept report's links all resolve.
+
+A dry run lists what would go and the space it frees; a real one removes in an order that loses nothing when it
+is cut short: a run's MLflow run before its job folder (the folder lists it for the next prune), a version's
+MLflow mirror before its folder, under the model's lock (an interrupted one is mirrored again, not lost).
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import logging
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
+from mlrunway.errors import MlrunwayError
+from mlrunway.local.files import locked, read_json
+from mlrunway.local.registry import ALIAS_LOG
+from mlrunway.local.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+_RUN_JOB = re.compile(r"^(?P<prefix>.+)-(?P<key>[0-9a-f]{8})-(?:train|sweep)(?:-a\d+)?$")
+_TRIAL = re.compile(r"^(?P<sweep>.+)_trial_\d+$")
+_ENDED = ("Completed", "Failed", "Canceled")
+_CAPTURE_HOUR = re.compile(r"^\d{4}/\d{2}/\d{2}/\d{2}$")
+_MONITOR_STAMP = re.compile(r"^(\d{8}T\d{6}Z)\.(html|json)$")
+
+
+@dataclass
+class _Run:
+    prefix: str
+    key: str
+    jobs: list[Path] = field(default_factory=list)
+    started: float = float("inf")  # its first job's creation: a retried attempt does not make an old run new
+    open_job: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}-{self.key}" if self.prefix else self.key
+
+
+def run_of(job_name: str) -> tuple[str, str]:
+    """(prefix, run key) of a job: its DAG run's, or ("", its own name) for a job submitted outside a DAG."""
+    trial = _TRIAL.match(job_name)
+    stem = trial["sweep"] if trial else job_name
+    found = _RUN_JOB.match(stem)
+    return (found["prefix"], found["key"]) if found else ("", stem)
+
+
+def _aliased(workspace: Workspace, name: str) -> dict[int, str]:
+    """Versions of ``name`` that hold an alias now or ever held a protected one: why each is kept."""
+    why: dict[int, str] = {}
+    path = workspace.models / name / ALIAS_LOG
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a torn last line
+            if entry.get("alias") in PROTECTED_ALIASES:
+                why[int(entry["version"])] = f"held the {entry['alias']} alias"
+    from mlrunway.local import mlflow_registry
+    from mlrunway.local.registry import LocalModels
+
+    try:
+        LocalModels(workspace).sync(name)  # a model MLflow does not mirror yet (a workspace from before) gets mirrored
+        held = mlflow_registry.client(workspace).get_registered_model(name).aliases
+    except Exception as exc:  # noqa: BLE001 - MLflow's errors vary; no reading of aliases prunes nothing
+        raise MlrunwayError(f"model {name}: its aliases could not be read from MLflow ({exc}); nothing pruned: "
+                            f"repair the store ({workspace.tracking_uri}) and prune again") from exc
+    for alias, version in held.items():
+        why[int(version)] = f"holds the {alias} alias"
+    return why
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_dir())
+
+
+def _runs(workspace: Workspace) -> dict[tuple[str, str], _Run]:
+    runs: dict[tuple[str, str], _Run] = {}
+    for folder in sorted(workspace.jobs.iterdir()) if workspace.jobs.is_dir() else []:
+        if folder.name.startswith(".") or not folder.is_dir():
+            continue
+        prefix, key = run_of(folder.name)
+        run = runs.setdefault((prefix, key), _Run(prefix, key))
+        run.jobs.append(folder)
+        try:
+            status = read_json(folder / "status.json")
+            run.started = min(run.started, float(status.get("created") or 0))
+            if status.get("status") not in _ENDED:
+                run.open_job = run.open_job or f"{folder.name} is {status.get('status')}"
+        except (OSError, ValueError) as exc:
+            run.open_job = run.open_job or f"{folder.name}'s state is unreadable ({exc})"
+    return runs
+
+
+def _deployed(workspace: Workspace) -> dict[tuple[str, int], str]:
+    served: dict[tuple[str, int], str] = {}
+    for folder in sorted(workspace.endpoints.iterdir()) if workspace.endpoints.is_dir() else []:
+        try:
+            state = read_json(folder / "endpoint.json")
+        except (OSError, ValueError):
+            continue
+        for deployment in state.get("deployments", {}).values():
+            name, _, version = str(deployment.get("model", "")).rpartition(":")
+            if name and version.isdigit():
+                served[(name, int(version))] = f"deployment {folder.name}/{deployment['name']} serves it"
+    return served
+
+
+def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: float | None = None) -> PrunePlan:
+    """What pruning ``workspace`` by ``policy`` removes, and what it keeps though the numbers pass it by."""
+    now = time.time() if now is None else now
+    result = PrunePlan(policy)
+    runs = _runs(workspace)
+    served = _deployed(workspace)
+    keep_runs: dict[tuple[str, str], str] = {}
+    by_prefix: dict[str, list[_Run]] = {}
+    for run in runs.values():
+        by_prefix.setdefault(run.prefix, []).append(run)
+    for prefix_runs in by_prefix.values():
+        prefix_runs.sort(key=lambda r: r.started, reverse=True)
+        for run in prefix_runs[:policy.keep_runs]:
+            keep_runs[(run.prefix, run.key)] = ""
+    for run in runs.values():
+        if run.open_job and (run.prefix, run.key) not in keep_runs:
+            keep_runs[(run.prefix, run.key)] = f"a job has not ended ({run.open_job})"
+
+    versions: dict[tuple[str, int], dict[str, Any]] = {}  # (model, version): its properties
+    reasons: dict[tuple[str, int], str] = {}
+    newest: set[tuple[str, int]] = set()
+    for model in sorted(workspace.models.iterdir()) if workspace.models.is_dir() else []:
+        numbers = sorted(int(p.name) for p in model.iterdir() if p.name.isdigit())
+        for number, why in _aliased(workspace, model.name).items() if numbers else ():
+            reasons[(model.name, number)] = why
+        newest |= {(model.name, n) for n in numbers[-policy.keep_versions:]}
+        for number in numbers:
+            versions[(model.name, number)] = read_json(model / str(number) / "model.json").get("properties", {})
+            if (model.name, number) in served:
+                reasons.setdefault((model.name, number), served[(model.name, number)])
+    for (name, number), why in list(reasons.items()):  # an exported version's source stays with it
+        source = _source_model(versions.get((name, number), {}))
+        if source in versions and source not in reasons:
+            reasons[source] = f"{name}:{number} was exported from it ({why})"
+    for version, why in reasons.items():  # and the run that produced each protected version (an export's: its source's)
+        if _source_model(versions.get(version, {})) in reasons:
+            continue
+        run_key = _run_of_version(versions, version)
+        if run_key in runs and not keep_runs.get(run_key):
+            keep_runs[run_key] = f"it produced {version[0]}:{version[1]} ({why})"
+
+    for held, why in keep_runs.items():
+        if why:
+            result.kept[f"run {runs[held].name}"] = why
+    for (prefix, key), run in sorted(runs.items()):
+        if (prefix, key) in keep_runs:
+            continue
+        reason = f"older than the last {policy.keep_runs} runs of {prefix or 'jobs outside a DAG'}"
+        for job in run.jobs:
+            result.removed.append(Pruned("job", job.name, reason, _size(job)))
+            run_id = _run_id(job)
+            if run_id:
+                result.removed.append(Pruned("mlflow_run", run_id, f"job {job.name}'s; {reason}",
+                                             _size(workspace.root / "artifacts" / run_id)))
+        report = reports / f"{run.name}-sweep"
+        if run.prefix and report.is_dir():
+            result.removed.append(Pruned("report", str(report.relative_to(reports)), reason, _size(report)))
+
+    for name, number in sorted(versions):
+        if (name, number) in newest:
+            continue
+        run_key = _run_of_version(versions, (name, number))
+        why = reasons.get((name, number)) or (f"its run {'-'.join(run_key)} is kept" if run_key in keep_runs else "")
+        if why:
+            result.kept[f"model {name}:{number}"] = why
+            continue
+        reason = f"older than the newest {policy.keep_versions} versions of {name}"
+        folder = workspace.models / name / str(number)
+        size = _size(folder) + _size(workspace.root / "artifacts" / "model-registry" / name / str(number))
+        result.removed.append(Pruned("model_version", f"{name}:{number}", reason, size))
+        card = reports / "model-cards" / name / str(number)
+        if card.is_dir():
+            result.removed.append(Pruned("report", str(card.relative_to(reports)), reason, _size(card)))
+        for reference in sorted((reports / "monitor").glob(f"*/reference/{name}-{number}")):
+            result.removed.append(Pruned("report", str(reference.relative_to(reports)), reason, _size(reference)))
+
+    cutoff = now - policy.capture_days * 86400
+    captures = workspace.root / "modelDataCollector"
+    for hour in _capture_hours(captures):
+        if _utc("/".join(hour.parts[-4:]), "%Y/%m/%d/%H") + 3600 <= cutoff:
+            result.removed.append(Pruned("capture", str(hour.relative_to(captures)),
+                                         f"captured over {policy.capture_days:g} days ago", _size(hour)))
+    monitor = reports / "monitor"
+    for page in sorted(monitor.glob("*/*")) if monitor.is_dir() else []:
+        found = _MONITOR_STAMP.match(page.name)
+        if found and _utc(found[1], "%Y%m%dT%H%M%SZ") < cutoff:
+            result.removed.append(Pruned("report", str(page.relative_to(reports)),
+                                         f"a monitoring report over {policy.capture_days:g} days old", _size(page)))
+    return result
+
+
+def _source_model(props: dict[str, Any]) -> tuple[str, int] | None:
+    name, _, number = str(props.get("source_model", "")).rpartition(":")
+    return (name, int(number)) if name and number.isdigit() else None
+
+
+def _run_of_version(versions: dict[tuple[str, int], dict[str, Any]], version: tuple[str, int]) -> tuple[str, str]:
+    """The run that produced ``version``: its sweep's (or job's), or, for an exported version, its source's."""
+    props = versions.get(version, {})
+    source = _source_model(props)
+    if source is not None and source != version:
+        props = versions.get(source, {})
+    job = props.get("sweep") or props.get("source_job")
+    return run_of(str(job)) if job else ("", "")
+
+
+def _utc(text: str, layout: str) -> float:
+    return float(calendar.timegm(time.strptime(text, layout)))
+
+
+def _run_id(job: Path) -> str | None:
+    try:
+        run_id = read_json(job / "status.json").get("mlflow_run_id")
+    except (OSError, ValueError):
+        return None
+    return str(run_id) if run_id else None
+
+
+def _capture_hours(root: Path) -> list[Path]:
+    """``<endpoint>/<deployment>/<collection>/yyyy/MM/dd/HH`` folders under ``root`` (the rolling rate's
+    minute and day partitions are kept by their hour and day folders)."""
+    found = []
+    for day in sorted(root.glob("*/*/*/[0-9]*/[0-9]*/[0-9]*")) if root.is_dir() else []:
+        for hour in sorted(day.iterdir()):
+            if hour.is_dir() and _CAPTURE_HOUR.match("/".join(hour.parts[-4:])):
+                found.append(hour)
+    return found
+
+
+def prune(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, dry_run: bool = False,
+          now: float | None = None) -> PrunePlan:
+    """Plan, and unless ``dry_run`` remove, what ``policy`` lets go of."""
+    result = plan(workspace, policy, reports, now=now)
+    result.dry_run = dry_run
+    if dry_run:
+        return result
+    from mlrunway.local import mlflow_registry, tracking
+
+    run_ids = [item.name for item in result.removed if item.kind == "mlflow_run"]
+    if run_ids:
+        tracking.delete_runs(workspace, run_ids)
+    for item in result.removed:
+        if item.kind == "job":
+            shutil.rmtree(workspace.jobs / item.name, ignore_errors=True)
+        elif item.kind == "report":
+            target = reports / item.name
+            shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        elif item.kind == "capture":
+            shutil.rmtree(workspace.root / "modelDataCollector" / item.name, ignore_errors=True)
+        elif item.kind == "model_version":
+            name, _, number = item.name.rpartition(":")
+            with locked(workspace.models / name / ".lock"):
+                mlflow_registry.delete_version(workspace, name, int(number))
+                shutil.rmtree(workspace.models / name / number, ignore_errors=True)
+    _remove_empty(workspace.root / "modelDataCollector")
+    log.info("Pruned %s: %s", workspace.root, result.summary())
+    return result
+
+
+def _remove_empty(root: Path) -> None:
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:
+            continue
