@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from mlrunway.local.serving.app import ENDPOINT_DIR_ENV
-from mlrunway.local.serving.master import listening_socket
+from mlrunway.local.serving.master import listening_sockets
 from mlrunway.local.serving.server import serve
 from mlrunway.local.serving.state import EndpointState
 
@@ -23,7 +23,8 @@ def main(endpoint_dir: Path, protocol: str, port: int) -> None:
     if protocol not in ("httptools", "h11"):
         raise SystemExit(f"protocol: {protocol!r} is not one of uvicorn's (httptools, h11)")
     os.environ[ENDPOINT_DIR_ENV] = str(endpoint_dir)
-    serve(EndpointState.load(endpoint_dir), protocol, listening_socket("127.0.0.1", port))
+    state = EndpointState.load(endpoint_dir)
+    serve(state, protocol, listening_sockets("127.0.0.1", port, state.workers))
 
 
 if __name__ == "__main__":

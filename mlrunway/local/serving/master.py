@@ -2,12 +2,15 @@
 lives, stop it, and restart it after its master died, keeping the port, the keys, the deployments and traffic.
 
 Every process of a server carries the endpoint's token in its environment, so a master's orphaned workers are
-found (and only they are signalled) without trusting a stored PID. The listening socket is bound with
-SO_REUSEPORT. A recovered master adopts the orphans' own listening socket (``pidfd_getfd``, Linux 5.6+): the same
-socket, so the same accept queue, and the orphans serve until the new workers are up, then finish what they are
-serving and exit; no connection that reached the port is dropped. Where adoption is refused (an older kernel, no
-ptrace permission) it binds the port beside them instead; the orphans' socket then closes with whatever
-connections were still queued on it. A master kill thus costs at most the requests in flight.
+found (and only they are signalled) without trusting a stored PID. Each worker listens on a socket of its own,
+all bound to the port with SO_REUSEPORT, so the kernel spreads new connections over the workers evenly (one
+shared socket let whichever worker woke first accept a whole burst: 15 of 16 keep-alive connections on one of
+two workers, half the throughput). A recovered master adopts the orphans' own listening sockets (``pidfd_getfd``,
+Linux 5.6+), one for each new worker: the same sockets, so the same accept queues, and the orphans serve until
+the new workers are up, then finish what they are serving and exit; no connection that reached the port is
+dropped. Where adoption is refused (an older kernel, no ptrace permission) it binds new sockets beside them
+instead; an orphan's socket then closes with whatever connections were still queued on it. A master kill thus
+costs at most the requests in flight.
 """
 
 from __future__ import annotations
@@ -30,18 +33,32 @@ from mlrunway.local.serving.state import EndpointState
 
 START_TIMEOUT_S = 60.0
 READY_DIR = "ready"  # each worker writes its PID here once it serves
-ADOPT_ENV = "MLRUNWAY_ADOPT_SOCKET"  # "pid:fd" of a dead master's orphan and its listening socket
+ADOPT_ENV = "MLRUNWAY_ADOPT_SOCKET"  # "pid:fd,pid:fd...": a dead master's orphans and their listening sockets
 SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has (the unified syscall table)
 
-__all__ = ["alive", "dead_reason", "listening_socket", "start", "stop"]
+__all__ = ["alive", "dead_reason", "listening_sockets", "start", "stop"]
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The server's socket: the one a dead master's workers still listen on, when ``ADOPT_ENV`` names it and it
-    can be taken; else a new one, SO_REUSEPORT, so that it can be bound beside those workers."""
-    adopted = _adopt(os.environ.get(ADOPT_ENV, ""), port)
-    if adopted is not None:
-        return adopted
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """The server's ``count`` sockets, one per worker: those a dead master's workers still listen on, where
+    ``ADOPT_ENV`` names them and they can be taken (each once: an older release's workers shared one), then new
+    ones, SO_REUSEPORT, bound beside them."""
+    sockets: list[socket.socket] = []
+    seen: set[int] = set()
+    for named in filter(None, os.environ.get(ADOPT_ENV, "").split(",")):
+        adopted = _adopt(named, port)
+        if adopted is None:
+            continue
+        inode = os.fstat(adopted.fileno()).st_ino
+        if inode in seen or len(sockets) == count:  # fewer workers now: the orphans' own copy closes when they exit
+            adopted.close()
+            continue
+        seen.add(inode)
+        sockets.append(adopted)
+    return sockets + [_bound(host, port) for _ in range(count - len(sockets))]
+
+
+def _bound(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -75,16 +92,17 @@ def _adopt(named: str, port: int) -> socket.socket | None:
     return sock
 
 
-def _listener(orphans: list[psutil.Process], port: int) -> str:
-    """"pid:fd" of an orphan's socket listening on ``port``, or "" when none is found."""
+def _listeners(orphans: list[psutil.Process], port: int) -> str:
+    """"pid:fd,..." of the orphans' sockets listening on ``port``; "" when none is found."""
+    found = []
     for orphan in orphans:
         try:
             for conn in orphan.net_connections("tcp"):
                 if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.fd >= 0:
-                    return f"{orphan.pid}:{conn.fd}"
+                    found.append(f"{orphan.pid}:{conn.fd}")
         except psutil.Error:
             continue
-    return ""
+    return ",".join(found)
 
 
 def alive(state: EndpointState) -> bool:
@@ -135,7 +153,7 @@ def start(folder: Path, state: EndpointState) -> EndpointState:
         stale.unlink()
     with open(folder / "logs" / "server.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mlrunway.local.serving.server", str(folder)],
-                                env={**os.environ, JOB_TOKEN_ENV: state.token, ADOPT_ENV: _listener(orphans, state.port)},
+                                env={**os.environ, JOB_TOKEN_ENV: state.token, ADOPT_ENV: _listeners(orphans, state.port)},
                                 stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
     master = Identity.of(proc.pid)

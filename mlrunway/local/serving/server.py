@@ -1,25 +1,29 @@
 """Run an endpoint's server: ``python -m mlrunway.local.serving.server <endpoint_dir>`` (uvicorn, N workers).
 
-The master binds the port with SO_REUSEPORT (:func:`mlrunway.local.serving.master.listening_socket`) and always
-runs uvicorn's multiprocess supervisor, even for one worker: its workers then outlive a killed master and serve
-on until a recovered master replaces them.
+The master binds one socket per worker to the port with SO_REUSEPORT
+(:func:`mlrunway.local.serving.master.listening_sockets`) and always runs a multiprocess supervisor, even for one
+worker: its workers then outlive a killed master and serve on until a recovered master replaces them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
 
 import uvicorn
-from uvicorn.supervisors import Multiprocess
+from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 from mlrunway.local.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
 from mlrunway.local.serving.guard import LIMITS_ENV, Limits
-from mlrunway.local.serving.master import listening_socket
+from mlrunway.local.serving.master import listening_sockets
 from mlrunway.local.serving.state import EndpointState
+
+log = logging.getLogger("uvicorn.error")
+STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: a worker that could not start (the app, the socket)
 
 
 def main(endpoint_dir: Path) -> None:
@@ -30,15 +34,71 @@ def main(endpoint_dir: Path) -> None:
                                     state.body_timeout_s, DRAIN_CAP_BYTES, state.send_timeout_s).encode()
     from mlrunway.local.serving.guard import GuardedProtocol
 
-    serve(state, GuardedProtocol, listening_socket(state.host, state.port))
+    serve(state, GuardedProtocol, listening_sockets(state.host, state.port, state.workers))
 
 
-def serve(state: EndpointState, protocol: type[asyncio.Protocol] | str, sock: socket.socket) -> None:
-    """The endpoint's app in ``state.workers`` uvicorn workers on ``sock``, speaking HTTP through ``protocol``."""
+class Slotted(Multiprocess):
+    """uvicorn's supervisor, but worker ``i`` listens on ``slots[i]`` alone, and a worker that dies is replaced on
+    its own socket (kept open by the supervisor meanwhile, so the connections queued on it wait rather than
+    drop). Each slot's accept queue is its worker's: the kernel's SO_REUSEPORT hash spreads connections evenly,
+    where one shared socket went to whichever worker woke first. Adding and removing workers by signal (SIGTTIN,
+    SIGTTOU) is not offered: the endpoint's ``workers`` setting restarts the server."""
+
+    def __init__(self, config: uvicorn.Config, slots: list[socket.socket]) -> None:
+        super().__init__(config, sockets=slots)
+        self.slots = slots
+
+    def _spawn(self, slot: int) -> Process:
+        process = Process(self.config, [self.slots[slot]])
+        process.start()
+        return process
+
+    def init_processes(self) -> None:
+        self.processes = [self._spawn(slot) for slot in range(len(self.slots))]
+
+    def restart_all(self) -> None:  # SIGHUP: each worker replaced on its own socket, the new one up first
+        for slot, old in enumerate(self.processes):
+            if self.should_exit.is_set():
+                return
+            new = self._spawn(slot)
+            if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
+                new.kill()
+                new.join()
+                return
+            old.terminate()
+            old.join()
+            self.processes[slot] = new
+
+    def keep_subprocess_alive(self) -> None:
+        if self.should_exit.is_set():
+            return
+        for slot, process in enumerate(self.processes):
+            if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                continue
+            process.kill()  # hung: killed; dead: reaped
+            process.join()
+            if process.exitcode == STARTUP_FAILURE:  # it would fail the same way every time
+                log.error("Child process [%s] failed to start, stopping the parent process.", process.pid)
+                self.should_exit.set()
+                return
+            if self.should_exit.is_set():
+                return
+            log.info("Child process [%s] died", process.pid)
+            self.processes[slot] = self._spawn(slot)
+
+    def handle_ttin(self) -> None:
+        log.warning("SIGTTIN ignored: set the endpoint's workers to change their number")
+
+    def handle_ttou(self) -> None:
+        log.warning("SIGTTOU ignored: set the endpoint's workers to change their number")
+
+
+def serve(state: EndpointState, protocol: type[asyncio.Protocol] | str, sockets: list[socket.socket]) -> None:
+    """The endpoint's app in one uvicorn worker per socket of ``sockets``, speaking HTTP through ``protocol``."""
     config = uvicorn.Config("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
-                            workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+                            workers=len(sockets), log_level="warning", access_log=False, timeout_graceful_shutdown=10,
                             http=protocol, timeout_keep_alive=5)
-    Multiprocess(config, sockets=[sock]).run()
+    Slotted(config, sockets).run()
 
 
 if __name__ == "__main__":
