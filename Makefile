@@ -42,7 +42,8 @@ test-fast: check
 # Outside CI: the soak's long profile (tests/chaos/soak.py), 1,000 random faults against a running workload, in
 # chunks of under an hour (each its own process; an interrupted run goes on from tests/chaos/results/soak.json).
 # Exits 1 when an invariant broke; the results file lists each with its fault and seed. Then the tests marked
-# long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog).
+# long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog, the README's
+# UI recipe in a browser, the DAG on Celery workers and a backfill under the scheduler).
 SOAK_FAULTS ?= 1000
 test-long: soak
 	$(PY) -m pytest -m long

@@ -25,7 +25,7 @@ from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 from tests.e2e.stack import AirflowStack, query, run_states, wait_parsed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long]  # 2 to 4 minutes: make test-long, outside CI
 DAG = "train_sweep_deploy"
 CONF = {"epochs": 4, "max_trials": 3, "max_concurrent_trials": 2, "delay_evaluation": 1}
 SHOTS = REPO / ".test-artifacts" / "browser"  # the browser tests' screenshots (tests/e2e/test_ui_recipe.py)

@@ -22,7 +22,7 @@ from mlrunway.local.backend import LocalBackend
 from tests.conftest import REPO
 from tests.e2e.stack import free_port, run_states, wait_parsed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long]  # 2 to 4 minutes: make test-long, outside CI
 TINY = {"epochs": 2, "max_trials": 2, "max_concurrent_trials": 2, "delay_evaluation": 1}
 BIN = Path(sys.executable).parent
 

@@ -31,7 +31,7 @@ from tests.conftest import REPO
 from tests.e2e.stack import free_port
 from tests.e2e.test_celery_ui import DAG, SHOTS, chromium
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long]  # 2 to 4 minutes: make test-long, outside CI
 FORM = {"epochs": "3", "max_trials": "2", "max_concurrent_trials": "2"}  # the open section's own fields
 
 
