@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from mlrunway.local import tracking
+from mlrunway.local.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -128,3 +129,14 @@ def test_artifacts_kept_without_mlflow_read_back_as_mlflows_own(workspace, tmp_p
     assert listed(ours) == listed(theirs) and len(listed(ours)) == 3
     local = store.download_artifacts(ours, "report/sub/curves.png", str(tmp_path))
     assert open(local, "rb").read() == b"\x89PNG"
+
+
+def test_a_new_workspaces_first_run_copies_the_empty_store_without_importing_mlflow(workspace, tmp_path):
+    tracking.client(Workspace.at(tmp_path / "other"))  # the machine's empty store exists once any store was made
+    probe = ("import sys; from mlrunway.local import tracking; from mlrunway.local.workspace import Workspace; "
+             f"print(tracking.start_run(Workspace.at({str(workspace.root)!r}), 'job', 'exp', None)[1], "
+             "'mlflow' in sys.modules)")
+    run_id, imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                      check=True).stdout.split()
+    assert imported == "False" and (workspace.root / "mlflow.db").exists()
+    assert tracking.client(workspace).get_run(run_id).info.run_name == "job"  # MLflow reads it as its own
