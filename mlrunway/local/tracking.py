@@ -53,8 +53,8 @@ def client(workspace: Workspace) -> MlflowClient:
 def _new_store(db: Path) -> None:
     """A new workspace's store, in WAL mode: a copy of an empty store that MLflow created and migrated once per
     machine and MLflow version, under the system's temporary folder (MLflow's migrations take 2 to 4 s of CPU; a
-    copy, milliseconds). The copy is the empty store as MLflow makes it: its Default experiment's artifact
-    location names the folder it was made from, as a fresh store's names the working directory; mlrunway's runs
+    copy, milliseconds). The copy is the empty store as MLflow makes it, but for its Default experiment's artifact
+    location: the workspace's ``artifacts/``, where a fresh store's names the working directory; mlrunway's runs
     go to experiments of their own."""
     from mlflow.tracking import MlflowClient
 
@@ -74,8 +74,13 @@ def _template() -> Path:
 
 
 def _copy(template: Path, db: Path) -> None:
+    """The empty store as the workspace's, its Default experiment's artifacts under the workspace's ``artifacts/``
+    (in the template they name the folder it happened to be made from)."""
     staging = db.with_name(f".{db.name}.new")
     shutil.copyfile(template, staging)
+    with contextlib.closing(sqlite3.connect(staging)) as conn, conn:
+        conn.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                     ((db.parent / "artifacts").as_uri(),))
     _enable_wal(staging)
     os.replace(staging, db)
 

@@ -140,3 +140,8 @@ def test_a_new_workspaces_first_run_copies_the_empty_store_without_importing_mlf
                                       check=True).stdout.split()
     assert imported == "False" and (workspace.root / "mlflow.db").exists()
     assert tracking.client(workspace).get_run(run_id).info.run_name == "job"  # MLflow reads it as its own
+
+
+def test_a_copied_stores_default_experiment_keeps_its_artifacts_in_the_workspace(workspace):
+    store = tracking.client(workspace)
+    assert store.get_experiment("0").artifact_location == (workspace.root / "artifacts").as_uri()
