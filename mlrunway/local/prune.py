@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
-from mlrunway.errors import MlrunwayError
+from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local.files import locked, read_json
 from mlrunway.local.registry import ALIAS_LOG
 from mlrunway.local.workspace import Workspace
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 _RUN_JOB = re.compile(r"^(?P<prefix>.+)-(?P<key>[0-9a-f]{8})-(?:train|sweep)(?:-a\d+)?$")
 _TRIAL = re.compile(r"^(?P<sweep>.+)_trial_\d+$")
-_ENDED = ("Completed", "Failed", "Canceled")
 _CAPTURE_HOUR = re.compile(r"^\d{4}/\d{2}/\d{2}/\d{2}$")
 _MONITOR_STAMP = re.compile(r"^(\d{8}T\d{6}Z)\.(html|json)$")
 
@@ -103,6 +102,9 @@ def _size(path: Path) -> int:
 
 
 def _runs(workspace: Workspace) -> dict[tuple[str, str], _Run]:
+    from mlrunway.local.jobs import LocalJobs
+
+    jobs = LocalJobs(workspace)
     runs: dict[tuple[str, str], _Run] = {}
     for folder in sorted(workspace.jobs.iterdir()) if workspace.jobs.is_dir() else []:
         if folder.name.startswith(".") or not folder.is_dir():
@@ -110,23 +112,29 @@ def _runs(workspace: Workspace) -> dict[tuple[str, str], _Run]:
         prefix, key = run_of(folder.name)
         run = runs.setdefault((prefix, key), _Run(prefix, key))
         run.jobs.append(folder)
-        try:
-            status = read_json(folder / "status.json")
-            run.started = min(run.started, float(status.get("created") or 0))
-            if status.get("status") not in _ENDED:
-                run.open_job = run.open_job or f"{folder.name} is {status.get('status')}"
-        except (OSError, ValueError) as exc:
-            run.open_job = run.open_job or f"{folder.name}'s state is unreadable ({exc})"
+        try:  # read as every reader reads a job (reconciled: a job whose supervisor died is ended first)
+            info = jobs.get(folder.name)
+        except NotFound:  # a submit under way, its folder not yet in place
+            run.open_job = run.open_job or f"{folder.name} is being submitted"
+            continue
+        run.started = min(run.started, info.created or 0.0)
+        if info.error and info.error.startswith(f"job folder {folder}"):  # unreadable: no evidence it ended
+            run.open_job = run.open_job or f"{folder.name}'s state is unreadable"
+        elif not info.status.is_terminal():
+            run.open_job = run.open_job or f"{folder.name} is {info.status.value}"
     return runs
 
 
 def _deployed(workspace: Workspace) -> dict[tuple[str, int], str]:
     served: dict[tuple[str, int], str] = {}
     for folder in sorted(workspace.endpoints.iterdir()) if workspace.endpoints.is_dir() else []:
+        if not (folder / "endpoint.json").exists():
+            continue
         try:
             state = read_json(folder / "endpoint.json")
-        except (OSError, ValueError):
-            continue
+        except (OSError, ValueError) as exc:  # what it serves is unknown: nothing may go
+            raise MlrunwayError(f"endpoint {folder.name}: its state cannot be read ({exc}); nothing pruned: "
+                                "restore endpoint.json or delete the endpoint, and prune again") from exc
         for deployment in state.get("deployments", {}).values():
             name, _, version = str(deployment.get("model", "")).rpartition(":")
             if name and version.isdigit():

@@ -5,6 +5,7 @@ stay."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.retention import RetentionPolicy
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus
-from mlrunway.errors import SpecError
+from mlrunway.errors import MlrunwayError, SpecError
 from mlrunway.local import mlflow_registry, prune, tracking
 from mlrunway.local.backend import LocalBackend
 from mlrunway.report import save_run_report
@@ -166,3 +167,27 @@ def test_a_policy_names_its_wrong_field(tmp_path):
         LocalBackend.from_connection({"workspace": str(tmp_path / "ws"), "retention": "{keep"})
     assert LocalBackend.from_connection({"workspace": str(tmp_path / "ws"), "retention": '{"keep_runs": 3}'}).retention \
         == RetentionPolicy(keep_runs=3)
+
+
+def test_a_run_whose_state_or_an_endpoint_whose_state_cannot_be_read_is_no_evidence(tmp_path):
+    from tests.mlrunway.local.test_formats import FIXTURE
+
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURE, root)
+    shutil.rmtree(root / "endpoints" / "old-ep")  # it serves old:1, which would keep the run that produced it
+    newer = root / "jobs" / "old-89abcdef-train"  # a later run of the same DAG
+    shutil.copytree(root / "jobs" / "old-0123abcd-train", newer)
+    status = json.loads((newer / "status.json").read_text())
+    (newer / "status.json").write_text(json.dumps({**status, "created": status["created"] + 3600}))
+    backend = LocalBackend.at(root)
+    policy = RetentionPolicy(keep_runs=1)
+    assert {i.name for i in backend.prune(policy, dry_run=True).removed if i.kind == "job"} == {
+        "old-0123abcd-train", "old-0123abcd-sweep", "old-0123abcd-sweep_trial_0", "old-0123abcd-sweep_trial_1"}
+    (root / "jobs" / "old-0123abcd-sweep_trial_1" / "status.json").write_text('{"status": "Compl')
+    plan = backend.prune(policy, dry_run=True)
+    assert plan.kept["run old-0123abcd"] == "a job has not ended (old-0123abcd-sweep_trial_1's state is unreadable)"
+    assert not [i for i in plan.removed if i.kind == "job"]
+    (root / "endpoints" / "old-ep").mkdir(parents=True)
+    (root / "endpoints" / "old-ep" / "endpoint.json").write_text("{")
+    with pytest.raises(MlrunwayError, match="endpoint old-ep: its state cannot be read .* nothing pruned"):
+        backend.prune(policy, dry_run=True)
