@@ -3,9 +3,9 @@ lives, stop it, and restart it after its master died, keeping the port, the keys
 
 Every process of a server carries the endpoint's token in its environment, so a master's orphaned workers are
 found (and only they are signalled) without trusting a stored PID. Each worker listens on a socket of its own,
-all bound to the port with SO_REUSEPORT, so the kernel spreads new connections over the workers evenly (one
-shared socket let whichever worker woke first accept a whole burst: 15 of 16 keep-alive connections on one of
-two workers, half the throughput). A recovered master adopts the orphans' own listening sockets (``pidfd_getfd``,
+all bound to the port with SO_REUSEPORT, so the kernel deals each new connection to a worker by a hash of its
+addresses, a fair draw whichever worker is awake (one shared socket let the worker that woke first accept a whole
+burst: 15 of 16 keep-alive connections on one of two workers, about half the throughput). A recovered master adopts the orphans' own listening sockets (``pidfd_getfd``,
 Linux 5.6+), one for each new worker: the same sockets, so the same accept queues, and the orphans serve until
 the new workers are up, then finish what they are serving and exit; no connection that reached the port is
 dropped. Where adoption is refused (an older kernel, no ptrace permission) it binds new sockets beside them

@@ -40,8 +40,8 @@ def main(endpoint_dir: Path) -> None:
 class Slotted(Multiprocess):
     """uvicorn's supervisor, but worker ``i`` listens on ``slots[i]`` alone, and a worker that dies is replaced on
     its own socket (kept open by the supervisor meanwhile, so the connections queued on it wait rather than
-    drop). Each slot's accept queue is its worker's: the kernel's SO_REUSEPORT hash spreads connections evenly,
-    where one shared socket went to whichever worker woke first. Adding and removing workers by signal (SIGTTIN,
+    drop). Each slot's accept queue is its worker's: the kernel's SO_REUSEPORT hash deals connections out as a fair
+    draw, where one shared socket gave them to whichever worker woke first. Adding and removing workers by signal (SIGTTIN,
     SIGTTOU) is not offered: the endpoint's ``workers`` setting restarts the server."""
 
     def __init__(self, config: uvicorn.Config, slots: list[socket.socket]) -> None:
