@@ -38,6 +38,14 @@ class ProcessLaunch(NamedTuple):
     env: dict[str, str]
 
 
+# How far a process's start time, read again, may be from the one recorded. Linux gives the start in clock ticks
+# after boot; the time of day adds the boot time, which /proc/stat holds in whole seconds and which moves when the
+# clock is corrected (NTP, a resumed VM): the same process read a moment apart can start a whole second "earlier".
+# With a tolerance of one second, a job whose supervisor was healthy read once as dead (Failed, and its processes
+# signalled). A PID reused by another process that started within seconds of the first is not a real case.
+SAME_START_S = 5.0
+
+
 class Identity(NamedTuple):
     """A process as it was recorded: its PID and start time (``psutil``'s ``create_time``)."""
 
@@ -56,12 +64,12 @@ class Identity(NamedTuple):
         return None
 
     def alive(self) -> bool:
-        """True while this very process runs: same PID, same start time, not a zombie."""
+        """True while this very process runs: same PID, same start time (within ``SAME_START_S``), not a zombie."""
         import psutil
 
         try:
             proc = psutil.Process(self.pid)
-            return abs(proc.create_time() - self.started) < 1 and proc.status() != psutil.STATUS_ZOMBIE
+            return abs(proc.create_time() - self.started) < SAME_START_S and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 

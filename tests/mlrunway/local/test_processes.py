@@ -24,3 +24,12 @@ def test_a_process_start_is_read_as_psutil_reads_it(tmp_path):
         child.wait()
     with pytest.raises(psutil.NoSuchProcess):
         create_time(child.pid)
+
+
+def test_a_start_read_a_second_off_after_the_boot_time_moved_is_the_same_process_and_a_reused_pid_is_not():
+    """/proc/stat's boot time is a whole second that moves with clock corrections: the same process read again
+    can start a second earlier or later than recorded, and must still be alive (it was once read as dead)."""
+    me = Identity.of(os.getpid())
+    for shift in (-1.0, 1.0, -2.5):
+        assert Identity(me.pid, me.started + shift).alive(), shift
+    assert not Identity(me.pid, me.started - 60).alive()  # another process that got the PID later
