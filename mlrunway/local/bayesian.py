@@ -62,15 +62,30 @@ class OptunaSearch:
         if (asked := self.unrecorded.pop(index, None)) is not None:
             log.info("Optuna trial %d was asked for trial %d before the controller died: its parameters stand",
                      asked.number, index)
-        elif self.unindexed:
-            asked = self.unindexed.pop(0)
-            self.study._storage.set_trial_user_attr(asked._trial_id, "index", index)  # a FrozenTrial has no setter
-            log.info("Optuna trial %d was asked before the controller died, its trial unnamed: it is trial %d",
-                     asked.number, index)
         else:
+            asked = self._unindexed(index)
+        if asked is None:
             asked = self.study.ask(self.distributions)
             asked.set_user_attr("index", index)
         return {name: _value(self.spec.search_space[name], asked.params[name]) for name in self.distributions}
+
+    def _unindexed(self, index: int) -> Any:
+        """A trial asked by a controller that died before it named its trial, now trial ``index``; None when there
+        is none. One killed inside ``ask()`` left a trial with only some parameters drawn (Optuna stores them one by
+        one): no trial ran with it, so it is told failed and the next one is looked at."""
+        from optuna.trial import TrialState
+
+        while self.unindexed:
+            asked = self.unindexed.pop(0)
+            if set(asked.params) >= set(self.distributions):
+                self.study._storage.set_trial_user_attr(asked._trial_id, "index", index)  # a FrozenTrial has no setter
+                log.info("Optuna trial %d was asked before the controller died, its trial unnamed: it is trial %d",
+                         asked.number, index)
+                return asked
+            self.study.tell(asked.number, state=TrialState.FAIL)
+            log.info("Optuna trial %d was cut short inside ask() (parameters %s of %s): told failed", asked.number,
+                     sorted(asked.params), sorted(self.distributions))
+        return None
 
     def ended(self, trial: TrialInfo, score: float | None) -> None:
         """Tell the study how trial ``trial`` ended: its score if it completed with one, failed otherwise."""
