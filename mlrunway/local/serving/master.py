@@ -55,10 +55,11 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
             continue
         seen.add(inode)
         sockets.append(adopted)
-    return sockets + [_bound(host, port) for _ in range(count - len(sockets))]
+    return sockets + [bind_slot(host, port) for _ in range(count - len(sockets))]
 
 
-def _bound(host: str, port: int) -> socket.socket:
+def bind_slot(host: str, port: int) -> socket.socket:
+    """A new socket in the port's SO_REUSEPORT group, for one worker."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

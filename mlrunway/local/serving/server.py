@@ -19,7 +19,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 from mlrunway.local.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
 from mlrunway.local.serving.guard import LIMITS_ENV, Limits
-from mlrunway.local.serving.master import listening_sockets
+from mlrunway.local.serving.master import bind_slot, listening_sockets
 from mlrunway.local.serving.state import EndpointState
 
 log = logging.getLogger("uvicorn.error")
@@ -41,8 +41,8 @@ class Slotted(Multiprocess):
     """uvicorn's supervisor, but worker ``i`` listens on ``slots[i]`` alone, and a worker that dies is replaced on
     its own socket (kept open by the supervisor meanwhile, so the connections queued on it wait rather than
     drop). Each slot's accept queue is its worker's: the kernel's SO_REUSEPORT hash deals connections out as a fair
-    draw, where one shared socket gave them to whichever worker woke first. Adding and removing workers by signal (SIGTTIN,
-    SIGTTOU) is not offered: the endpoint's ``workers`` setting restarts the server."""
+    draw, where one shared socket gave them to whichever worker woke first. SIGTTIN adds a worker on a new socket
+    (a deployment that asks for more instances); removing one by SIGTTOU is not offered."""
 
     def __init__(self, config: uvicorn.Config, slots: list[socket.socket]) -> None:
         super().__init__(config, sockets=slots)
@@ -86,8 +86,10 @@ class Slotted(Multiprocess):
             log.info("Child process [%s] died", process.pid)
             self.processes[slot] = self._spawn(slot)
 
-    def handle_ttin(self) -> None:
-        log.warning("SIGTTIN ignored: set the endpoint's workers to change their number")
+    def handle_ttin(self) -> None:  # a deployment asked for more instances: one more worker, on a socket of its own
+        self.slots.append(bind_slot(self.config.host, self.config.port))
+        self.processes_num += 1
+        self.processes.append(self._spawn(len(self.slots) - 1))
 
     def handle_ttou(self) -> None:
         log.warning("SIGTTOU ignored: set the endpoint's workers to change their number")

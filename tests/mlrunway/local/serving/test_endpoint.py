@@ -83,7 +83,9 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
     endpoints.create_or_update_deployment("digits-ep", "green", deployment(
         endpoints.workspace, onnx_model, TRAINING, instance_count=3, data_collector=collector))
     assert endpoints.state("digits-ep").workers == 3
-    wait_until(lambda: len(psutil.Process(live.pid).children()) >= 3)  # uvicorn added a worker (SIGTTIN)
+    ready = endpoints.workspace.endpoints / "digits-ep" / "ready"  # each serving worker writes its PID there
+    wait_until(lambda: len({int(p.name) for p in ready.iterdir() if p.name.isdigit()}
+                           & {c.pid for c in psutil.Process(live.pid).children()}) == 3)  # a worker added (SIGTTIN)
     endpoints.set_traffic("digits-ep", {"blue": 50, "green": 50})
     single, _ = image_payload(digits, onnx_model)
     with ThreadPoolExecutor(8) as pool:
