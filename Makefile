@@ -9,7 +9,7 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURD
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
 
-.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-quick bench-readme clean
+.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-long bench-quick bench-readme clean
 
 setup: $(STAMP)
 
@@ -87,7 +87,7 @@ demo: data
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
 
-# Every benchmark of bench/ (40 minutes on 2 cores at 89a8e62; none takes an hour), each printing its figures and
+# Every benchmark of bench/ but the long one (about 70 minutes on 2 cores), each printing its figures and
 # recording bench/results/<name>.json with its commit, repeats and spread; then the README's figures from them.
 # Each refuses a tree that differs from HEAD outside bench/results/ (commit first).
 bench: $(STAMP)
@@ -99,7 +99,15 @@ bench: $(STAMP)
 	$(PY) bench/endpoint.py           # 13 min (and 1 the first time: Azure's server's venv)
 	$(PY) bench/capture.py            # 3 min
 	$(PY) bench/early_termination.py  # 7 min
-	$(PY) bench/orchestration.py      # 10.5 min
+	$(PY) bench/orchestration.py      # 17 min
+	$(PY) bench/samplers.py           # 11 min
+	$(PY) bench/report_page.py        # 1 min
+	$(PY) bench/readme.py
+
+# The long record: a sweep's cost over its scripts at 8 and 200 trials (1 h 45 on 2 cores), in chunks: each whole
+# repeat is kept as it ends, and running this again after it was cut short goes on from the last one.
+bench-long: $(STAMP)
+	$(PY) bench/trial_overhead.py --resume
 	$(PY) bench/readme.py
 
 # A few minutes: each benchmark but the two long ones, smaller, into bench/results/quick/ (ignored, never quoted).

@@ -14,6 +14,11 @@ Every script records ``bench/results/<name>.json`` through :func:`record`, with:
   label says, a failed request under load) is refused by the script before it gets here.
 
 Each recorded run also appends one line to ``bench/results/log.jsonl``: a run is never lost by being overwritten.
+
+A long benchmark loops over :meth:`Bench.repeats` and takes ``--resume`` (:func:`harness_args` with
+``resumable=True``): each whole repeat is kept in ``<results>/<name>.partial.json`` as it ends, and a run cut short
+(a reboot, a session's end) goes on from its last whole repeat, on the same commit with the same arguments only;
+the partial repeat is measured again. The recorded file says in how many chunks it ran.
 """
 
 from __future__ import annotations
@@ -44,13 +49,17 @@ if str(REPO) not in sys.path:  # the example's specs (training/tutorial.py) for 
 
 # ---- the harness ----------------------------------------------------------------------------------------------
 
-def harness_args(parser: argparse.ArgumentParser, repeats: int) -> None:
-    """The options every benchmark takes: ``--repeats``, ``--force`` and ``--results``."""
+def harness_args(parser: argparse.ArgumentParser, repeats: int, resumable: bool = False) -> None:
+    """The options every benchmark takes: ``--repeats``, ``--force`` and ``--results``; and ``--resume`` for a
+    benchmark that loops over :meth:`Bench.repeats`."""
     parser.add_argument("--repeats", type=int, default=repeats,
                         help=f"interleaved repeats of every figure (default {repeats}; targets need {MIN_REPEATS})")
     parser.add_argument("--force", action="store_true",
                         help="run and record although the tree differs from HEAD (the results file says so)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the folder the results file goes to")
+    if resumable:
+        parser.add_argument("--resume", action="store_true",
+                            help="go on from the last whole repeat of a run cut short (same commit and arguments)")
 
 
 def tree_state(repo: Path = REPO) -> dict[str, Any]:
@@ -134,6 +143,63 @@ class Bench:
         self.speed_before = host_speed_s()
         self.runs: dict[str, list[float]] = {}
         self.units: dict[str, str] = {}
+        self.done = 0  # whole repeats measured, by this process or the chunks before it
+        self.chunks: list[dict[str, Any]] = []  # earlier chunks of a resumed run: each one's start and seconds
+        self._rows: list[dict[str, Any]] = []
+        if getattr(args, "resume", False):
+            self._restore()
+        elif self.partial.exists():
+            print(f"a run cut short is kept in {_shown(self.partial)} (--resume goes on from it): this run starts "
+                  f"over and replaces it", flush=True)
+
+    @property
+    def partial(self) -> Path:
+        return Path(self.args.results) / f"{self.name}.partial.json"
+
+    def _identity(self) -> dict[str, Any]:
+        """What a resumed run must share with the run it goes on from."""
+        kept = {k: v for k, v in vars(self.args).items() if k not in ("results", "resume")}
+        return json.loads(json.dumps({"commit": self.tree["commit"], "dirty": self.tree["dirty"], "args": kept},
+                                     default=str))
+
+    def _restore(self) -> None:
+        try:
+            saved = json.loads(self.partial.read_text())
+        except FileNotFoundError:
+            print(f"nothing to resume in {_shown(self.partial)}: starting from the first repeat", flush=True)
+            return
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"cannot resume from {_shown(self.partial)} ({error}): delete it to start over") from None
+        if saved["identity"] != self._identity():
+            raise SystemExit(f"cannot resume from {_shown(self.partial)}: it was measured at {saved['identity']}, this "
+                             f"run is {self._identity()}. Resume on that commit with those arguments, or run without "
+                             f"--resume to start over.")
+        self.done, self.runs, self.units = saved["done"], saved["runs"], saved["units"]
+        self._rows, self.chunks = saved["rows"], saved["chunks"]
+        self.speed_before = saved["speed_before"]
+        print(f"resuming {self.name} after {self.done} whole repeat(s) of {self.args.repeats}", flush=True)
+
+    def repeats(self, items: Sequence[Any], rows: list[dict[str, Any]]) -> Iterator[tuple[int, list[Any]]]:
+        """:func:`interleaved` for a resumable benchmark: the repeats not yet measured, each kept (its figures and
+        ``rows``, the script's table) in :attr:`partial` as it ends. A resumed run's earlier rows are put back
+        into ``rows`` first."""
+        rows[:0] = self._rows
+        for repeat, order in interleaved(items, self.args.repeats):
+            if repeat < self.done:
+                continue
+            yield repeat, order
+            self.done = repeat + 1
+            self._save(rows)
+
+    def _save(self, rows: list[dict[str, Any]]) -> None:
+        chunk = {"started": self.started.isoformat(timespec="seconds"),
+                 "seconds": round((datetime.now(UTC) - self.started).total_seconds())}
+        saved = {"identity": self._identity(), "done": self.done, "runs": self.runs, "units": self.units,
+                 "rows": rows, "chunks": [*self.chunks, chunk], "speed_before": self.speed_before}
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        scratch = self.partial.with_suffix(".tmp")
+        scratch.write_text(json.dumps(saved, default=str))
+        os.replace(scratch, self.partial)
 
     def add(self, figure: str, value: float, unit: str = "") -> None:
         """One run of ``figure``: every call is kept."""
@@ -161,10 +227,13 @@ class Bench:
             print(table(judged, [("what", "target"), ("target", "rule on the median"), ("median", "median"),
                                  ("min", "min"), ("max", "max"), ("verdict", "verdict")]))
         ended = datetime.now(UTC)
+        chunks = [*self.chunks, {"started": self.started.isoformat(timespec="seconds"),
+                                 "seconds": round((ended - self.started).total_seconds())}]
         document = {
             "benchmark": self.name, "commit": self.tree["commit"], "clean": self.tree["clean"],
             "forced": bool(self.args.force and not self.tree["clean"]), "dirty": self.tree["dirty"],
-            "date": self.started.isoformat(timespec="seconds"), "duration_s": round((ended - self.started).total_seconds()),
+            "date": chunks[0]["started"], "duration_s": sum(c["seconds"] for c in chunks),
+            **({"chunks": chunks} if len(chunks) > 1 else {}),
             "machine": {**machine(), "host_speed_s": {"before": self.speed_before, "after": host_speed_s(),
                                                       "probe": "a 3M-step Python loop, best of 3"}},
             "versions": versions(*packages), "args": {k: v for k, v in vars(self.args).items() if k != "results"},
@@ -180,6 +249,7 @@ class Bench:
                 "forced": document["forced"], "date": document["date"], "repeats": repeats, "args": document["args"],
                 "figures": {n: {k: f[k] for k in ("median", "min", "max")} for n, f in figures.items()},
                 "targets": {t["what"]: t["verdict"] for t in judged}}, default=str) + "\n")
+        self.partial.unlink(missing_ok=True)
         missed = [t["what"] for t in judged if t["verdict"] == "missed"]
         print(f"recorded in {_shown(out)} (commit {str(document['commit'])[:10]}, "
               f"{'clean' if document['clean'] else 'NOT CLEAN, forced'}); "

@@ -64,9 +64,10 @@ def provenance(doc: Doc, command: str) -> str:
     m = doc["machine"]
     speed = m.get("host_speed_s", {})
     state = "clean" if doc["clean"] else "NOT CLEAN (forced)"
+    chunks = f" (in {len(doc['chunks'])} chunks, resumed by whole repeats)" if doc.get("chunks") else ""
     return (f"Recorded by `{command}` at commit `{str(doc['commit'])[:10]}` ({state}) on {doc['date'][:10]}, "
             f"{doc['repeats']} interleaved repeat{'s' if doc['repeats'] != 1 else ''} in {doc['duration_s'] / 60:.0f} "
-            f"min, on {m['cores']} cores ({m['cpu']}, {m['memory_gib']} GiB, Linux {m['kernel']}, Python "
+            f"min{chunks}, on {m['cores']} cores ({m['cpu']}, {m['memory_gib']} GiB, Linux {m['kernel']}, Python "
             f"{m['python']}); host-speed probe {speed.get('before')} s before and {speed.get('after')} s after "
             f"({speed.get('probe', '')}). Each figure: median (min to max) over the repeats; every run is in "
             f"`bench/results/{doc['benchmark']}.json`.")

@@ -33,8 +33,8 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def args(results: Path, force: bool = False, repeats: int = 5) -> argparse.Namespace:
-    return argparse.Namespace(repeats=repeats, force=force, results=results, duration=1)
+def args(results: Path, force: bool = False, repeats: int = 5, resume: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(repeats=repeats, force=force, results=results, duration=1, resume=resume)
 
 
 def test_tree_state_counts_all_but_results_and_ignored_files(repo: Path) -> None:
@@ -94,6 +94,44 @@ def test_a_tree_changed_during_the_run_is_not_recorded(repo: Path) -> None:
     with pytest.raises(SystemExit, match="changed while the benchmark ran"):
         bench.record([], ())
     assert not (repo / "bench" / "results" / "b.json").exists()
+
+
+def measure(repo: Path, repeats: int = 4, resume: bool = False, cut_at: int | None = None) -> tuple[dict, list[int]]:
+    """A resumable benchmark of two variants; ``cut_at`` kills it as that repeat starts, as a reboot would."""
+    bench = _common.Bench("b", args(repo / "bench" / "results", repeats=repeats, resume=resume), repo)
+    rows: list[dict] = []
+    measured = []
+    for repeat, order in bench.repeats(["x", "y"], rows):
+        if repeat == cut_at:
+            raise KeyboardInterrupt
+        measured.append(repeat)
+        for item in order:
+            bench.add(item, repeat * 10.0 + (item == "y"), "s")
+            rows.append({"repeat": repeat, "item": item})
+    return json.loads(bench.record(rows, ()).read_text()), measured
+
+
+def test_a_run_cut_short_resumes_from_its_last_whole_repeat_on_the_same_commit_and_arguments(repo: Path) -> None:
+    whole, measured = measure(repo)
+    assert measured == [0, 1, 2, 3] and "chunks" not in whole
+    with pytest.raises(KeyboardInterrupt):
+        measure(repo, cut_at=2)
+    partial = repo / "bench" / "results" / "b.partial.json"
+    assert json.loads(partial.read_text())["done"] == 2
+    with pytest.raises(SystemExit, match="cannot resume.*start over"):  # other arguments
+        measure(repo, repeats=5, resume=True)
+    (repo / "code.py").write_text("x = 2\n")
+    git(repo, "commit", "-qam", "second")
+    with pytest.raises(SystemExit, match="cannot resume"):  # another commit
+        measure(repo, resume=True)
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    resumed, measured = measure(repo, resume=True)
+    assert measured == [2, 3]  # the repeat cut short and the rest: the whole ones are not measured again
+    assert resumed["figures"] == whole["figures"] and resumed["results"] == whole["results"]
+    assert len(resumed["chunks"]) == 2 and resumed["duration_s"] == sum(c["seconds"] for c in resumed["chunks"])
+    assert not partial.exists()
+    fresh, measured = measure(repo, resume=True)  # nothing to resume: it starts from the first repeat
+    assert measured == [0, 1, 2, 3] and fresh["figures"] == whole["figures"]
 
 
 def test_interleaving_rotates_the_order_each_repeat() -> None:
