@@ -38,16 +38,21 @@ class ProcessLaunch(NamedTuple):
     env: dict[str, str]
 
 
-# How far a process's start time, read again, may be from the one recorded. Linux gives the start in clock ticks
-# after boot; the time of day adds the boot time, which /proc/stat holds in whole seconds and which moves when the
-# clock is corrected (NTP, a resumed VM): the same process read a moment apart can start a whole second "earlier".
-# With a tolerance of one second, a job whose supervisor was healthy read once as dead (Failed, and its processes
-# signalled). A PID reused by another process that started within seconds of the first is not a real case.
+# How far a process's start time, read again, may be from the one recorded. Linux gives a process's start in clock
+# ticks after boot, which never changes; the time of day adds the boot time, and /proc/stat's boot time is the
+# clock now minus the time since boot: it moves with every clock correction (NTP, a resumed VM), in whole seconds.
+# So every identity of one boot is computed with the boot time as first read in that boot (:func:`boot_time`): a
+# clock step cannot make a running process read as another. The tolerance covers records written before that
+# (0.2.0 read the boot time live; with one second, a healthy supervisor once read as dead) and the non-Linux path.
+# A PID reused by another process that started within seconds of the first is not a real case.
 SAME_START_S = 5.0
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_BOOT_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None  # gone at reboot
+_boot: float | None = None  # this process's boot time, once read (a process never outlives its boot)
 
 
 class Identity(NamedTuple):
-    """A process as it was recorded: its PID and start time (``psutil``'s ``create_time``)."""
+    """A process as it was recorded: its PID and start time (:func:`create_time`)."""
 
     pid: int
     started: float
@@ -68,26 +73,67 @@ class Identity(NamedTuple):
         import psutil
 
         try:
-            proc = psutil.Process(self.pid)
-            return abs(proc.create_time() - self.started) < SAME_START_S and proc.status() != psutil.STATUS_ZOMBIE
+            return (abs(create_time(self.pid) - self.started) < SAME_START_S
+                    and psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE)
         except psutil.Error:
             return False
 
 
 def create_time(pid: int) -> float:
-    """``psutil.Process(pid).create_time()``, read on Linux as psutil reads it (the process's start in clock ticks
-    after boot, plus the boot time) without importing psutil: a supervisor records its own before every trial's
-    script starts, and psutil's import is a sixth of that start. Raises ``psutil.NoSuchProcess`` for no process."""
+    """When process ``pid`` started, in seconds since the epoch: its start in clock ticks after boot plus
+    :func:`boot_time`. Read from /proc without importing psutil (a supervisor records its own before every trial's
+    script starts, and psutil's import is a sixth of that start). Raises ``psutil.NoSuchProcess`` for no process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             after_name = stat.read().rpartition(b")")[2].split()  # the name, in parentheses, may hold spaces
-        with open("/proc/stat", "rb") as system:
-            boot = next(float(line.split()[1]) for line in system if line.startswith(b"btime"))
-        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot  # field 22, starttime
+        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot_time()  # field 22, starttime
     except (OSError, StopIteration, IndexError, ValueError):  # not Linux, or no such process: psutil says which
         import psutil
 
         return float(psutil.Process(pid).create_time())
+
+
+def boot_time() -> float:
+    """This boot's time as every process of it computes identities with: /proc/stat's ``btime`` as first read in
+    this boot, kept in a file named by the boot's id in /dev/shm (which a reboot empties) and shared by every
+    mlrunway process of this user. Without /dev/shm, or should that file be unusable, the live ``btime``."""
+    global _boot
+    if _boot is None:
+        try:
+            if _BOOT_DIR is None:
+                raise OSError("no /dev/shm")
+            with open(_BOOT_ID) as boot_id:
+                _boot = _kept_btime(os.path.join(_BOOT_DIR, f"mlrunway-{os.getuid()}-boot-{boot_id.read().strip()}"))
+        except (OSError, ValueError):
+            _boot = _live_btime()
+    return _boot
+
+
+def _live_btime() -> float:
+    with open("/proc/stat", "rb") as system:
+        return next(float(line.split()[1]) for line in system if line.startswith(b"btime"))
+
+
+def _kept_btime(path: str) -> float:
+    """The boot time kept in ``path``; written now, as read now, when no process of this boot has yet. A file
+    another user planted is refused (``OSError``)."""
+    try:
+        with open(path) as kept:
+            if os.fstat(kept.fileno()).st_uid != os.getuid():
+                raise PermissionError(f"{path} is not this user's")
+            return float(kept.read())
+    except FileNotFoundError:
+        pass
+    scratch = f"{path}.{os.getpid()}"
+    with open(scratch, "w") as out:
+        out.write(repr(_live_btime()))
+    try:
+        os.link(scratch, path)  # whole or absent: the first process of the boot sets it, the others read it
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(scratch)
+    return _kept_btime(path)
 
 
 def marked(token: str) -> list[psutil.Process]:

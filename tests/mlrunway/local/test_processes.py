@@ -7,7 +7,8 @@ import subprocess
 import psutil
 import pytest
 
-from mlrunway.local.processes import Identity, create_time
+from mlrunway.local import processes
+from mlrunway.local.processes import Identity, boot_time, create_time
 
 
 def test_a_process_start_is_read_as_psutil_reads_it(tmp_path):
@@ -16,8 +17,9 @@ def test_a_process_start_is_read_as_psutil_reads_it(tmp_path):
     shutil.copy(shutil.which("sleep") or "/bin/sleep", odd)
     child = subprocess.Popen([str(odd), "30"])
     try:
-        for pid in (os.getpid(), child.pid):
-            assert create_time(pid) == pytest.approx(psutil.Process(pid).create_time(), abs=1e-6)
+        for pid in (os.getpid(), child.pid):  # the same ticks after boot (the boot time is this boot's first read)
+            assert create_time(pid) - boot_time() == pytest.approx(
+                psutil.Process(pid).create_time() - psutil.boot_time(), abs=1e-6)
         assert Identity.of(child.pid).alive()
     finally:
         child.kill()
@@ -33,3 +35,50 @@ def test_a_start_read_a_second_off_after_the_boot_time_moved_is_the_same_process
     for shift in (-1.0, 1.0, -2.5):
         assert Identity(me.pid, me.started + shift).alive(), shift
     assert not Identity(me.pid, me.started - 60).alive()  # another process that got the PID later
+
+
+@pytest.fixture
+def a_boot(tmp_path, monkeypatch):
+    """A boot of our own: its id, where its boot time is kept, and a clock the test can step."""
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("b1\n")
+    clock = {"btime": processes._live_btime()}
+    monkeypatch.setattr(processes, "_BOOT_ID", str(boot_id))
+    monkeypatch.setattr(processes, "_BOOT_DIR", str(tmp_path))
+    monkeypatch.setattr(processes, "_live_btime", lambda: clock["btime"])
+    monkeypatch.setattr(processes, "_boot", None)
+    return boot_id, clock
+
+
+def another_process(monkeypatch):
+    """What a process started later reads: nothing of this one's memory."""
+    monkeypatch.setattr(processes, "_boot", None)
+
+
+def test_a_clock_step_does_not_make_a_running_process_read_as_another(a_boot, monkeypatch, tmp_path):
+    """/proc/stat's boot time is the clock minus the time since boot: an NTP step or a resumed VM moves it by as
+    much as the clock moved. Identities are computed with the boot's first reading, so a supervisor recorded before
+    an hour's step is still itself to a reader started after it; after a reboot (a new boot id) it is not."""
+    boot_id, clock = a_boot
+    me = Identity.of(os.getpid())
+    assert [p.name for p in tmp_path.glob("mlrunway-*")] == [f"mlrunway-{os.getuid()}-boot-b1"]
+    for step in (3600.0, -86400.0):
+        clock["btime"] += step
+        another_process(monkeypatch)
+        assert me.alive() and Identity.of(os.getpid()) == me, step
+    boot_id.write_text("b2\n")  # rebooted: the boot time is read again, the old record is another process's
+    another_process(monkeypatch)
+    assert not me.alive()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_boot_time_planted_by_another_user_is_not_trusted(a_boot, monkeypatch, tmp_path):
+    _, clock = a_boot
+    planted = tmp_path / f"mlrunway-{os.getuid()}-boot-b1"
+    planted.write_text("12345.0")
+    os.chown(planted, os.getuid() + 1, -1)
+    assert boot_time() == clock["btime"]
+    planted.unlink()
+    another_process(monkeypatch)
+    clock["btime"] += 7
+    assert boot_time() == clock["btime"] and float(planted.read_text()) == clock["btime"]
