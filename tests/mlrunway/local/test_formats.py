@@ -121,3 +121,15 @@ def test_a_file_or_workspace_of_a_newer_format_is_refused_with_what_to_do(old):
     (old / formats.MARKER).write_text("{not json")
     with pytest.raises(WorkspaceFormatError, match="unreadable.*remove it to have the workspace migrated again"):
         LocalBackend.at(old)
+
+
+def test_a_workspace_older_than_this_release_migrates_is_refused_naming_the_release_that_does(old, monkeypatch):
+    """When a later release stops migrating format 0 (OLDEST moves up), a 0.1.0 workspace is refused before
+    anything is read or rewritten, naming the release to open it with first."""
+    monkeypatch.setattr(formats, "OLDEST", 1)
+    before = {path: path.read_bytes() for path in state_files(old)}
+    with pytest.raises(WorkspaceFormatError, match=rf"{KEY} 0 is older than this mlrunway .* migrates; open the "
+                                                   r"workspace once with mlrunway 0.2.0, which migrates it"):
+        LocalBackend.at(old)
+    assert {path: path.read_bytes() for path in state_files(old)} == before
+    assert not (old / formats.MARKER).exists()
