@@ -64,8 +64,72 @@ def read_json(path: Path) -> Any:
 
 
 def tail(path: Path, lines: int = 30) -> str:
-    """The last ``lines`` lines of a log file; empty when it does not exist yet."""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+    """The last ``lines`` lines of a log file, read from its end (a log may be large), continued from its last
+    rotation (``<path>.1``, :func:`rotate_log`) when the file holds fewer; empty when neither exists."""
+    found: list[str] = []
+    for part in (path, path.with_name(f"{path.name}.1")):
+        found = _last_lines(part, lines - len(found)) + found
+        if len(found) >= lines:
+            break
+    return "\n".join(found)
+
+
+def _last_lines(path: Path, count: int, block: int = 64 * 1024) -> list[str]:
+    if count <= 0:
+        return []
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        data = b""
+        while end > 0 and data.count(b"\n") <= count:
+            start = max(0, end - block)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+    return data.decode(errors="replace").splitlines()[-count:]
+
+
+LOG_MAX_BYTES_ENV = "MLRUNWAY_LOG_MAX_BYTES"
+LOG_MAX_BYTES = 16 * 2**20  # a long-lived process's log is rotated past this (:func:`rotate_log`)
+LOG_KEEP = 3  # rotated files kept: <log>.1 (the newest) to <log>.3
+
+
+def log_max_bytes() -> int:
+    """The size past which a long-lived log is rotated: ``MLRUNWAY_LOG_MAX_BYTES`` or 16 MiB."""
+    try:
+        return max(1, int(os.environ.get(LOG_MAX_BYTES_ENV, LOG_MAX_BYTES)))
+    except ValueError:
+        return LOG_MAX_BYTES
+
+
+def rotate_log(path: Path, max_bytes: int, keep: int = LOG_KEEP) -> bool:
+    """Rotate a log that its writers keep open and append to (``O_APPEND``: an endpoint's ``server.log``, which
+    its master and workers inherit as their output, and each deployment's ``score.log``) once it passes
+    ``max_bytes``: ``<path>.1`` moves to ``.2`` and so on (the oldest past ``keep`` dropped), the log's bytes are
+    copied to ``<path>.1``, and the log is truncated in place, so its writers go on at its new start without
+    reopening anything (copytruncate). A line written between the copy and the truncation, microseconds apart,
+    is lost. True when it rotated."""
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+    except FileNotFoundError:
+        return False
+    with locked(path.with_name(f".{path.name}.rotate.lock")):
+        if path.stat().st_size <= max_bytes:  # another process rotated it meanwhile
+            return False
+        for older in range(keep - 1, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path.with_name(f"{path.name}.{older}"), path.with_name(f"{path.name}.{older + 1}"))
+        copy = path.with_name(f".{path.name}.rotating")
+        with open(path, "rb") as source, open(copy, "wb") as target:
+            while chunk := source.read(1 << 20):
+                target.write(chunk)
+            os.truncate(path, 0)
+        os.replace(copy, path.with_name(f"{path.name}.1"))
+    return True
 
 
 @contextlib.contextmanager

@@ -2,7 +2,10 @@
 
 The master binds one socket per worker to the port with SO_REUSEPORT
 (:func:`mlrunway.local.serving.master.listening_sockets`) and always runs a multiprocess supervisor, even for one
-worker: its workers then outlive a killed master and serve on until a recovered master replaces them.
+worker: its workers then outlive a killed master and serve on until a recovered master replaces them. The master
+also rotates the endpoint's long-lived logs (``logs/server.log``, each deployment's ``logs/score.log``) past
+``MLRUNWAY_LOG_MAX_BYTES`` (:func:`mlrunway.local.files.rotate_log`): a score.py that prints or fails on every
+request would otherwise fill the disk over months.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import logging
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import uvicorn
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
+from mlrunway.local.files import log_max_bytes, rotate_log
 from mlrunway.local.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
 from mlrunway.local.serving.guard import LIMITS_ENV, Limits
 from mlrunway.local.serving.master import bind_slot, listening_sockets
@@ -24,6 +29,7 @@ from mlrunway.local.serving.state import EndpointState
 
 log = logging.getLogger("uvicorn.error")
 STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: a worker that could not start (the app, the socket)
+ROTATE_EVERY_S = 1.0  # how often the master looks at its logs' sizes (a stat each)
 
 
 def main(endpoint_dir: Path) -> None:
@@ -47,6 +53,9 @@ class Slotted(Multiprocess):
     def __init__(self, config: uvicorn.Config, slots: list[socket.socket]) -> None:
         super().__init__(config, sockets=slots)
         self.slots = slots
+        self.folder = Path(os.environ[ENDPOINT_DIR_ENV]) if ENDPOINT_DIR_ENV in os.environ else None
+        self.log_max_bytes = log_max_bytes()
+        self.next_rotation = 0.0
 
     def _spawn(self, slot: int) -> Process:
         process = Process(self.config, [self.slots[slot]])
@@ -72,6 +81,7 @@ class Slotted(Multiprocess):
     def keep_subprocess_alive(self) -> None:
         if self.should_exit.is_set():
             return
+        self.rotate_logs()
         for slot, process in enumerate(self.processes):
             if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
                 continue
@@ -85,6 +95,17 @@ class Slotted(Multiprocess):
                 return
             log.info("Child process [%s] died", process.pid)
             self.processes[slot] = self._spawn(slot)
+
+    def rotate_logs(self) -> None:
+        """Rotate the endpoint's logs that passed their size, at most once a second (uvicorn's loop runs twice)."""
+        if self.folder is None or time.monotonic() < self.next_rotation:
+            return
+        self.next_rotation = time.monotonic() + ROTATE_EVERY_S
+        for path in [self.folder / "logs" / "server.log", *self.folder.glob("deployments/*/logs/score.log")]:
+            try:
+                rotate_log(path, self.log_max_bytes)
+            except OSError as error:  # a full disk: the log waits for the next look
+                log.warning("could not rotate %s: %s", path, error)
 
     def handle_ttin(self) -> None:  # a deployment asked for more instances: one more worker, on a socket of its own
         self.slots.append(bind_slot(self.config.host, self.config.port))

@@ -216,7 +216,9 @@ def run(raw):
 """
 
 
-def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_goes_on(endpoints, tmp_path):
+def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_goes_on(endpoints, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("MLRUNWAY_LOG_MAX_BYTES", "4096")  # the master rotates past this (16 MiB by default)
     endpoints.create_or_update("flaky-ep", EndpointSettings(workers=1), request_timeout_ms=500)
     model = tmp_path / "model"
     model.mkdir()
@@ -234,6 +236,16 @@ def test_exception_in_score_py_returns_an_error_id_found_in_the_log_and_serving_
     assert status == 500 and json.loads(text)["error_id"] != error_id
     logs = endpoints.get_logs("flaky-ep", "blue")
     assert f"error id {error_id}" in logs and "RuntimeError: the model exploded" in logs
+
+    # A score.py failing on every request fills its log; the master rotates it, the worker goes on writing.
+    score_log = endpoints.workspace.endpoints / "flaky-ep" / "deployments" / "blue" / "logs" / "score.log"
+    ids = [json.loads(post(state.scoring_uri, b'{"boom": true}', auth(state))[2])["error_id"] for _ in range(12)]
+    wait_until(lambda: score_log.with_name("score.log.2").exists() or
+               (score_log.with_name("score.log.1").exists() and score_log.stat().st_size < 4096))
+    later = json.loads(post(state.scoring_uri, b'{"boom": true}', auth(state))[2])["error_id"]
+    wait_until(lambda: f"error id {later}" in score_log.read_text())  # written at the log's new start
+    assert f"error id {ids[-1]}" in endpoints.get_logs("flaky-ep", "blue", lines=60)
+    assert not score_log.with_name("score.log.4").exists() and b"\0" not in score_log.read_bytes()
 
     assert post(state.scoring_uri, b"{}", auth(state))[:1] == (200,)  # still serving
     status, _, text = post(state.scoring_uri, b'{"sleep": 2}', auth(state))
