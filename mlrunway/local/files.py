@@ -124,10 +124,16 @@ def rotate_log(path: Path, max_bytes: int, keep: int = LOG_KEEP) -> bool:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(path.with_name(f"{path.name}.{older}"), path.with_name(f"{path.name}.{older + 1}"))
         copy = path.with_name(f".{path.name}.rotating")
-        with open(path, "rb") as source, open(copy, "wb") as target:
-            while chunk := source.read(1 << 20):
-                target.write(chunk)
-            os.truncate(path, 0)
+        try:
+            with open(path, "rb") as source, open(copy, "wb") as target:
+                while chunk := source.read(1 << 20):
+                    target.write(chunk)
+                target.flush()
+                os.truncate(path, 0)
+        except OSError:  # a full disk: the log stays whole, and no half copy holds space
+            with contextlib.suppress(OSError):
+                os.unlink(copy)
+            raise
         os.replace(copy, path.with_name(f"{path.name}.1"))
     return True
 

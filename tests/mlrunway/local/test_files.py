@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from mlrunway.local.files import rotate_log, tail
 
 WRITER = """
@@ -46,3 +48,35 @@ def test_a_tail_reads_from_the_end_and_goes_on_into_the_last_rotation(tmp_path):
     log.write_text("new 0\nnew 1\n")
     assert tail(log, 4) == "old 3\nold 4\nnew 0\nnew 1"
     assert tail(log, 100).splitlines()[0] == "old 0"
+
+
+def test_a_rotation_that_cannot_copy_leaves_the_log_whole_and_no_half_copy(tmp_path, monkeypatch):
+    """A full disk: the copy fails, so the log is not truncated (nothing lost) and the half copy is removed."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"line\n" * 1000)
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(data[:100])
+            raise OSError(28, "No space left on device")
+
+    def opening(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        return FullDisk(handle) if str(path).endswith(".rotating") else handle
+
+    monkeypatch.setattr("builtins.open", opening)
+    with pytest.raises(OSError, match="No space left"):
+        rotate_log(log, max_bytes=100)
+    monkeypatch.undo()
+    assert log.read_bytes() == b"line\n" * 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".server.log.rotate.lock", "server.log"]
