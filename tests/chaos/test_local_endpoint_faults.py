@@ -151,7 +151,12 @@ def test_a_port_taken_by_another_program_is_reported_and_nothing_is_wiped(endpoi
     kill_everything(serving)
     squatter = socket.socket()
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.0.1", serving.port))
+    try:
+        squatter.bind(("127.0.0.1", serving.port))
+    except OSError as error:  # once in a full run (not reproduced alone): say what still held the port
+        held = [(c.pid, c.status, c.laddr, c.raddr) for c in psutil.net_connections("tcp")
+                if c.laddr and c.laddr.port == serving.port]
+        raise AssertionError(f"port {serving.port} still taken after every process was killed: {held}") from error
     squatter.listen()
     try:
         with pytest.raises(EndpointError, match=rf"port {serving.port} is held by .*\(pid {os.getpid()}\)"):
