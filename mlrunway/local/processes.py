@@ -73,24 +73,31 @@ class Identity(NamedTuple):
         import psutil
 
         try:
-            return (abs(create_time(self.pid) - self.started) < SAME_START_S
-                    and psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE)
+            started, zombie = _start_and_zombie(self.pid)
         except psutil.Error:
             return False
+        return abs(started - self.started) < SAME_START_S and not zombie
 
 
 def create_time(pid: int) -> float:
     """When process ``pid`` started, in seconds since the epoch: its start in clock ticks after boot plus
     :func:`boot_time`. Read from /proc without importing psutil (a supervisor records its own before every trial's
     script starts, and psutil's import is a sixth of that start). Raises ``psutil.NoSuchProcess`` for no process."""
+    return _start_and_zombie(pid)[0]
+
+
+def _start_and_zombie(pid: int) -> tuple[float, bool]:
+    """Process ``pid``'s start (:func:`create_time`) and whether it is a zombie, from one read of its stat."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             after_name = stat.read().rpartition(b")")[2].split()  # the name, in parentheses, may hold spaces
-        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot_time()  # field 22, starttime
+        # field 3, state; field 22, starttime
+        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot_time(), after_name[0] == b"Z"
     except (OSError, StopIteration, IndexError, ValueError):  # not Linux, or no such process: psutil says which
         import psutil
 
-        return float(psutil.Process(pid).create_time())
+        proc = psutil.Process(pid)
+        return float(proc.create_time()), proc.status() == psutil.STATUS_ZOMBIE
 
 
 def boot_time() -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -82,3 +83,14 @@ def test_a_boot_time_planted_by_another_user_is_not_trusted(a_boot, monkeypatch,
     another_process(monkeypatch)
     clock["btime"] += 7
     assert boot_time() == clock["btime"] and float(planted.read_text()) == clock["btime"]
+
+
+def test_an_exited_process_not_yet_reaped_is_not_alive():
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 5
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # exited; its parent has not waited yet
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not Identity.of(child.pid).alive()
+    child.wait()
+    assert not Identity(child.pid, 0.0).alive()
