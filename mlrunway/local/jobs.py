@@ -13,6 +13,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.local.files import read_json, stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
-from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, kill_marked
+from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, kill_marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
@@ -37,7 +38,8 @@ from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
 SWEEP_TIMEOUT_MARGIN_S = 120.0
-# A supervisor sees a cancel within its poll (0.2 s); one that has not within this is stopped or frozen.
+# A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
+# stopped or frozen.
 CANCEL_ANSWER_S = 10.0
 WAIT_WATCH_S = 0.02
 SUPERVISOR_EXIT_S = 5.0
@@ -126,7 +128,8 @@ class LocalJobs(Jobs):
         if kind == "sweep":
             argv.append(str(final))
         job = {"name": name, "kind": kind, "workspace": str(self.workspace.root), "spec": spec.to_dict(),
-               "argv": argv, "kill_grace_s": self.kill_grace_s, "token": secrets.token_hex(16), **extra}
+               "argv": argv, "kill_grace_s": self.kill_grace_s, "cancel_look_s": CANCEL_LOOK_S,
+               "token": secrets.token_hex(16), **extra}
         write_json(staging / "job.json", job)
         write_json(staging / "status.json", {"status": "Queued", "created": time.time()})
         try:
@@ -262,6 +265,13 @@ class LocalJobs(Jobs):
         state = JobState(self.workspace.job_dir(name))
         if not state.cancel_file.exists():
             write_json(state.cancel_file, {"reason": reason, "at": time.time()})
+        # Wake its supervisor to read it now; one that was not woken (it had not recorded its PID yet, or is of a
+        # release that sleeps in short polls) reads it within CANCEL_LOOK_S.
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            status = state.status()
+            supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
+            if supervisor is not None and status.get("cancel_signal") in signal.Signals.__members__:
+                supervisor.send(signal.Signals[status["cancel_signal"]])
         return state
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,

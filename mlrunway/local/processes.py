@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from mlrunway.local.workspace import Workspace
 
 POLL_S = 0.2
+# A supervisor's look at its cancel request when nothing woke it: the canceller wakes it at once with NUDGE
+# (SIGUSR1), so this only bounds the wait when that could not be sent (a request written before the supervisor
+# recorded its PID). Each look costs CPU beside the job's: at 8 trials on 2 cores, every 5 ms of it a trial is 20 ms
+# of the sweep's wall per trial.
+CANCEL_LOOK_S = 1.0
+NUDGE = signal.SIGUSR1
 JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
 _SETPRIV = shutil.which("setpriv")
 
@@ -77,6 +83,24 @@ class Identity(NamedTuple):
         except psutil.Error:
             return False
         return abs(started - self.started) < SAME_START_S and not zombie
+
+    def send(self, sig: int) -> bool:
+        """Send ``sig`` to this very process, and say whether it was sent: through a pidfd opened before the
+        identity is checked, so a PID that another process took meanwhile is never signalled (Linux 5.3+; elsewhere
+        nothing is sent, and the caller relies on what it wrote)."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            return False
+        try:
+            if not self.alive():
+                return False
+            signal.pidfd_send_signal(fd, sig)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
 
 def create_time(pid: int) -> float:

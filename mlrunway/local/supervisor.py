@@ -28,7 +28,9 @@ from typing import Any
 from mlrunway.local import formats, tracking
 from mlrunway.local.files import locked, read_json, write_json
 from mlrunway.local.processes import (
+    CANCEL_LOOK_S,
     JOB_TOKEN_ENV,
+    NUDGE,
     POLL_S,
     Identity,
     ProcessLaunch,
@@ -146,10 +148,11 @@ def _start(launches: list[ProcessLaunch], cwd: Path, logs: Path) -> list[subproc
 
 
 @contextlib.contextmanager
-def _exits(procs: list[subprocess.Popen[bytes]]) -> Iterator[Callable[[list[subprocess.Popen[bytes]], float], None]]:
-    """``wait_any(running, seconds)``: sleep until one of ``running`` exits, or ``seconds`` pass. On a pidfd per
-    process (Linux 5.3+), a sleep the kernel ends; where there is none, ``Popen.wait``'s own polling (every
-    50 ms, about 3 ms of CPU a second over a job's run: on 200 trials, seconds)."""
+def _exits(procs: list[subprocess.Popen[bytes]], look_s: float) -> Iterator[Callable[[list[subprocess.Popen[bytes]], float | None], None]]:
+    """``wait_any(running, left)``: sleep until one of ``running`` exits, a signal arrives (SIGTERM, or NUDGE: a
+    cancel request was written), ``left`` seconds pass (the job's timeout), or it is time for another look at the
+    cancel request. On a pidfd per process (Linux 5.3+), a sleep the kernel ends, with a look every ``look_s``;
+    where there is none, ``Popen.wait``'s own polling (every 50 ms) and a look every POLL_S."""
     fds: dict[int, int] = {}
     try:
         for proc in procs:
@@ -158,10 +161,19 @@ def _exits(procs: list[subprocess.Popen[bytes]]) -> Iterator[Callable[[list[subp
         for fd in fds.values():
             os.close(fd)
         fds.clear()
+    woken, waker = os.pipe()
+    os.set_blocking(woken, False)
+    os.set_blocking(waker, False)
+    previous = signal.set_wakeup_fd(waker, warn_on_full_buffer=False)
 
-    def wait_any(running: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    def wait_any(running: list[subprocess.Popen[bytes]], left: float | None) -> None:
+        look = look_s if fds else POLL_S
+        seconds = look if left is None else max(0.0, min(look, left))
         if fds:
-            select.select([fds[p.pid] for p in running], [], [], seconds)
+            ready, _, _ = select.select([woken, *(fds[p.pid] for p in running)], [], [], seconds)
+            if woken in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(woken, 512)
             return
         with contextlib.suppress(subprocess.TimeoutExpired):
             running[0].wait(timeout=seconds)
@@ -169,16 +181,17 @@ def _exits(procs: list[subprocess.Popen[bytes]]) -> Iterator[Callable[[list[subp
     try:
         yield wait_any
     finally:
-        for fd in fds.values():
+        signal.set_wakeup_fd(previous)
+        for fd in [*fds.values(), woken, waker]:
             os.close(fd)
 
 
 def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,
-          grace_s: float, interrupted: list[str], label: str) -> tuple[str, str | None, bool]:
+          grace_s: float, interrupted: list[str], label: str, look_s: float) -> tuple[str, str | None, bool]:
     """Wait for the processes; return (status, reason, timed_out)."""
     started = time.monotonic()
     pgid = procs[0].pid
-    with _exits(procs) as wait_any:
+    with _exits(procs, look_s) as wait_any:
         while running := [p for p in procs if p.poll() is None]:
             reason = interrupted[0] if interrupted else state.cancel_reason()
             if reason is not None:
@@ -186,10 +199,11 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
                     state.cancel_seen_file.touch()
                 terminate_group(pgid, procs, grace_s)
                 return "Canceled", reason, False
-            if timeout is not None and time.monotonic() - started > timeout:
+            left = None if timeout is None else started + timeout - time.monotonic()
+            if left is not None and left < 0:
                 terminate_group(pgid, procs, grace_s)
                 return "Canceled", f"timed out after {timeout:g} s (timeout)", True
-            wait_any(running, POLL_S)
+            wait_any(running, left)
     terminate_group(pgid, procs, 0)  # reap strays the job left behind in its group
     failed = next((p for p in procs if p.returncode), None)
     if failed is None:
@@ -217,8 +231,10 @@ def run(job_dir: Path) -> str:
     workspace = Workspace(Path(job["workspace"]))
     interrupted: list[str] = []
     signal.signal(signal.SIGTERM, lambda *_: interrupted.append("supervisor received SIGTERM"))
+    signal.signal(NUDGE, lambda *_: None)  # a canceller's: it only wakes the wait (set before the PID is recorded)
     me = Identity.of(os.getpid())
-    if not state.update_unless_ended(supervisor_pid=me.pid, supervisor_started=me.started):
+    # cancel_signal: a canceller may wake this process with it (a supervisor of 0.2.0 records none: SIGUSR1 kills it)
+    if not state.update_unless_ended(supervisor_pid=me.pid, supervisor_started=me.started, cancel_signal=NUDGE.name):
         return state.status()["status"]  # a reader found the submit incomplete and failed the job: run nothing
     state.reserve_outcome()
     spec = job["spec"]  # as CommandJobSpec.to_dict wrote it at submit
@@ -246,7 +262,8 @@ def run(job_dir: Path) -> str:
     state.update(status="Running", started=state.status().get("started") or time.time(), mlflow_run_id=run_id,
                  pgid=leader.pid, pgid_started=leader.started)
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
-                                      "sweep controller" if job["kind"] == "sweep" else "trainer")
+                                      "sweep controller" if job["kind"] == "sweep" else "trainer",
+                                      job.get("cancel_look_s", CANCEL_LOOK_S))
     if (spec.get("distribution") or {}).get("type") == "mpi":
         # mpirun starts each rank in a process group of its own, which the group's end reaches only through mpirun;
         # an mpirun killed by a signal (SIGKILL, a crash) leaves them running. They carry the token.

@@ -325,3 +325,38 @@ def test_a_supervisor_that_died_after_recording_the_end_has_its_mlflow_run_close
     assert jobs.get("short").status is JobStatus.COMPLETED
     assert store.get_run(info.mlflow_run_id).info.status == "FINISHED"
     assert JobState(jobs.workspace.job_dir("short")).status()["run_open"] is False
+
+
+def test_a_cancel_wakes_the_supervisor_at_once_and_an_old_supervisor_is_not_signalled(jobs, tmp_path, monkeypatch):
+    """The supervisor sleeps until its job exits or a signal comes; the canceller sends one (SIGUSR1 through a
+    pidfd) when the supervisor has recorded that it listens for it, so the cancel lands at once, not at the next
+    look (made a minute long here). A supervisor of 0.2.0 records no cancel_signal: it is not sent one (SIGUSR1 would
+    kill it) and finds the request in its own 0.2 s polls."""
+    monkeypatch.setattr("mlrunway.local.jobs.CANCEL_LOOK_S", 60.0)
+    code = write_script(tmp_path / "code", SLEEPS)
+    jobs.submit("woken", CommandJobSpec(code=str(code), command="python script.py 120"))
+    wait_for(lambda: jobs.get("woken").status is JobStatus.RUNNING)
+    assert json.loads((jobs.workspace.job_dir("woken") / "job.json").read_text())["cancel_look_s"] == 60.0
+    started = time.monotonic()
+    info = jobs.cancel("woken", reason="user asked")
+    assert info.status is JobStatus.CANCELED and info.error == "user asked"
+    assert time.monotonic() - started < 30  # woken: its own look would have come after 60 s
+
+    old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # SIGUSR1 at its default: death
+    try:
+        state = jobs.request_cancel("woken", "again")  # ended: its record names a supervisor that is gone
+        status = state.status()
+        from mlrunway.local.processes import Identity
+
+        me = Identity.of(old.pid)
+        state.update(status="Running", supervisor_pid=me.pid, supervisor_started=me.started, cancel_signal=None)
+        jobs.request_cancel("woken", "again")
+        time.sleep(0.3)
+        assert old.poll() is None  # no cancel_signal recorded: nothing sent
+        state.update(cancel_signal="SIGUSR1")
+        jobs.request_cancel("woken", "again")
+        assert old.wait(timeout=10) == -signal.SIGUSR1  # recorded: sent (here, to a process that dies of it)
+    finally:
+        old.kill()
+        old.wait()
+        state.update(**status)

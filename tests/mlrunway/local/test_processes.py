@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -94,3 +95,19 @@ def test_an_exited_process_not_yet_reaped_is_not_alive():
     assert not Identity.of(child.pid).alive()
     child.wait()
     assert not Identity(child.pid, 0.0).alive()
+
+
+def test_a_signal_reaches_only_the_process_recorded():
+    """``Identity.send`` opens a pidfd, then checks the identity: a recorded start time that is not the process's
+    (its PID since taken by another) sends nothing."""
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        me = Identity.of(proc.pid)
+        assert not Identity(proc.pid, me.started - 3600).send(signal.SIGTERM)
+        time.sleep(0.1)
+        assert proc.poll() is None
+        assert me.send(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
