@@ -22,7 +22,7 @@ from typing import Any
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
+from mlrunway.local.files import dumps, read_json, write_text
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
@@ -36,6 +36,9 @@ SWEEP_RESULT = "sweep.json"
 # trials, 8 at once on 2 cores); a freed slot waits half of it on average.
 WATCH_S = 0.05
 MIN_REFRESH_S = 0.25  # the least time between two refreshes, however often the trials log
+# A running trial whose status file has not changed since it was read is read again (its supervisor's life checked)
+# only this long after: a dead supervisor is seen within it, as with the sweep's 1 s poll.
+REREAD_S = 1.0
 
 
 class LocalTrialRunner:
@@ -48,9 +51,11 @@ class LocalTrialRunner:
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
         self.watched: set[str] = set()  # the trials whose folders may still change
-        self.seen: tuple[tuple[Stamp, ...], tuple[Stamp, ...]] = ((), ())
+        self.seen: tuple[tuple[FileKey, ...], tuple[FileKey, ...]] = ((), ())
         self.run_ids: dict[str, str] = {}  # trial -> its MLflow run, which never changes once it has one
         self.histories: dict[str, list[float]] = {}  # run -> its primary metric, read since the last poll
+        self.paths: dict[str, tuple[str, str]] = {}  # trial -> its folder and status file, stat'ed on every look
+        self.polled: dict[str, tuple[FileKey, float, tuple[JobStatus, str | None]]] = {}  # trial -> last read
 
     def start(self, name: str, params: dict[str, Any]) -> None:
         """Submit the trial with its MLflow run already created (its supervisor then starts the script at once).
@@ -64,13 +69,27 @@ class LocalTrialRunner:
         self.watched.add(name)
 
     def poll(self, name: str) -> tuple[JobStatus, str | None]:
+        """The trial's status, as :meth:`LocalJobs.get` reconciles it; a running trial whose status file is the
+        same file as at its last read (inode, mtime, size), read less than REREAD_S ago, as it was then."""
         self.histories = {}  # a history is read after its trial's status, never before: an ended trial's is whole
+        key, now = file_key(self._paths(name)[1]), time.monotonic()
+        if (last := self.polled.get(name)) is not None and key is not None and last[0] == key \
+                and now - last[1] < REREAD_S:
+            return last[2]
         info = self.jobs.get(name)
         if info.status.is_terminal():
             self.watched.discard(name)
+            self.polled.pop(name, None)
         else:
             self.watched.add(name)  # adopted from a dead controller's record
+            self.polled[name] = (key, now, (info.status, info.error))  # the key read before: a change since is seen
         return info.status, info.error
+
+    def _paths(self, name: str) -> tuple[str, str]:
+        if name not in self.paths:
+            folder = self.jobs.workspace.job_dir(name)
+            self.paths[name] = (os.fspath(folder), os.fspath(JobState(folder).status_file))
+        return self.paths[name]
 
     def wait_for_change(self, seconds: float) -> None:
         """The controller's sleep: up to ``seconds``, over as soon as a trial's status changes (its folder
@@ -86,10 +105,12 @@ class LocalTrialRunner:
                 break
         self.seen = now
 
-    def _signature(self) -> tuple[tuple[Stamp, ...], tuple[Stamp, ...]]:
-        root = self.jobs.workspace.root
-        folders = tuple(stamp(self.jobs.workspace.job_dir(name)) for name in sorted(self.watched))
-        return folders, (stamp(root / "mlflow.db"), stamp(root / "mlflow.db-wal"))
+    def _signature(self) -> tuple[tuple[FileKey, ...], tuple[FileKey, ...]]:
+        """A stat of each watched trial's folder and of the store's files (strings, not Paths: this runs 20 times
+        a second, and building the Paths was most of its cost)."""
+        root = os.fspath(self.jobs.workspace.root)
+        folders = tuple(file_key(self._paths(name)[0]) for name in sorted(self.watched))
+        return folders, (file_key(f"{root}/mlflow.db"), file_key(f"{root}/mlflow.db-wal"))
 
     def history(self, name: str) -> list[float]:
         """All the trial logged of the primary metric; the first call after a poll reads every watched trial's."""
@@ -115,6 +136,17 @@ class LocalTrialRunner:
     def lost(self, name: str) -> bool:
         """Its supervisor died without recording an outcome, the trainer with it (``killed``): not a failure."""
         return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))
+
+
+FileKey = tuple[int, int, int] | None  # a file's inode, mtime (ns) and size; None while it does not exist
+
+
+def file_key(path: str) -> FileKey:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:

@@ -218,3 +218,44 @@ def test_a_trial_asked_by_a_controller_that_died_before_recording_it_keeps_its_p
     assert set(drawn) == {"x", "kind"} and 0 <= drawn["x"] <= 1
     states = {t.number: (t.state.name, t.user_attrs.get("index")) for t in last.study.trials}
     assert states[half.number] == ("FAIL", None) and states[max(states)] == ("RUNNING", 5)
+
+
+def test_a_trial_whose_status_file_did_not_change_is_read_again_only_after_a_second(jobs, tmp_path):
+    """The controller's look at a running trial costs a stat while its status file stays the same file; it is
+    read (and its supervisor's life checked) again after REREAD_S, and at once when the file changes."""
+    from mlrunway.local.supervisor import JobState
+    from mlrunway.local.sweep_controller import REREAD_S, LocalTrialRunner
+
+    def kill_supervisor(state):
+        supervisor = psutil.Process(state.status()["supervisor_pid"])
+        supervisor.kill()
+        while supervisor.is_running() and supervisor.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+
+    code = write_script(tmp_path / "code", "import time\ntime.sleep(60)\n")
+    sweep = SweepSpec(trial=CommandJobSpec(code=str(code), command="python script.py ${{inputs.x}}", inputs={"x": 0}),
+                      search_space={"x": Choice(values=(0,))}, objective=Objective(primary_metric="m"),
+                      limits=SweepLimits(max_total_trials=1, max_concurrent_trials=1))
+    runner = LocalTrialRunner(jobs, sweep, None)
+    runner.start("t", {"x": 0})
+    deadline = time.monotonic() + 30
+    while runner.poll("t")[0] is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    state = JobState(jobs.workspace.job_dir("t"))
+    kill_supervisor(state)  # its status file unchanged
+    looked = time.monotonic()
+    assert runner.poll("t")[0] is JobStatus.RUNNING  # as last read: nothing changed
+    assert time.monotonic() - looked < REREAD_S
+    time.sleep(REREAD_S)
+    status, error = runner.poll("t")  # read again: its supervisor is gone
+    assert status is JobStatus.FAILED and "died without recording an outcome" in error
+
+    runner.start("u", {"x": 0})
+    while runner.poll("u")[0] is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    state = JobState(jobs.workspace.job_dir("u"))
+    kill_supervisor(state)
+    state.update(touched=True)  # the status file changed: read at once, and its supervisor found dead
+    assert runner.poll("u")[0] is JobStatus.FAILED
