@@ -98,11 +98,22 @@ LOG_KEEP = 3  # rotated files kept: <log>.1 (the newest) to <log>.3
 
 
 def log_max_bytes() -> int:
-    """The size past which a long-lived log is rotated: ``MLRUNWAY_LOG_MAX_BYTES`` or 16 MiB."""
-    try:
-        return max(1, int(os.environ.get(LOG_MAX_BYTES_ENV, LOG_MAX_BYTES)))
-    except ValueError:
+    """The size past which a long-lived log is rotated: ``MLRUNWAY_LOG_MAX_BYTES`` or 16 MiB. A value that is not a
+    positive whole number of bytes is warned about (in the endpoint's ``server.log``) and the default used."""
+    value = os.environ.get(LOG_MAX_BYTES_ENV)
+    if value is None:
         return LOG_MAX_BYTES
+    try:
+        if (size := int(value)) > 0:
+            return size
+    except ValueError:
+        pass
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "%s=%r is not a positive number of bytes (such as 16777216 for 16 MiB): logs are rotated past the default, "
+        "%d bytes", LOG_MAX_BYTES_ENV, value, LOG_MAX_BYTES)
+    return LOG_MAX_BYTES
 
 
 def rotate_log(path: Path, max_bytes: int, keep: int = LOG_KEEP) -> bool:
