@@ -18,7 +18,7 @@ from mlrunway.backend.types import JobStatus
 from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local import launch, tracking
 from mlrunway.local.jobs import LocalJobs
-from mlrunway.local.processes import marked
+from mlrunway.local.processes import Identity, marked
 from mlrunway.specs import CommandJobSpec, Input, MpiDistribution, Output, PyTorchDistribution, TensorFlowDistribution
 from tests.conftest import write_script
 
@@ -342,12 +342,10 @@ def test_a_cancel_wakes_the_supervisor_at_once_and_an_old_supervisor_is_not_sign
     assert info.status is JobStatus.CANCELED and info.error == "user asked"
     assert time.monotonic() - started < 30  # woken: its own look would have come after 60 s
 
+    state = jobs.request_cancel("woken", "again")  # ended: its record names a supervisor that is gone
+    status = state.status()
     old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # SIGUSR1 at its default: death
     try:
-        state = jobs.request_cancel("woken", "again")  # ended: its record names a supervisor that is gone
-        status = state.status()
-        from mlrunway.local.processes import Identity
-
         me = Identity.of(old.pid)
         state.update(status="Running", supervisor_pid=me.pid, supervisor_started=me.started, cancel_signal=None)
         jobs.request_cancel("woken", "again")
