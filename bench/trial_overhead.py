@@ -140,8 +140,8 @@ def _report_s(jobs: Any) -> float:
 def compile_package() -> None:
     """mlrunway's modules compiled to bytecode, as an installed wheel has them and as Python writes them on the first
     import, unless PYTHONDONTWRITEBYTECODE is set (a container may set it; the machine these figures come from does): else
-    every trial's supervisor compiles its modules from source again, about 45 ms of CPU a trial on a 2-core machine,
-    which the baseline's script, importing MLflow from compiled site-packages, does not pay."""
+    every trial's supervisor compiles its modules from source again, 15 to 50 ms of CPU a trial (on hosts of speed
+    probe 0.09 and 0.2 s), which the baseline's script, importing MLflow from compiled site-packages, does not pay."""
     import compileall
 
     import mlrunway
