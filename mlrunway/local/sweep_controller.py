@@ -22,7 +22,7 @@ from typing import Any
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import dumps, read_json, write_text
+from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
@@ -51,11 +51,11 @@ class LocalTrialRunner:
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
         self.watched: set[str] = set()  # the trials whose folders may still change
-        self.seen: tuple[tuple[FileKey, ...], tuple[FileKey, ...]] = ((), ())
+        self.seen: tuple[tuple[Stamp, ...], tuple[Stamp, ...]] = ((), ())
         self.run_ids: dict[str, str] = {}  # trial -> its MLflow run, which never changes once it has one
         self.histories: dict[str, list[float]] = {}  # run -> its primary metric, read since the last poll
         self.paths: dict[str, tuple[str, str]] = {}  # trial -> its folder and status file, stat'ed on every look
-        self.polled: dict[str, tuple[FileKey, float, tuple[JobStatus, str | None]]] = {}  # trial -> last read
+        self.polled: dict[str, tuple[Stamp, float, tuple[JobStatus, str | None]]] = {}  # trial -> last read
 
     def start(self, name: str, params: dict[str, Any]) -> None:
         """Submit the trial with its MLflow run already created (its supervisor then starts the script at once).
@@ -72,7 +72,7 @@ class LocalTrialRunner:
         """The trial's status, as :meth:`LocalJobs.get` reconciles it; a running trial whose status file is the
         same file as at its last read (inode, mtime, size), read less than REREAD_S ago, as it was then."""
         self.histories = {}  # a history is read after its trial's status, never before: an ended trial's is whole
-        key, now = file_key(self._paths(name)[1]), time.monotonic()
+        key, now = stamp(self._paths(name)[1]), time.monotonic()
         if (last := self.polled.get(name)) is not None and key is not None and last[0] == key \
                 and now - last[1] < REREAD_S:
             return last[2]
@@ -105,12 +105,12 @@ class LocalTrialRunner:
                 break
         self.seen = now
 
-    def _signature(self) -> tuple[tuple[FileKey, ...], tuple[FileKey, ...]]:
+    def _signature(self) -> tuple[tuple[Stamp, ...], tuple[Stamp, ...]]:
         """A stat of each watched trial's folder and of the store's files (strings, not Paths: this runs 20 times
         a second, and building the Paths was most of its cost)."""
         root = os.fspath(self.jobs.workspace.root)
-        folders = tuple(file_key(self._paths(name)[0]) for name in sorted(self.watched))
-        return folders, (file_key(f"{root}/mlflow.db"), file_key(f"{root}/mlflow.db-wal"))
+        folders = tuple(stamp(self._paths(name)[0]) for name in sorted(self.watched))
+        return folders, (stamp(f"{root}/mlflow.db"), stamp(f"{root}/mlflow.db-wal"))
 
     def history(self, name: str) -> list[float]:
         """All the trial logged of the primary metric; the first call after a poll reads every watched trial's."""
@@ -136,17 +136,6 @@ class LocalTrialRunner:
     def lost(self, name: str) -> bool:
         """Its supervisor died without recording an outcome, the trainer with it (``killed``): not a failure."""
         return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))
-
-
-FileKey = tuple[int, int, int] | None  # a file's inode, mtime (ns) and size; None while it does not exist
-
-
-def file_key(path: str) -> FileKey:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
