@@ -16,12 +16,14 @@ When the deployment has a data collector (``model_inputs`` and ``model_outputs``
 through Azure ML's SDK (``azureml-ai-monitoring``'s ``Collector``): as inputs, its summary statistics (``mean``,
 ``std``, ``p10``, ``p90`` of the model's input) rather than its pixels; as outputs, its ``label`` and
 ``probability``; both with its request's ``correlationid``. A DataFrame costs more to build than a request costs
-to score, so rows are handed over as one DataFrame a second, by a thread of their own, never on the request path.
-The same file runs on Azure ML.
+to score, so rows are handed over as one DataFrame a second, by a thread of their own, never on the request path;
+the last second's rows at the worker's exit (a redeploy, a scale-in, the endpoint's deletion). The same file runs
+on Azure ML.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import binascii
 import io
@@ -72,6 +74,7 @@ class Collected:
         self.prefix, self.counter = os.urandom(4).hex(), itertools.count()
         if self.on:
             threading.Thread(target=self._loop, args=(every_s,), name="collect", daemon=True).start()
+            atexit.register(self.flush)  # the last second's rows, when the server stops this worker
 
     def _refused(self, error: Exception) -> None:
         """The SDK's answer when the deployment collects nothing (or its queue is full): score on regardless."""

@@ -44,6 +44,7 @@ DEPLOYMENT_KEY = DEPLOYMENT_HEADER.encode()
 MODEL_STATUS_KEY = b"ms-azureml-model-error-statuscode"
 MODEL_REASON_KEY = b"ms-azureml-model-error-reason"
 DRAIN_CAP_BYTES = 64 * 1024 * 1024
+MIRROR_DRAIN_S = 8.0  # at most, at shutdown: under the 10 s the endpoint's stop gives before SIGKILL (master.stop)
 JSON_TYPE = b"application/json"
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -212,6 +213,9 @@ class ScoringApp:
                 tasks = [asyncio.create_task(self.metrics.run()), asyncio.create_task(self.deadlines.run())]
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.background:  # mirrored copies still scoring (uvicorn waits only for requests): they end
+                    # (their deadlines still run) before the last flush, or their captures would be cut in two
+                    await asyncio.wait(set(self.background), timeout=MIRROR_DRAIN_S)
                 for task in tasks:
                     task.cancel()
                 try:

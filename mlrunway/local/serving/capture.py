@@ -29,6 +29,7 @@ would not fit even then are dropped, and the deployment's log says how many.
 
 from __future__ import annotations
 
+import atexit
 import calendar
 import collections
 import contextlib
@@ -292,6 +293,13 @@ def _evict(target: Target, goal: int) -> int:
 
 
 WRITER = Writer()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """What was queued after the worker's last flush: a scoring script's own exit handlers may still collect (a
+    script that batches its rows flushes them so, as under Azure's server, whose workers exit as Python does)."""
+    WRITER.flush()
 
 
 # -- azureml-ai-monitoring's Collector, pointed at this worker -------------------------------------------------------

@@ -11,11 +11,13 @@ request would otherwise fill the disk over months.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import uvicorn
@@ -43,6 +45,26 @@ def main(endpoint_dir: Path) -> None:
     serve(state, GuardedProtocol, listening_sockets(state.host, state.port, state.workers))
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a worker stopped by a signal exits as Python does (its exit handlers run, as a
+    gunicorn worker's do under Azure's scoring server) instead of raising the signal again once it has stopped:
+    a score.py that keeps rows to collect in batches writes them at exit, and so does the capture writer."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()  # what uvicorn would raise again, dying of it without exit handlers
+
+
+class _Worker(Process):
+    @property
+    def server(self) -> uvicorn.Server:
+        if self._server is None:
+            self._server = _Server(config=self.config)
+        return self._server
+
+
 class Slotted(Multiprocess):
     """uvicorn's supervisor, but worker ``i`` listens on ``slots[i]`` alone, and a worker that dies is replaced on
     its own socket (kept open by the supervisor meanwhile, so the connections queued on it wait rather than
@@ -58,7 +80,7 @@ class Slotted(Multiprocess):
         self.next_rotation = 0.0
 
     def _spawn(self, slot: int) -> Process:
-        process = Process(self.config, [self.slots[slot]])
+        process = _Worker(self.config, [self.slots[slot]])
         process.start()
         return process
 

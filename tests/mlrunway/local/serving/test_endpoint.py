@@ -113,7 +113,9 @@ def test_endpoint_lifecycle_scores_splits_targets_and_frees_its_port(endpoints, 
 
     server = psutil.Process(live.pid)
     assert endpoints.delete("digits-ep") is True
-    assert check_captures(endpoints, onnx_model) == captured  # the captures outlive the endpoint
+    # The captures outlive the endpoint, whole: a stopped worker writes the rows score.py still held (collected once
+    # a second; so may more than the first count, taken right after the last requests, have seen)
+    assert check_captures(endpoints, onnx_model) >= captured
     assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     assert not any(c.laddr.port == live.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN)
     assert endpoints.list() == [] and endpoints.delete("digits-ep") is False
@@ -132,7 +134,10 @@ def check_captures(endpoints: LocalEndpoints, onnx_model: Path) -> int:
         return sum(len(json.loads(r["data"]) if isinstance(r["data"], str) else r["data"]["predictions"])
                    for r in read("response") if r["statuscode"] == 200)
 
-    wait_until(lambda: scored() > 0 and len([row for r in read("model_outputs") for row in r["data"]]) == scored())
+    def rows(collection: str) -> int:
+        return sum(len(r["data"]) for r in read(collection))
+
+    wait_until(lambda: 0 < scored() == rows("model_outputs") == rows("model_inputs"))
     inputs = [row for r in read("model_inputs") for row in r["data"]]
     outputs = [row for r in read("model_outputs") for row in r["data"]]
     assert [row["correlationid"] for row in inputs] == [row["correlationid"] for row in outputs]
@@ -342,6 +347,65 @@ def test_a_run_that_outlives_its_408_holds_its_place_until_it_ends(endpoints, tm
         time.sleep(0.2)
     assert status == 200  # once it ends, the place is free
     endpoints.delete("slow")
+
+
+SHADOW = """
+import atexit, json, time
+import pandas as pd
+from azureml.ai.monitoring import Collector
+
+def init():
+    global inputs, outputs, held
+    inputs, outputs, held = Collector(name="model_inputs"), Collector(name="model_outputs"), []
+    batched = Collector(name="batched")
+    atexit.register(lambda: held and batched.collect(pd.DataFrame({"x": held})))  # a script that batches its rows
+
+def run(raw):
+    frame = pd.DataFrame({"x": [1.0]})
+    context = inputs.collect(frame)
+    time.sleep(json.loads(raw)["sleep"])
+    outputs.collect(frame, context)
+    held.append(1.0)
+    return {"ok": True}
+"""
+
+
+def test_a_stopped_worker_finishes_its_mirrored_copies_and_keeps_what_its_script_collects_at_exit(
+        endpoints, tmp_path, workspace, monkeypatch):
+    """A mirrored copy is scored off the request path, after the champion answered, so uvicorn's graceful stop
+    does not wait for it: a worker told to stop lets it end before its last capture flush, or its captures are
+    cut (what run() collected before the stop, nothing after, no payload). What the script collects in its exit
+    handlers is written too."""
+    monkeypatch.setenv("MLRUNWAY_SCORING_THREADS", "2")  # the champion is not queued behind its shadow's copy
+    model = tmp_path / "model"
+    model.mkdir()
+    blue = write_script(tmp_path / "blue", "def init():\n    pass\ndef run(raw):\n    return {'ok': True}\n",
+                        name="score.py")
+    green = write_script(tmp_path / "green", SHADOW, name="score.py")
+    collector = DataCollector.parse({"collections": {c: {"enabled": "true"} for c in (*CAPTURED, "batched")}})
+    endpoints.create_or_update("shadowed", EndpointSettings(workers=1), request_timeout_ms=30_000)  # no 408 here
+    endpoints.create_or_update_deployment("shadowed", "blue", deployment(workspace, model, blue))
+    endpoints.create_or_update_deployment("shadowed", "green", deployment(workspace, model, green,
+                                                                          data_collector=collector))
+    endpoints.set_traffic("shadowed", {"blue": 100}, mirror_traffic={"green": 50})  # Azure's most
+    state = endpoints.state("shadowed")
+    for _ in range(30):  # until one is mirrored (one in two is)
+        status, headers, _ = post(state.scoring_uri, json.dumps({"sleep": 3}).encode(), auth(state))
+        assert status == 200 and headers["azureml-model-deployment"] == "blue"
+        deadline = time.monotonic() + 3  # green's init() on its first request, then the writer's tick
+        while time.monotonic() < deadline and not (mirrored := endpoints.captured(
+                "shadowed", "green", "model_inputs", time.time() - 60, time.time() + 60)):
+            time.sleep(0.1)
+        if mirrored:
+            break
+    assert endpoints.delete("shadowed") is True  # while green's copy sleeps
+    kept = {c: endpoints.captured("shadowed", "green", c, time.time() - 60, time.time() + 60) for c in CAPTURED}
+    assert len(kept["model_inputs"]) >= 1 and {c: len(rows) for c, rows in kept.items()} == dict.fromkeys(
+        CAPTURED, len(kept["model_inputs"]))
+    assert {r["statuscode"] for r in kept["response"]} == {200}
+    assert [r["correlationid"] for r in kept["model_inputs"]] == [r["correlationid"] for r in kept["model_outputs"]]
+    batched = endpoints.captured("shadowed", "green", "batched", time.time() - 60, time.time() + 60)
+    assert sum(len(r["data"]) for r in batched) == len(kept["model_outputs"])
 
 
 def test_endpoints_listen_on_loopback_unless_the_connection_names_a_host(tmp_path, monkeypatch):
