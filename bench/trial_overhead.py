@@ -13,11 +13,14 @@ repeat (order rotated):
 - the sweep: from ``submit_sweep`` to the sweep read Completed, grid over N values, no policy;
 - the **overhead per trial**: (sweep - xargs) / N * C, the time each of a slot's trials costs beyond its script;
   the target is at most 0.5 s (the sweep at most xargs + 0.5 s * N / C);
+- a size of one wave (N <= C) takes ``WAVE_PAIRS`` pairs a repeat, each order in turn, and its repeat's figures
+  are their means: one pair's difference varies by up to a second (0.8 s over a 10 s baseline at 8x8), as much
+  as the target, where a size of several waves averages its trials' noise within one run;
 - for the largest N: the controller's memory (RSS) when a tenth of the trials had started and at the end, and
   the report page's time for the sweep (the leaderboard and plot from ``mlrunway.report``; the second call).
 
-Records bench/results/trial_overhead.json. A repeat of the four sizes takes about 21 minutes on 2 cores (the 200-trial
-sizes are most of it), so the default 5 take about 1 h 45: each whole repeat is kept as it ends, and ``--resume``
+Records bench/results/trial_overhead.json. A repeat of the four sizes takes about 23 minutes on 2 cores (the 200-trial
+sizes are most of it), so the default 5 take about 2 h: each whole repeat is kept as it ends, and ``--resume``
 goes on from the last one after a run is cut short (same commit and arguments).
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,12 +40,13 @@ from typing import Any
 import psutil
 from _common import Bench, Target, harness_args, table
 
+WAVE_PAIRS = 5  # xargs/sweep pairs a repeat, for a size whose trials are one wave (N <= C)
 SCRIPT = """
 import mlflow
 for step in range(3):
     mlflow.log_metric("m", float(step), step=step)
 """
-COLUMNS = [("repeat", "repeat"), ("size", "N x C"), ("runner", "runner"), ("wall_s", "wall s"),
+COLUMNS = [("repeat", "repeat"), ("size", "N x C"), ("pair", "pair"), ("runner", "runner"), ("wall_s", "wall s"),
            ("per_trial_s", "over script, per trial s"), ("rss_start_mb", "controller MB at 10%"),
            ("rss_end_mb", "at end"), ("report_s", "report s")]
 
@@ -167,27 +172,29 @@ def main() -> None:
         (code / "script.py").write_text(SCRIPT)
         for repeat, order in bench.repeats(["xargs", "sweep"], rows):
             for n, c in sizes:
-                walls: dict[str, float] = {}
-                for runner in order:
-                    root = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{runner}-{n}x{c}-"))
-                    if runner == "xargs":
-                        walls["xargs"] = run_xargs(root, code, n, c)
-                        row = {"wall_s": round(walls["xargs"], 2)}
-                    else:
-                        swept = run_sweep(root, code, n, c, watch=n == largest)
-                        walls["sweep"] = swept["wall_s"]
-                        row = {k: round(v, 3) for k, v in swept.items()}
-                    rows.append({"repeat": repeat, "size": f"{n}x{c}", "runner": runner, **row})
-                per_trial = (walls["sweep"] - walls["xargs"]) / n * c
-                rows[-1]["per_trial_s"] = round(per_trial, 3)
-                bench.add(f"{n}x{c}: xargs", walls["xargs"], "s")
-                bench.add(f"{n}x{c}: sweep", walls["sweep"], "s")
-                bench.add(f"{n}x{c}: over script, per trial", per_trial, "s")
+                walls: dict[str, list[float]] = {"xargs": [], "sweep": []}
+                pairs = WAVE_PAIRS if n <= c else 1
+                for pair in range(pairs):
+                    for runner in (order if pair % 2 == 0 else order[::-1]):
+                        root = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{runner}-{n}x{c}-"))
+                        if runner == "xargs":
+                            walls["xargs"].append(run_xargs(root, code, n, c))
+                            row = {"wall_s": round(walls["xargs"][-1], 2)}
+                        else:
+                            swept = run_sweep(root, code, n, c, watch=n == largest)
+                            walls["sweep"].append(swept["wall_s"])
+                            row = {k: round(v, 3) for k, v in swept.items()}
+                        rows.append({"repeat": repeat, "size": f"{n}x{c}", "pair": pair, "runner": runner, **row})
+                    rows[-1]["per_trial_s"] = round((walls["sweep"][-1] - walls["xargs"][-1]) / n * c, 3)
+                xargs, sweep = statistics.fmean(walls["xargs"]), statistics.fmean(walls["sweep"])
+                bench.add(f"{n}x{c}: xargs", xargs, "s")
+                bench.add(f"{n}x{c}: sweep", sweep, "s")
+                bench.add(f"{n}x{c}: over script, per trial", (sweep - xargs) / n * c, "s")
                 if n == largest:
                     sweep_row = next(r for r in reversed(rows) if r["runner"] == "sweep")
                     bench.add(f"{n}x{c}: controller RSS growth", sweep_row["rss_end_mb"] - sweep_row["rss_start_mb"], "MB")
                     bench.add(f"{n}x{c}: report page", sweep_row["report_s"], "s")
-                print(table(rows[-2:], COLUMNS), flush=True)
+                print(table(rows[-2 * pairs:], COLUMNS), flush=True)
     targets = [Target(f"{n}x{c}: over script, per trial", "<=", 0.5,
                       f"a sweep of {n} at {c} at once costs at most 0.5 s per trial over its script") for n, c in sizes]
     targets += [Target(f"{largest}x{c}: report page", "<=", 1.0, f"the report of {largest} trials ({c} at once) in under 1 s")
