@@ -51,6 +51,14 @@ COLUMNS = [("repeat", "repeat"), ("size", "N x C"), ("pair", "pair"), ("runner",
            ("rss_end_mb", "at end"), ("report_s", "report s")]
 
 
+def script_folder(tmp: Path) -> Path:
+    """A code folder under ``tmp`` holding :data:`SCRIPT` as ``script.py``, the trials' and the baseline's."""
+    code = tmp / "code"
+    code.mkdir()
+    (code / "script.py").write_text(SCRIPT)
+    return code
+
+
 def workspace_jobs(root: Path) -> Any:
     from mlrunway.local.jobs import LocalJobs
     from mlrunway.local.workspace import Workspace
@@ -167,9 +175,7 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        code = tmp / "code"
-        code.mkdir()
-        (code / "script.py").write_text(SCRIPT)
+        code = script_folder(tmp)
         for repeat, order in bench.repeats(["xargs", "sweep"], rows):
             for n, c in sizes:
                 walls: dict[str, list[float]] = {"xargs": [], "sweep": []}

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trial_overhead import SCRIPT, run_sweep, run_xargs
+from trial_overhead import run_sweep, run_xargs, script_folder
 
 
 def timeline(store: Path, start: float) -> list[str]:
@@ -30,12 +30,10 @@ def timeline(store: Path, start: float) -> list[str]:
 def main() -> None:
     n, c = int(sys.argv[1]), int(sys.argv[2])
     tmp = Path(tempfile.mkdtemp())
-    code = tmp / "code"
-    code.mkdir()
-    (code / "script.py").write_text(SCRIPT)
+    code = script_folder(tmp)
     for runner in sys.argv[3:] or ["xargs", "sweep"]:
         root = Path(tempfile.mkdtemp(dir=tmp, prefix=runner))
-        wall = run_xargs(root, code, n, c) if runner == "xargs" else run_sweep(root, code, n, c, False)["wall_s"]
+        wall = run_xargs(root, code, n, c) if runner == "xargs" else run_sweep(root, code, n, c, watch=False)["wall_s"]
         print(f"{runner}: wall {wall:.2f} s")
         print("\n".join(timeline(root / "mlflow.db", time.time() - wall)))
 
