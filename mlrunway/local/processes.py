@@ -261,12 +261,14 @@ def group_alive(pgid: int) -> bool:
 def wait_gone(procs: list[Any], timeout_s: float) -> list[Any]:
     """Wait up to ``timeout_s`` for ``procs`` (psutil Processes) to exit; those still running. A zombie counts as
     gone: ``psutil.wait_procs`` waits out its whole timeout on one, and an orphan stays a zombie for as long as
-    the machine's init leaves it unreaped (a container's init may never reap it)."""
+    the machine's init leaves it unreaped (a container's init may never reap it). But not a zombie whose other
+    threads still run: a killed process's main thread can be a zombie while its others finish dying, and they
+    hold its files and sockets (its listening port reads as held by no process) until the last one has exited."""
     import psutil
 
     def running(proc: Any) -> bool:
         try:
-            return bool(proc.status() != psutil.STATUS_ZOMBIE)
+            return bool(proc.status() != psutil.STATUS_ZOMBIE or proc.num_threads() > 1)
         except psutil.Error:
             return False
 
