@@ -100,12 +100,12 @@ def test_an_exited_process_not_yet_reaped_is_not_alive():
 
 
 HALF_DEAD = """
-import ctypes, platform, socket, sys, threading, time
+import ctypes, platform, socket, sys, threading
 sock = socket.socket()
 sock.bind(("127.0.0.1", 0))
 sock.listen()
 print(sock.getsockname()[1], flush=True)
-threading.Thread(target=time.sleep, args=(1.5,)).start()  # holds the process's files while it lives
+threading.Thread(target=sys.stdin.read).start()  # holds the process's files until its stdin closes
 ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)  # SYS_exit: the main thread only
 """
 
@@ -115,7 +115,8 @@ def test_a_zombie_whose_threads_still_run_is_not_gone_until_they_are_and_its_por
     """What a SIGKILL mid-way looks like: the main thread is a zombie while the others still die, and they keep
     its listening socket (read as held by no process). The chaos test that binds the port after killing a
     server failed in CI on that window."""
-    child = subprocess.Popen([sys.executable, "-c", HALF_DEAD], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", HALF_DEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
     port = int(child.stdout.readline())
     proc = psutil.Process(child.pid)
     deadline = time.monotonic() + 5
@@ -124,6 +125,8 @@ def test_a_zombie_whose_threads_still_run_is_not_gone_until_they_are_and_its_por
         time.sleep(0.01)
     assert proc.num_threads() == 2 and [c.pid for c in psutil.net_connections("tcp")
                                         if c.laddr and c.laddr.port == port and c.status == "LISTEN"] == [None]
+    assert processes.wait_gone([proc], 0.3) == [proc]  # not gone: its thread holds the port
+    child.stdin.close()
     assert processes.wait_gone([proc], 10.0) == []
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # nothing listens any more
