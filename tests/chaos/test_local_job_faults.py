@@ -22,7 +22,7 @@ from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobStatus
 from mlrunway.local import tracking
 from mlrunway.local.jobs import LocalJobs
-from mlrunway.local.processes import JOB_TOKEN_ENV, marked
+from mlrunway.local.processes import JOB_TOKEN_ENV, marked, wait_gone
 from mlrunway.specs import CommandJobSpec
 from tests.conftest import REPO, write_script
 
@@ -47,8 +47,9 @@ def wait_for(predicate, timeout_s: float = 30.0) -> None:
 
 
 def gone(pid: int) -> bool:
+    """Exited, its last thread included (``wait_gone``'s test, not a zombie main thread's)."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return not wait_gone([psutil.Process(pid)], 0.0)
     except psutil.NoSuchProcess:
         return True
 
