@@ -19,7 +19,7 @@ repeat (order rotated):
 - for the largest N: the controller's memory (RSS) when a tenth of the trials had started and at the end, and
   the report page's time for the sweep (the leaderboard and plot from ``mlrunway.report``; the second call).
 
-Records bench/results/trial_overhead.json. A repeat of the four sizes takes about 23 minutes on 2 cores (the 200-trial
+Records bench/results/trial_overhead.json. A repeat of the four sizes takes about 25 minutes on 2 cores (the 200-trial
 sizes are most of it), so the default 5 take about 2 h: each whole repeat is kept as it ends, and ``--resume``
 goes on from the last one after a run is cut short (same commit and arguments).
 """
