@@ -76,12 +76,16 @@ class Identity(NamedTuple):
 
     def alive(self) -> bool:
         """True while this very process runs: same PID, same start time (within ``SAME_START_S``), not a zombie."""
-        import psutil
-
         try:
             started, zombie = _start_and_zombie(self.pid)
-        except psutil.Error:
+        except ProcessLookupError:
             return False
+        except Exception as exc:
+            import psutil  # only here: its import is 20 ms of a sweep controller's CPU, which reads /proc otherwise
+
+            if isinstance(exc, psutil.Error):
+                return False
+            raise
         return abs(started - self.started) < SAME_START_S and not zombie
 
     def send(self, sig: int) -> bool:
@@ -106,7 +110,8 @@ class Identity(NamedTuple):
 def create_time(pid: int) -> float:
     """When process ``pid`` started, in seconds since the epoch: its start in clock ticks after boot plus
     :func:`boot_time`. Read from /proc without importing psutil (a supervisor records its own before every trial's
-    script starts, and psutil's import is a sixth of that start). Raises ``psutil.NoSuchProcess`` for no process."""
+    script starts, and psutil's import is a sixth of that start). Raises ``ProcessLookupError`` (Linux) or
+    ``psutil.NoSuchProcess`` for no process."""
     return _start_and_zombie(pid)[0]
 
 
@@ -117,11 +122,19 @@ def _start_and_zombie(pid: int) -> tuple[float, bool]:
             after_name = stat.read().rpartition(b")")[2].split()  # the name, in parentheses, may hold spaces
         # field 3, state; field 22, starttime
         return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot_time(), after_name[0] == b"Z"
-    except (OSError, StopIteration, IndexError, ValueError):  # not Linux, or no such process: psutil says which
-        import psutil
+    except (FileNotFoundError, ProcessLookupError):  # (the latter: it exited while its stat was read)
+        if os.path.exists("/proc/self/stat"):  # Linux: no such process, said without importing psutil
+            raise ProcessLookupError(f"no process {pid}") from None
+        return _start_and_zombie_by_psutil(pid)
+    except (OSError, StopIteration, IndexError, ValueError):  # not Linux, or unreadable: psutil says which
+        return _start_and_zombie_by_psutil(pid)
 
-        proc = psutil.Process(pid)
-        return float(proc.create_time()), proc.status() == psutil.STATUS_ZOMBIE
+
+def _start_and_zombie_by_psutil(pid: int) -> tuple[float, bool]:
+    import psutil
+
+    proc = psutil.Process(pid)
+    return float(proc.create_time()), proc.status() == psutil.STATUS_ZOMBIE
 
 
 def boot_time() -> float:

@@ -46,6 +46,7 @@ OUTCOME_BYTES = 4096  # reserved when the job starts, so its outcome can be writ
 # JobStatus's terminal values (a test holds them equal): this process starts before every job's script, and
 # imports neither the specs nor the backend's types (about 40 ms of a 60 ms start) unless the job is distributed.
 TERMINAL = frozenset({"Completed", "Failed", "Canceled"})
+_ENTRY = "import sys; sys.path[:0] = path = {path!r}; import mlrunway.local.supervisor as supervisor; supervisor.{call}"
 
 
 class JobState:
@@ -297,13 +298,113 @@ def _log() -> Any:
     return logging.getLogger(__name__)
 
 
-def main() -> None:
-    job_dir = Path(sys.argv[1])
+def main(job_dir: Path | None = None) -> None:
+    job_dir = Path(sys.argv[1]) if job_dir is None else job_dir
     try:
         run(job_dir)
     except Exception as exc:  # noqa: BLE001 - anything that breaks here must reach the job's status
         JobState(job_dir).update(status="Failed", ended=time.time(), error=f"supervisor: {type(exc).__name__}: {exc}")
         raise
+
+
+# -- the fork server: a sweep's trials' supervisors, forked from one process that has imported this module ----------
+
+def command(path: list[str], last: str, *, serve: bool = False) -> list[str]:
+    """``python -S -c <import this module on path, call main or serve> <last>``: a supervisor started without
+    ``site`` (-S: no .pth files, no editable install's finder, a fifth of its start) on ``path``."""
+    call = "serve(path)" if serve else "main()"
+    return [sys.executable, "-S", "-c", _ENTRY.format(path=path, call=call), last]
+
+
+def serve(path: list[str]) -> None:
+    """Fork a supervisor for each request read from stdin (``<job_dir> TAB <token>``, one a line) and answer each
+    with its PID and start time (``<pid> <started>``); exit at the end of stdin.
+
+    A sweep's controller starts one (:class:`mlrunway.local.jobs.SupervisorForks`): a trial's supervisor is then a
+    fork of a process that has already started and imported this module, where a fresh one spends about 30 ms of
+    CPU on both, in front of every trial, beside the scripts of the trials already running. This process holds
+    nothing a child must not inherit: no thread, no database, no file but its pipes and stderr. It has the
+    controller's environment, the sweep's job token included, and dies with the controller (PR_SET_PDEATHSIG); each
+    child writes its own job's token over the sweep's (:func:`_mark`), so a trial's processes are found by its token
+    as any job's are, and stopping what is left of a dead sweep never stops its trials."""
+    pending = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 1.0)
+        _reap()
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            job_dir, token = line.decode().split("\t")
+            pid = os.fork()
+            if pid == 0:
+                _forked(Path(job_dir), token, path)  # never returns
+            started = Identity.of(pid).started  # not reaped before this: _reap runs between requests only
+            os.write(1, f"{pid} {started!r}\n".encode())
+
+
+def _reap() -> None:
+    """Collect the server's children that have exited (they recorded their job's end before)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _forked(job_dir: Path, token: str, path: list[str]) -> None:
+    """The child: a session of its own, stdin from /dev/null, stdout and stderr to the job's supervisor.log (as a
+    fresh supervisor is started), marked with its job's token; then :func:`main`, and exit."""
+    code = 1
+    try:
+        os.setsid()
+        log = os.open(job_dir / "logs" / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 65536)  # the server's pipes and whatever else it held
+        os.chdir(job_dir)
+        os.environ[JOB_TOKEN_ENV] = token
+        if not _mark(token):  # not rewritable in place: this child becomes a fresh supervisor, token in its env
+            os.execv(sys.executable, command(path, str(job_dir)))
+        main(job_dir)
+        code = 0
+    except BaseException:  # noqa: BLE001 - whatever it was, the log gets it and the process exits here
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _mark(token: str) -> bool:
+    """Write ``token`` over the job token in this process's original environment block, which is what
+    ``/proc/<pid>/environ`` shows and :func:`mlrunway.local.processes.marked` reads: a forked child shows its
+    parent's until it does. Tokens are all 32 hex digits; False where the block has none of that length (then
+    nothing is written), or this is not Linux."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            env_start = int(stat.read().rpartition(b")")[2].split()[47])  # field 50, after the name's field 2
+        with open("/proc/self/environ", "rb") as environ:
+            block = environ.read()
+    except (OSError, IndexError, ValueError):
+        return False
+    key, new = f"{JOB_TOKEN_ENV}=".encode(), token.encode()
+    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1  # 0: none, or the first variable
+    if (at == 0 and not block.startswith(key)) or len(block[at:].split(b"\0")[0]) != len(key) + len(new):
+        return False
+    address = env_start + at + len(key)
+    if ctypes.string_at(address, len(new)) != block[at + len(key):at + len(key) + len(new)]:
+        return False  # the block is not where /proc/self/stat says: write nothing
+    ctypes.memmove(address, new, len(new))
+    return True
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
 from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
-from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.jobs import LocalJobs, SupervisorForks
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
@@ -161,8 +161,17 @@ def recorded(path: Path) -> SweepOutcome:
 def main(job_dir: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     job = read_json(job_dir / "job.json")
-    sweep = SweepSpec.from_dict(job["sweep"])
     jobs = LocalJobs(Workspace(Path(job["workspace"])), kill_grace_s=job.get("kill_grace_s", 10.0))
+    jobs.forks = SupervisorForks(job_dir)
+    jobs.forks.start()
+    try:
+        return _control(job_dir, job, jobs)
+    finally:
+        jobs.forks.close()
+
+
+def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
+    sweep = SweepSpec.from_dict(job["sweep"])
     canceled: list[str] = []
     signal.signal(signal.SIGTERM, lambda *_: canceled.append("the sweep was canceled"))
     result = job_dir / "outputs" / SWEEP_RESULT
