@@ -1,4 +1,5 @@
-"""The detached process that runs one local job: ``python -m mlrunway.local.supervisor <job_dir>``.
+"""The detached process that runs one local job: ``python -S -c <run main> <job_dir>`` (:func:`command`), or, for a
+sweep's trials, a fork of a server that has already imported this module (:func:`serve`).
 
 It owns the job's state file from launch to end: creates the MLflow run, starts the job's processes in a
 process group of their own, enforces the timeout, honours cancel requests (SIGTERM to the group, SIGKILL
