@@ -87,12 +87,12 @@ class SupervisorForks:
             proc.stdin.write(f"{job_dir}\t{token}\n".encode())
             proc.stdin.flush()
         except OSError:  # it died before the request was written: nothing was forked
-            self.close()
+            self.close(kill=True)
             return None
         try:
             pid, started = self._answer(proc)
         except (OSError, ValueError) as exc:
-            self.close()
+            self.close(kill=True)
             raise OSError(f"the supervisor fork server gave no answer for {job_dir.name}: {exc}") from exc
         return Identity(pid, started)
 
@@ -114,8 +114,9 @@ class SupervisorForks:
         pid, started = line.split()
         return int(pid), float(started)
 
-    def close(self) -> None:
-        """End the server (its end of stdin), or kill it if it does not end at once; its forks run on."""
+    def close(self, *, kill: bool = False) -> None:
+        """End the server (its end of stdin), or kill it if it does not end within 2 s, or at once with ``kill`` (a
+        server that failed a request); its forks run on."""
         if (proc := self.proc) is None:
             return
         self.proc = None
@@ -123,7 +124,7 @@ class SupervisorForks:
             assert proc.stdin is not None
             proc.stdin.close()
         try:
-            proc.wait(timeout=2.0)
+            proc.wait(timeout=0 if kill else 2.0)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
