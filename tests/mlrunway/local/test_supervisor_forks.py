@@ -13,7 +13,7 @@ import pytest
 
 from mlrunway.backend.types import JobStatus
 from mlrunway.local.jobs import LocalJobs, SupervisorForks
-from mlrunway.local.processes import JOB_TOKEN_ENV, marked, wait_gone
+from mlrunway.local.processes import JOB_TOKEN_ENV, marked
 from mlrunway.local.supervisor import JobState
 from mlrunway.specs import CommandJobSpec
 from tests.conftest import write_script
@@ -70,7 +70,7 @@ def test_a_forked_supervisor_runs_its_job_and_is_marked_with_its_own_token_not_t
     assert supervisor.ppid() == server.pid  # forked, not started afresh
     assert "mlrunway.local.supervisor" in " ".join(supervisor.cmdline())  # as the workspace's processes are found
     job_pids = {p.pid for p in marked(token)}
-    script = next(p for p in supervisor.children() for _ in [0] if p.pid in job_pids)
+    script = next(p for p in supervisor.children() if p.pid in job_pids)
     assert supervisor.pid in job_pids and script.pid in job_pids  # a dead supervisor's leftovers are found by it
     assert {p.pid for p in marked(SWEEP_TOKEN)} & job_pids == set()  # stopping a dead sweep's leftovers spares it
     assert server.pid in {p.pid for p in marked(SWEEP_TOKEN)}
@@ -108,7 +108,7 @@ def test_a_server_that_takes_a_request_and_gives_no_answer_is_killed_and_the_job
     info = forked.get("frozen")
     assert info.status is JobStatus.FAILED and "its supervisor could not be started" in info.error
     assert "no answer" in info.error
-    assert wait_gone([psutil.Process(server.pid)] if psutil.pid_exists(server.pid) else [], 5.0) == []
+    assert server.poll() == -signal.SIGKILL  # killed, and reaped
     token = JobState(forked.workspace.job_dir("frozen")).job()["token"]
     assert marked(token) == []
     forked.submit("after", spec(tmp_path))  # a new server takes the next one
