@@ -31,7 +31,7 @@ JOB_TOKEN_ENV = "MLRUNWAY_JOB_TOKEN"
 _SETPRIV = shutil.which("setpriv")
 
 __all__ = ["JOB_TOKEN_ENV", "Identity", "ProcessLaunch", "die_with_parent", "free_port", "group_alive", "kill_marked",
-           "leftovers", "marked", "reap", "signal_name", "terminate_group", "wait_port_free"]
+           "leftovers", "marked", "reap", "signal_name", "stat_fields", "terminate_group", "wait_port_free"]
 # The backend's own processes, by their command lines (a job's script is found by its folder instead).
 MARKERS = ("mlrunway.local.supervisor", "mlrunway.local.sweep_controller", "mlrunway.local.serving.server",
            "mlrunway.local.serving.provision")
@@ -115,13 +115,18 @@ def create_time(pid: int) -> float:
     return _start_and_zombie(pid)[0]
 
 
+def stat_fields(pid: int | str) -> list[bytes]:
+    """``/proc/<pid>/stat`` (``pid`` "self": this process's) from its field 3 on, so field n is at n - 3: the fields
+    after the name's closing parenthesis (the name, field 2, may hold spaces and parentheses)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()
+
+
 def _start_and_zombie(pid: int) -> tuple[float, bool]:
     """Process ``pid``'s start (:func:`create_time`) and whether it is a zombie, from one read of its stat."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            after_name = stat.read().rpartition(b")")[2].split()  # the name, in parentheses, may hold spaces
-        # field 3, state; field 22, starttime
-        return int(after_name[19]) / os.sysconf("SC_CLK_TCK") + boot_time(), after_name[0] == b"Z"
+        fields = stat_fields(pid)
+        return int(fields[22 - 3]) / os.sysconf("SC_CLK_TCK") + boot_time(), fields[3 - 3] == b"Z"  # starttime, state
     except (FileNotFoundError, ProcessLookupError):  # (the latter: it exited while its stat was read)
         if os.path.exists("/proc/self/stat"):  # Linux: no such process, said without importing psutil
             raise ProcessLookupError(f"no process {pid}") from None

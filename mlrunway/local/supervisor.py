@@ -38,6 +38,7 @@ from mlrunway.local.processes import (
     die_with_parent,
     kill_marked,
     signal_name,
+    stat_fields,
     terminate_group,
 )
 from mlrunway.local.workspace import Workspace
@@ -391,16 +392,15 @@ def _mark(token: str) -> bool:
     import ctypes
 
     try:
-        with open("/proc/self/stat", "rb") as stat:
-            env_start = int(stat.read().rpartition(b")")[2].split()[47])  # field 50, after the name's field 2
+        env_start = int(stat_fields("self")[50 - 3])  # field 50: env_start
         with open("/proc/self/environ", "rb") as environ:
             block = environ.read()
     except (OSError, IndexError, ValueError):
         return False
     key, new = f"{JOB_TOKEN_ENV}=".encode(), token.encode()
-    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1  # 0: none, or the first variable
+    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1
     if (at == 0 and not block.startswith(key)) or len(block[at:].split(b"\0")[0]) != len(key) + len(new):
-        return False
+        return False  # no such variable, or a value of another length
     address = env_start + at + len(key)
     if ctypes.string_at(address, len(new)) != block[at + len(key):at + len(key) + len(new)]:
         return False  # the block is not where /proc/self/stat says: write nothing
