@@ -18,7 +18,8 @@ Each recorded run also appends one line to ``bench/results/log.jsonl``: a run is
 A long benchmark loops over :meth:`Bench.repeats` and takes ``--resume`` (:func:`harness_args` with
 ``resumable=True``): each whole repeat is kept in ``<results>/<name>.partial.json`` as it ends, and a run cut short
 (a reboot, a session's end) goes on from its last whole repeat, on the same commit with the same arguments only;
-the partial repeat is measured again. The recorded file says in how many chunks it ran.
+the partial repeat is measured again. The recorded file says in how many chunks it ran. With no run cut short,
+``--resume`` with more ``--repeats`` lengthens the finished record of the same commit and arguments.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def harness_args(parser: argparse.ArgumentParser, repeats: int, resumable: bool 
     parser.add_argument("--results", type=Path, default=RESULTS, help="the folder the results file goes to")
     if resumable:
         parser.add_argument("--resume", action="store_true",
-                            help="go on from the last whole repeat of a run cut short (same commit and arguments)")
+                            help="go on from the last whole repeat of a run cut short (same commit and arguments), or "
+                                 "lengthen the finished record of that commit to more --repeats")
 
 
 def tree_state(repo: Path = REPO) -> dict[str, Any]:
@@ -166,7 +168,8 @@ class Bench:
         try:
             saved = json.loads(self.partial.read_text())
         except FileNotFoundError:
-            print(f"nothing to resume in {_shown(self.partial)}: starting from the first repeat", flush=True)
+            if not self._extend():
+                print(f"nothing to resume in {_shown(self.partial)}: starting from the first repeat", flush=True)
             return
         except (OSError, ValueError) as error:
             raise SystemExit(f"cannot resume from {_shown(self.partial)} ({error}): delete it to start over") from None
@@ -178,6 +181,34 @@ class Bench:
         self._rows, self.chunks = saved["rows"], saved["chunks"]
         self.speed_before = saved["speed_before"]
         print(f"resuming {self.name} after {self.done} whole repeat(s) of {self.args.repeats}", flush=True)
+
+    def _extend(self) -> bool:
+        """Take up the finished record of this benchmark (``<results>/<name>.json``) as a run cut short, where it
+        measured this commit with these arguments but fewer repeats: ``--resume --repeats 5`` after a 3-repeat
+        record measures repeats 3 and 4 only, and records all five."""
+        record = Path(self.args.results) / f"{self.name}.json"
+        try:
+            saved = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return False
+        ours = self._identity()
+
+        def others(args: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in args.items() if k not in ("repeats", "resume", "results")}
+
+        if (saved.get("commit"), saved.get("dirty")) != (ours["commit"], ours["dirty"]) \
+                or others(saved.get("args", {})) != others(ours["args"]) \
+                or not saved.get("repeats", self.args.repeats) < self.args.repeats:
+            return False
+        figures = saved["figures"]
+        self.done = saved["repeats"]
+        self.runs = {name: list(f["runs"]) for name, f in figures.items()}
+        self.units = {name: f["unit"] for name, f in figures.items() if "unit" in f}
+        self._rows = saved["results"]
+        self.chunks = saved.get("chunks") or [{"started": saved["date"], "seconds": saved["duration_s"]}]
+        self.speed_before = saved["machine"]["host_speed_s"]["before"]
+        print(f"extending the record of {self.done} repeat(s) in {_shown(record)} to {self.args.repeats}", flush=True)
+        return True
 
     def repeats(self, items: Sequence[Any], rows: list[dict[str, Any]]) -> Iterator[tuple[int, list[Any]]]:
         """:func:`interleaved` for a resumable benchmark: the repeats not yet measured, each kept (its figures and

@@ -145,3 +145,22 @@ def test_no_benchmark_switch_in_the_package() -> None:
     found = [str(path.relative_to(REPO)) for path in (REPO / "mlrunway").rglob("*.py")
              if "MLRUNWAY_BENCH" in path.read_text()]
     assert found == []
+
+
+def test_resume_with_more_repeats_lengthens_a_finished_record_of_the_same_commit_and_arguments(repo: Path) -> None:
+    whole, _ = measure(repo, repeats=4)
+    short, measured = measure(repo, repeats=2)
+    assert measured == [0, 1]
+    longer, measured = measure(repo, repeats=4, resume=True)
+    assert measured == [2, 3]  # the record's two repeats are not measured again
+    assert longer["repeats"] == 4 and longer["figures"] == whole["figures"] and longer["results"] == whole["results"]
+    assert longer["chunks"][0] == {"started": short["date"], "seconds": short["duration_s"]}
+    assert longer["machine"]["host_speed_s"]["before"] == short["machine"]["host_speed_s"]["before"]
+    _, measured = measure(repo, repeats=4, resume=True)  # as long already: nothing to lengthen, it starts over
+    assert measured == [0, 1, 2, 3]
+    (repo / "code.py").write_text("x = 2\n")
+    git(repo, "commit", "-qam", "second")
+    measure(repo, repeats=2)
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    _, measured = measure(repo, repeats=4, resume=True)  # the record is of another commit: it starts over
+    assert measured == [0, 1, 2, 3]
