@@ -168,9 +168,10 @@ class Bench:
         try:
             saved = json.loads(self.partial.read_text())
         except FileNotFoundError:
-            if not self._extend():
+            if (lengthened := self._shorter_record()) is None:
                 print(f"nothing to resume in {_shown(self.partial)}: starting from the first repeat", flush=True)
-            return
+                return
+            saved = lengthened
         except (OSError, ValueError) as error:
             raise SystemExit(f"cannot resume from {_shown(self.partial)} ({error}): delete it to start over") from None
         if saved["identity"] != self._identity():
@@ -182,33 +183,26 @@ class Bench:
         self.speed_before = saved["speed_before"]
         print(f"resuming {self.name} after {self.done} whole repeat(s) of {self.args.repeats}", flush=True)
 
-    def _extend(self) -> bool:
-        """Take up the finished record of this benchmark (``<results>/<name>.json``) as a run cut short, where it
+    def _shorter_record(self) -> dict[str, Any] | None:
+        """This benchmark's finished record (``<results>/<name>.json``) in the partial file's shape, where it
         measured this commit with these arguments but fewer repeats: ``--resume --repeats 5`` after a 3-repeat
         record measures repeats 3 and 4 only, and records all five."""
         record = Path(self.args.results) / f"{self.name}.json"
         try:
             saved = json.loads(record.read_text())
         except (OSError, ValueError):
-            return False
+            return None
         ours = self._identity()
-
-        def others(args: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in args.items() if k not in ("repeats", "resume", "results")}
-
-        if (saved.get("commit"), saved.get("dirty")) != (ours["commit"], ours["dirty"]) \
-                or others(saved.get("args", {})) != others(ours["args"]) \
-                or not saved.get("repeats", self.args.repeats) < self.args.repeats:
-            return False
+        args = {**{k: v for k, v in saved.get("args", {}).items() if k != "resume"}, "repeats": self.args.repeats}
+        if (saved.get("commit"), saved.get("dirty"), args) != (ours["commit"], ours["dirty"], ours["args"]) \
+                or not saved["repeats"] < self.args.repeats:
+            return None
+        print(f"lengthening the record of {saved['repeats']} repeat(s) in {_shown(record)}", flush=True)
         figures = saved["figures"]
-        self.done = saved["repeats"]
-        self.runs = {name: list(f["runs"]) for name, f in figures.items()}
-        self.units = {name: f["unit"] for name, f in figures.items() if "unit" in f}
-        self._rows = saved["results"]
-        self.chunks = saved.get("chunks") or [{"started": saved["date"], "seconds": saved["duration_s"]}]
-        self.speed_before = saved["machine"]["host_speed_s"]["before"]
-        print(f"extending the record of {self.done} repeat(s) in {_shown(record)} to {self.args.repeats}", flush=True)
-        return True
+        return {"identity": ours, "done": saved["repeats"], "runs": {n: f["runs"] for n, f in figures.items()},
+                "units": {n: f["unit"] for n, f in figures.items() if "unit" in f}, "rows": saved["results"],
+                "chunks": saved.get("chunks") or [{"started": saved["date"], "seconds": saved["duration_s"]}],
+                "speed_before": saved["machine"]["host_speed_s"]["before"]}
 
     def repeats(self, items: Sequence[Any], rows: list[dict[str, Any]]) -> Iterator[tuple[int, list[Any]]]:
         """:func:`interleaved` for a resumable benchmark: the repeats not yet measured, each kept (its figures and
