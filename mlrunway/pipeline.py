@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from mlrunway.backend.types import (
     SweepResult,
     TrialInfo,
 )
-from mlrunway.errors import JobFailed, NotFound
+from mlrunway.errors import JobFailed, NotFound, SpecError
+from mlrunway.onnx_export.export import check_model_folder
 from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import best_trial, trial_score
 
@@ -52,13 +53,37 @@ def model_source(backend: Backend, job_name: str, model_path: str) -> tuple[str,
     return backend.job_outputs(job_name), folder.removeprefix("outputs").strip("/")
 
 
-def check_model_output(backend: Backend, job_name: str, model_path: str) -> list[str]:
+def check_model_output(backend: Backend, job_name: str, model_path: str,
+                       export: Mapping[str, Any] | None = None) -> list[str]:
     """The model contract, checked where the job left its model: ``signature.json`` and the model file it names
-    (``model.pt2`` or ``model.onnx``). JobFailed names what is missing. A backend whose outputs are not files
-    here (Azure ML) is read through a download; the files found are returned."""
+    (``model.pt2`` or ``model.onnx``), then every rule the export step applies that needs no torch, with the
+    export's settings (``inputs_file``, read from its header; ``data_dir``; whether ``atol``/``rtol`` are set):
+    see :func:`mlrunway.onnx_export.export.check_model_folder`. JobFailed names what is missing, a SpecError
+    what export would refuse. A backend whose outputs are not files here (Azure ML) is read through a download;
+    the files found are returned."""
     base, path = model_source(backend, job_name, model_path)
+    settings = dict(export or {})
     with backend.output_folder(base, path) as folder:
-        return _check_model_folder(job_name, model_path, folder)
+        found = _check_model_folder(job_name, model_path, folder)
+        try:
+            check_model_folder(folder, inputs_file=settings.get("inputs_file") or None,
+                               data_dir=settings.get("data_dir") or None,
+                               tolerance_given=settings.get("atol") is not None or settings.get("rtol") is not None)
+        except SpecError as exc:
+            raise SpecError(f"{exc} (the model job {job_name} left at {model_path}, checked before anything else "
+                            "spends on it)") from None
+    return found
+
+
+def check_metrics(backend: Backend, job_name: str, required: Sequence[str]) -> dict[str, float]:
+    """The job's last value of each metric; JobFailed naming the metrics it did log when one of ``required`` (the
+    sweep's primary metric, when its trials run this job) is missing."""
+    metrics = backend.jobs.metrics(job_name)
+    if missing := [name for name in required if name not in metrics]:
+        raise JobFailed(f"job {job_name}: it logged no {', '.join(map(repr, missing))} (it logged: "
+                        f"{', '.join(sorted(metrics)) or 'no metric'}); the sweep ranks its trials by it: log it once "
+                        "per epoch (mlflow.log_metric), or name a metric the script logs in objective.primary_metric")
+    return metrics
 
 
 def _check_model_folder(job_name: str, model_path: str, folder: Path) -> list[str]:

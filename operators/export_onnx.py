@@ -7,7 +7,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import lineage
-from mlrunway.onnx_export import ATOL, DEFAULT_OPSET, RTOL, ParityReport, export_registered
+from mlrunway.onnx_export import DEFAULT_OPSET, ParityReport, export_registered
 from operators._base import MlrunwayBaseOperator
 
 
@@ -17,19 +17,21 @@ class ExportOnnxOperator(MlrunwayBaseOperator):
     :param data_dir: ImageFolder data; the gate uses its validation images.
     :param opset: ONNX opset.
     :param atol: the parity gate's absolute tolerance: each ONNX output must be within ``atol + rtol * |torch|``
-        of PyTorch's (numpy's ``isclose``); ``atol`` covers outputs near zero.
+        of PyTorch's (numpy's ``isclose``); ``atol`` covers outputs near zero. Default (None): ``ATOL``; a model
+        with a float16 input is refused unless ``atol`` or ``rtol`` is set here (the default is tuned for float32).
     :param rtol: the relative tolerance, the part that grows with the outputs (float32 rounding does), so a
-        regressor whose outputs are in the thousands passes as one whose outputs are near 1.
-    :param inputs_file: a ``.npy`` of model inputs in the model folder (e.g. ``sample_inputs.npy``) for the gate;
-        default: the validation images ``data_dir`` holds for an image model, else random inputs of the
-        signature's shape.
+        regressor whose outputs are in the thousands passes as one whose outputs are near 1. Default: ``RTOL``.
+    :param inputs_file: the gate's inputs in the model folder, fed as stored (never cast): a ``.npy`` for a model
+        of one input (``sample_inputs.npy``), or an ``.npz`` of one array per input name; needed for an int or bool
+        input, or an axis of any size. Default: the validation images ``data_dir`` holds for an image model,
+        else random float inputs of the signature's shape.
     """
 
     template_fields = (*MlrunwayBaseOperator.template_fields, "model_name", "model_version", "data_dir", "inputs_file",
                       "atol", "rtol")
 
     def __init__(self, *, model_name: str, model_version: int | str, data_dir: str | None = None,
-                 opset: int = DEFAULT_OPSET, atol: float = ATOL, rtol: float = RTOL, inputs_file: str | None = None,
+                 opset: int = DEFAULT_OPSET, atol: float | None = None, rtol: float | None = None, inputs_file: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_name, self.model_version, self.data_dir = model_name, model_version, data_dir

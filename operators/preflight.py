@@ -10,6 +10,7 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Rollout
+from mlrunway.errors import SpecError
 from mlrunway.pipeline import check_prefix
 from mlrunway.production import gate
 from mlrunway.production.rollout import RolloutPolicy
@@ -29,8 +30,11 @@ def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any],
     spec = sweep_spec(**sweep)
     task = context.get("task")
     if isinstance(task, MlrunwayBaseOperator):
-        task.backend.jobs.validate(train)
-        task.backend.jobs.validate(spec.trial)
+        for field, built in (("job", train), ("trial", spec.trial)):
+            try:
+                task.backend.jobs.validate(built)
+            except SpecError as exc:  # a backend names the job's fields command_job.*; the DAG calls it `field`
+                raise SpecError(str(exc).replace("command_job.", f"{field}.", 1)) from None
     return spec
 
 
@@ -82,3 +86,23 @@ def check_smoke(*, code_dir: str, data_dir: str | None, sample_request: str | No
                                     or not all(isinstance(k, str) and k for k in ignore_keys)):
         raise check.fail("deployment.ignore_keys", f"{ignore_keys!r} is not a list of key names",
                          'write e.g. ["request_id", "timestamp"]')
+
+
+def check_scoring_script(*, code_dir: str, scoring_script: str | None) -> None:
+    """The team's score.py is in the code folder and compiles with this Python, before any job: compiled in memory
+    (``compile(source, path, "exec")``), so nothing is written into a code folder that may be read-only. A
+    SyntaxError names file:line."""
+    name = scoring_script or "score.py"
+    path = Path(code_dir) / name
+    if not path.is_file():
+        raise check.fail("deployment.scoring_script", f"{path} does not exist",
+                         "pass the code folder that holds the scoring script (init() and run(raw_data))")
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as exc:
+        raise check.fail("deployment.scoring_script", f"{exc.filename}:{exc.lineno}: {exc.msg} "
+                         f"({(exc.text or '').strip()[:120]!r})", "fix the script: it would fail to load in the "
+                         "deployment, after the whole sweep was paid for") from None
+    except ValueError as exc:  # a NUL byte, which compile refuses
+        raise check.fail("deployment.scoring_script", f"{path} is not Python source ({exc})",
+                         "pass the scoring script's source file") from None

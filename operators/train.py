@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway import lineage
+from mlrunway import check, lineage
 from mlrunway.backend.types import JobInfo
 from mlrunway.errors import SpecError
-from mlrunway.pipeline import check_model_output, require_completed
+from mlrunway.pipeline import check_metrics, check_model_output, require_completed
 from mlrunway.specs import CommandJobSpec
 from mlrunway.specs.vocabulary import JOB_ARGUMENTS, merged_job
 from operators._base import MlrunwayBaseOperator
@@ -39,6 +39,10 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param tags: the job's tags.
     :param model_path: where the job leaves its model: a folder under its outputs (``outputs/model``, the
         default) or a named output (``${{outputs.model}}``); checked as soon as the job ends.
+    :param export: the export task's settings the model is checked against then (``inputs_file``, read from its
+        header; ``data_dir``; ``atol``/``rtol``), so what export would refuse fails before a sweep spends anything.
+    :param required_metrics: metrics the job must have logged (the sweep's primary metric when its trials run
+        this job); a missing one fails the task naming those it did log.
     :param max_wait_s: cancel the job and fail past this many seconds.
     :param poll_interval_s: seconds between status checks (default: the backend's).
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
@@ -46,7 +50,8 @@ class TrainModelOperator(MlrunwayJobOperator):
         of the whole run); a failure is the log's first line of the task's own, not inside a collapsed group.
     """
 
-    template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path")
+    template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path", "export",
+                       "required_metrics")
 
     def __init__(self, *, job: Mapping[str, Any] | CommandJobSpec | str | None = None, command: str | None = None,
                  code: str | None = None, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None,
@@ -54,7 +59,8 @@ class TrainModelOperator(MlrunwayJobOperator):
                  instance_count: int | str | None = None, environment_variables: dict[str, str] | None = None,
                  experiment_name: str | None = None, display_name: str | None = None,
                  tags: dict[str, str] | None = None, timeout: float | str | None = None,
-                 model_path: str = "outputs/model", preflight: Callable[[Context], None] | None = None,
+                 model_path: str = "outputs/model", export: Mapping[str, Any] | None = None,
+                 required_metrics: Sequence[str] | None = None, preflight: Callable[[Context], None] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.preflight = preflight
@@ -62,7 +68,7 @@ class TrainModelOperator(MlrunwayJobOperator):
         self.environment, self.compute, self.distribution = environment, compute, distribution
         self.instance_count, self.environment_variables = instance_count, environment_variables
         self.experiment_name, self.display_name, self.tags, self.timeout = experiment_name, display_name, tags, timeout
-        self.model_path = model_path
+        self.model_path, self.export, self.required_metrics = model_path, export, required_metrics
 
     def execute(self, context: Context) -> Any:
         if self.preflight is not None:
@@ -91,9 +97,13 @@ class TrainModelOperator(MlrunwayJobOperator):
 
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         require_completed(info, "training job")
-        files = check_model_output(self.backend, info.name, self.model_path)
+        required = self.required_metrics or []
+        if isinstance(required, str) or not all(isinstance(name, str) and name for name in required):
+            raise check.fail("required_metrics", f"{required!r} is not a list of metric names", 'pass e.g. ["val_f1"]')
+        metrics = check_metrics(self.backend, info.name, required)
+        files = check_model_output(self.backend, info.name, self.model_path, self.export)
         self.log.info("%s left a model at %s: %s", info.name, self.model_path, ", ".join(files))
-        return {"job_name": info.name, "status": info.status.value, "metrics": self.backend.jobs.metrics(info.name)}
+        return {"job_name": info.name, "status": info.status.value, "metrics": metrics}
 
     # -- OpenLineage -------------------------------------------------------------------------------------
     def lineage_inputs(self) -> list[lineage.LineageDataset]:

@@ -34,7 +34,7 @@ from operators import (
     SweepOperator,
     TrainModelOperator,
 )
-from operators.preflight import check_production, check_run, check_smoke
+from operators.preflight import check_production, check_run, check_scoring_script, check_smoke
 
 SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed", "limits", "early_termination")
 CLEANUP_KEYS = ("keep_endpoint",)  # a deployment's keys that belong to the cleanup task
@@ -95,6 +95,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"])
         production = described["deployment"]
         DataCollector.parse(production.get("data_collector"))
+        check_scoring_script(code_dir=production["code_dir"], scoring_script=production.get("scoring_script"))
         check_smoke(code_dir=production["code_dir"], data_dir=production.get("data_dir"),
                     sample_request=production.get("sample_request"),
                     expected_response=production.get("expected_response"), ignore_keys=production.get("ignore_keys"))
@@ -102,7 +103,14 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                          evaluation=production.get("evaluation"), code_dir=production["code_dir"],
                          data_dir=production.get("data_dir"), min_improvement=production.get("min_improvement") or 0.0)
 
-    train = TrainModelOperator(task_id="train", job=job, model_path=model_path, preflight=checks, **common)
+    # The Train task checks what later steps need of its job as soon as it ends: the model against export's
+    # settings, and the sweep's metric when the trials run this same job (a sweep's own trial may log others). An
+    # objective given as one template is rendered only by the sweep: its metric is then not required here.
+    objective = sweep_args.get("objective")
+    required = [objective["primary_metric"]] if "trial" not in sweep and isinstance(objective, Mapping) and \
+        objective.get("primary_metric") else None
+    train = TrainModelOperator(task_id="train", job=job, model_path=model_path, export=export_args,
+                               required_metrics=required, preflight=checks, **common)
     swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, **common)
     pick = PickBestModelOperator(task_id="pick_best", sweep_name=_out(swept, "sweep_name"), model_path=model_path,
                                  **common)

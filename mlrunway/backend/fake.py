@@ -115,8 +115,11 @@ class FakeJobs(Jobs):
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
         self.validated: list[CommandJobSpec] = []
         # What a command job leaves in its outputs (path -> text): by default a model as the contract asks.
-        self.output_files: dict[str, str] = {"model/signature.json": json.dumps({"file": "model.pt2"}),
-                                             "model/model.pt2": "a torch.export program"}
+        # (bytes for a binary file, e.g. an inputs .npy).
+        self.output_files: dict[str, str | bytes] = {
+            "model/signature.json": json.dumps({"file": "model.pt2", "inputs": [
+                {"name": "input", "dtype": "float32", "shape": [None, 1, 8, 8]}]}),
+            "model/model.pt2": "a torch.export program"}
 
     # -- scripting ---------------------------------------------------------------------------------
     def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
@@ -157,7 +160,10 @@ class FakeJobs(Jobs):
         outputs.mkdir(parents=True, exist_ok=True)
         for relative, text in (self.output_files.items() if kind == "command" else ()):
             (outputs / relative).parent.mkdir(parents=True, exist_ok=True)
-            (outputs / relative).write_text(text)
+            if isinstance(text, bytes):
+                (outputs / relative).write_bytes(text)
+            else:
+                (outputs / relative).write_text(text)
         info = JobInfo(name=name, kind=kind, status=JobStatus.QUEUED, outputs=self.backend.job_outputs(name),
                        error=error)
         self.records[name] = _Job(info, spec, list(statuses))

@@ -129,7 +129,7 @@ def _promote_with_request(backend: Backend, endpoint: str, model_name: str, mode
         if deployment == "blue":
             backend.endpoints.set_traffic(endpoint, {"blue": 100})
     scoring_uri = backend.endpoints.get(endpoint).scoring_uri
-    shown = json.dumps(answers[0])[:200]
+    shown = smoke.shown(answers[0])  # whole up to smoke.SHOWN_CHARS, else cut with a marker saying how much
     ignored = f"; {', '.join(ignore)} ignored" if ignore else ""
     matched = f"as expected ({source}: {worst:.0%} of the parity tolerance used{ignored})"
     log.info("blue serves %s:%s at %s; smoke request %s -> %s, %s", model_name, model_version, scoring_uri,

@@ -1,8 +1,9 @@
 """Export a saved model (train.py's ``model.pt2`` + ``signature.json``) to ONNX and gate it on parity.
 
-The ONNX file gets a dynamic batch axis and a stated opset; ``onnx.checker`` must accept it; then ONNX Runtime
-and PyTorch must agree on held-out inputs: validation images when the data folder is known, else random inputs
-of the signature's shape.
+The ONNX file takes the signature's inputs (names, dtypes, a dynamic axis wherever it says null) at a stated
+opset; ``onnx.checker`` must accept it; then ONNX Runtime and PyTorch must agree on held-out inputs: the model
+folder's inputs file, else validation images when the data folder is known, else random float inputs of the
+signature's shape (:mod:`.signature` holds the rules that need no torch).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from mlrunway.errors import ParityError, SpecError
-from mlrunway.onnx_export.parity import ATOL, RTOL, ParityReport, check_tolerance, compare
+from mlrunway.errors import ParityError, SpecError, shorten
+from mlrunway.onnx_export.parity import ATOL, RTOL, ParityReport, check_tolerance, compare, outputs_of
+from mlrunway.onnx_export.signature import InputSpec, check_inputs, inputs_of, load_inputs, read_headers
 
 DEFAULT_OPSET = 18
 ONNX_FILE = "model.onnx"
@@ -35,15 +37,12 @@ def read_signature(model_dir: Path) -> dict[str, Any]:
 
 
 def check_signature(signature: Any) -> None:
-    """``inputs[0].shape`` a list of sizes (None for any); ``preprocessing`` (when present) with a 2-number
-    ``size`` and a ``mean``/``std`` of one number or one per channel; ``classes`` a list when present."""
+    """Every input (:func:`.signature.inputs_of`: a name, a dtype, a shape of sizes with null for any);
+    ``preprocessing`` (when present) with a 2-number ``size`` and a ``mean``/``std`` of one number or one per
+    channel; ``classes`` a list when present."""
     from mlrunway.data.images import normalization
 
-    inputs = signature.get("inputs") if isinstance(signature, dict) else None
-    shape = inputs[0].get("shape") if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else None
-    if not isinstance(shape, list) or not all(d is None or (isinstance(d, int) and d > 0) for d in shape):
-        raise SpecError(f"signature.json inputs[0].shape: {shape!r} is not a list of sizes; write e.g. "
-                        "[null, 3, 32, 32] (null for the batch axis)")
+    inputs_of(signature)
     if "classes" in signature and not (isinstance(signature["classes"], list) and signature["classes"]):
         raise SpecError(f"signature.json classes: {signature['classes']!r} is not a non-empty list; "
                         "list the class names in output order, or leave classes out for a non-classifier")
@@ -56,98 +55,189 @@ def check_signature(signature: Any) -> None:
     normalization(prep)
 
 
+def reads_images(signature: dict[str, Any], data_dir: str | Path | None) -> bool:
+    """Whether the gate reads ``data_dir``'s validation images: an image classifier's signature (``classes`` and
+    ``preprocessing``) with its data folder. Any other model's ``data_dir`` is not images to read."""
+    return data_dir is not None and bool(signature.get("classes")) and bool(signature.get("preprocessing"))
+
+
+def check_model_folder(model_dir: str | Path, *, inputs_file: str | None = None, data_dir: str | Path | None = None,
+                       tolerance_given: bool = False) -> list[InputSpec]:
+    """Every rule export applies that needs no torch, on a model folder: its signature.json, and the inputs file
+    (relative to the folder) read from its header. The Train task runs it as soon as its job ends; export again."""
+    signature = read_signature(Path(model_dir))
+    headers = None if inputs_file is None else read_headers(Path(model_dir) / inputs_file)
+    return check_inputs(signature, headers, images=reads_images(signature, data_dir), tolerance_given=tolerance_given,
+                        file_name=inputs_file or "")
+
+
 def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samples: int,
-                    inputs_file: str | Path | None = None):
-    """The parity gate's inputs: a file of model inputs the user names (``.npy``, batch first), else validation
-    images (an image classifier's signature, with ``classes`` and ``preprocessing``, and ``data_dir/val/``), else
-    seeded random inputs of the signature's shape; return (inputs, description)."""
+                    inputs_file: str | Path | None = None, *, tolerance_given: bool = False):
+    """The parity gate's inputs, by input name: the arrays of a file the user names (``.npy`` for one input, or
+    an ``.npz`` of one array per input name, batch first, as stored: never cast), else validation images (an
+    image classifier's signature and ``data_dir/val/``), else seeded random inputs of each float input's dtype and
+    shape; return (inputs, description). :func:`.signature.check_inputs` refuses what has no inputs."""
     import numpy as np
 
     from mlrunway.data.images import load_labeled
 
+    images = reads_images(signature, data_dir)
+    specs = check_inputs(signature, None if inputs_file is None else read_headers(inputs_file), images=images,
+                         tolerance_given=tolerance_given, file_name=Path(inputs_file or "").name)
     if inputs_file is not None:
-        try:
-            inputs = np.asarray(np.load(inputs_file, allow_pickle=False), dtype=np.float32)
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"inputs_file: {inputs_file} is not a .npy array ({exc}); save one with numpy.save") from exc
-        expected = signature["inputs"][0]["shape"][1:]
-        if list(inputs.shape[1:]) != expected or not len(inputs):
-            raise SpecError(f"inputs_file: {inputs_file} holds shape {list(inputs.shape)}; the signature wants "
-                            f"[N, {', '.join(map(str, expected))}]")
-        return inputs[:samples], f"inputs from {Path(inputs_file).name}"
-    if data_dir is not None and signature.get("classes") and signature.get("preprocessing"):
+        return load_inputs(inputs_file, specs, samples), f"inputs from {Path(inputs_file).name}"
+    if images:
         # An image classifier's data: its validation images, or a named error (never random inputs in their place).
-        # Any other model's data_dir is not images to read, and the gate takes random inputs of its shape.
-        val = Path(data_dir) / "val"
+        val = Path(data_dir) / "val"  # type: ignore[arg-type]
         if not val.is_dir():
             raise SpecError(f"data_dir: {val} does not exist; an image classifier's parity gate reads its validation "
                             "images: pass ImageFolder data (val/<class>/<image>), or inputs_file")
         inputs, _ = load_labeled(val, signature["classes"], signature["preprocessing"], limit=samples)
-        return inputs, "validation images"
-    shape = [samples, *signature["inputs"][0]["shape"][1:]]
-    return np.random.default_rng(0).standard_normal(shape).astype(np.float32), "random inputs"
+        return {specs[0].name: inputs.astype(specs[0].dtype, copy=False)}, "validation images"
+    rng = np.random.default_rng(0)  # check_inputs refused an axis of any size here: each size is known
+    return {spec.name: rng.standard_normal([samples, *cast(list[int], spec.shape[1:])]).astype(spec.dtype)
+            for spec in specs}, "random inputs"
 
 
-def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float = ATOL, rtol: float = RTOL,
-                min_top1_agreement: float, classifier: bool = True) -> ParityReport:
-    """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``; ParityError when an output is outside
-    ``atol + rtol * |torch|`` (or a classifier's top-1 answers disagree)."""
-    import numpy as np
+def _session(onnx_path: Path, specs: list[InputSpec]) -> Any:
+    """An ONNX Runtime session on one thread, and a feed of the signature's inputs by position (a team's own
+    ONNX file may name them otherwise); ParityError when the counts differ or the file does not load."""
     import onnxruntime as ort
-    import torch
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-
-    def torch_logits(batch: Any) -> Any:
-        with torch.no_grad():
-            return module(torch.from_numpy(np.ascontiguousarray(batch))).numpy()
-
-    return compare(torch_logits, lambda batch: session.run(None, {name: batch})[0], inputs, source=source,
-                   atol=atol, rtol=rtol, min_top1_agreement=min_top1_agreement, classifier=classifier)
-
-
-def run_once(onnx_path: Path, inputs: Any, *, source: str, atol: float = ATOL, rtol: float = RTOL,
-             min_top1_agreement: float) -> ParityReport:
-    """ONNX Runtime on the inputs, with no source to compare against: it must load, take the inputs and give
-    finite outputs for each of them; ParityError says what went wrong."""
-    import numpy as np
-    import onnxruntime as ort
-
     try:
-        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        outputs = np.asarray(session.run(None, {session.get_inputs()[0].name: inputs})[0])
+        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime raises its own types; the model is what failed
-        raise ParityError(f"onnx: {onnx_path.name} does not run on {source}: {type(exc).__name__}: "
-                          f"{str(exc)[:300]}") from exc
-    if len(outputs) != len(inputs) or not np.isfinite(outputs).all():
-        raise ParityError(f"onnx: {onnx_path.name} gave {outputs.shape} outputs with non-finite values or the "
-                          f"wrong batch size for {len(inputs)} {source}")
-    return ParityReport(max_abs_diff=None, top1_agreement=None, samples=len(inputs), inputs=source, atol=atol,
+        raise ParityError(f"onnx: {onnx_path.name} does not load in ONNX Runtime: {type(exc).__name__}: "
+                          f"{shorten(str(exc), 300)}") from exc
+    names = [item.name for item in session.get_inputs()]
+    if len(names) != len(specs):
+        raise ParityError(f"signature.json inputs: {len(specs)} ({', '.join(s.name for s in specs)}), and "
+                          f"{onnx_path.name} takes {len(names)} ({', '.join(names)}); describe each input in order")
+    return session, lambda batch: {name: batch[spec.name] for name, spec in zip(names, specs, strict=True)}
+
+
+def _guarded(what: str, run: Any) -> Any:
+    """``run`` with any exception of torch or ONNX Runtime turned into a ParityError that says which model failed."""
+    def call(batch: Any) -> Any:
+        try:
+            return run(batch)
+        except Exception as exc:  # noqa: BLE001 - torch and ONNX Runtime raise their own types
+            shapes = ", ".join(f"{name} {list(array.shape)} {array.dtype}" for name, array in batch.items())
+            raise ParityError(f"onnx parity: {what} failed on inputs {shapes}: {type(exc).__name__}: "
+                              f"{shorten(str(exc), 300)}") from exc
+    return call
+
+
+def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float = ATOL,
+                rtol: float = RTOL, min_top1_agreement: float, classifier: bool = True,
+                specs: list[InputSpec] | None = None) -> ParityReport:
+    """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``, both fed ``inputs`` (a dict by input name, in
+    the signature's order ``specs``, default the dict's; or one input's array); ParityError when an output is outside
+    ``atol + rtol * |torch|`` (or a classifier's top-1 answers disagree)."""
+    import numpy as np
+    import torch
+
+    if not isinstance(inputs, dict):  # one input's array
+        inputs = {specs[0].name if specs else "input": inputs}
+    specs = specs or [InputSpec(i, name, array.dtype.name, tuple(array.shape))
+                      for i, (name, array) in enumerate(inputs.items())]
+    session, feed = _session(onnx_path, specs)
+
+    def torch_outputs(batch: dict[str, Any]) -> Any:
+        with torch.no_grad():
+            return module(*(torch.from_numpy(np.ascontiguousarray(batch[spec.name])) for spec in specs))
+
+    return compare(_guarded("PyTorch", torch_outputs), _guarded("ONNX Runtime", lambda b: session.run(None, feed(b))),
+                   inputs, source=source, atol=atol, rtol=rtol, min_top1_agreement=min_top1_agreement,
+                   classifier=classifier)
+
+
+def run_once(onnx_path: Path, inputs: dict[str, Any], specs: list[InputSpec], *, source: str, atol: float = ATOL,
+             rtol: float = RTOL, min_top1_agreement: float) -> ParityReport:
+    """ONNX Runtime on the inputs, with no source to compare against: it must load, take the inputs and give
+    finite outputs, batch first, for each of them; ParityError says what went wrong."""
+    import numpy as np
+
+    session, feed = _session(onnx_path, specs)
+    outputs = outputs_of(_guarded("ONNX Runtime", lambda b: session.run(None, feed(b)))(inputs))
+    count = len(next(iter(inputs.values())))
+    for output in outputs:
+        if not output.shape or len(output) != count or (output.dtype.kind in "fc" and not np.isfinite(output).all()):
+            raise ParityError(f"onnx: {onnx_path.name} gave {output.shape} outputs with non-finite values or the "
+                              f"wrong batch size for {count} {source}")
+    return ParityReport(max_abs_diff=None, top1_agreement=None, samples=count, inputs=source, atol=atol,
                         rtol=rtol, min_top1_agreement=min_top1_agreement)
 
 
-def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
-                data_dir: str | Path | None = None, samples: int = 256, atol: float = ATOL, rtol: float = RTOL,
-                min_top1_agreement: float = 1.0, inputs_file: str | Path | None = None) -> ParityReport:
-    """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails).
-    ``inputs_file`` (a ``.npy`` of model inputs; relative paths are in the model folder) feeds the gate, which
-    wants every output within ``atol + rtol * |torch|`` (numpy's ``isclose``; see :mod:`.parity`).
+def check_program(program: Any, specs: list[InputSpec], pt2: Path) -> None:
+    """The torch program's own inputs against the signature: as many, each of the signature's dtype and rank,
+    every axis the signature leaves any size (null) dynamic in the program (export cannot make a static axis
+    dynamic), every size it gives the program's."""
+    placeholders = [node for node in program.graph.nodes
+                    if node.op == "placeholder" and node.name in program.graph_signature.user_inputs]
+    if len(placeholders) != len(specs):
+        raise SpecError(f"signature.json inputs: {len(specs)} ({', '.join(s.name for s in specs)}), and {pt2.name} "
+                        f"takes {len(placeholders)}; describe each of the program's inputs, in order")
+    for spec, node in zip(specs, placeholders, strict=True):
+        value = node.meta.get("val")
+        if value is None or not hasattr(value, "shape"):
+            raise SpecError(f"{spec.field}: {pt2.name}'s input {node.name} is not a tensor; export a program whose "
+                            "inputs are tensors")
+        dtype = str(value.dtype).removeprefix("torch.")
+        if dtype != spec.dtype:
+            raise SpecError(f"{spec.field}.dtype: {spec.dtype}, and {pt2.name} takes {dtype}; write {dtype!r} (or "
+                            "export the program with inputs of the signature's dtype)")
+        dims = list(value.shape)
+        if len(dims) != len(spec.shape):
+            raise SpecError(f"{spec.field}.shape: {len(spec.shape)} axes, and {pt2.name} takes {len(dims)}; describe "
+                            "every axis, batch first")
+        for axis, (size, dim) in enumerate(zip(spec.shape, dims, strict=True)):
+            static = isinstance(dim, int)
+            if size is None and static:
+                raise SpecError(f"{spec.field}.shape[{axis}]: null (any size), and {pt2.name} has that axis fixed at "
+                                f"{dim}; export cannot make a static axis dynamic: save the program with a "
+                                f"torch.export.Dim on axis {axis} (dynamic_shapes), or write {dim} in signature.json")
+            if size is not None and static and size != dim:
+                raise SpecError(f"{spec.field}.shape[{axis}]: {size}, and {pt2.name} has that axis fixed at {dim}; "
+                                "write the program's size")
 
-    A model folder whose signature names a ``.onnx`` (the team exported it itself) is taken as it is: the ONNX
-    checker, then the gate against a ``model.pt2`` beside it, else one ONNX Runtime run on the gate's inputs
-    (the deployment's smoke test then runs score.py on it)."""
+
+def _resolved(atol: float | None, rtol: float | None) -> tuple[float, float, bool]:
+    """The tolerance to gate with, and whether the DAG set it (float16 needs that)."""
+    return (ATOL if atol is None else atol), (RTOL if rtol is None else rtol), atol is not None or rtol is not None
+
+
+def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFAULT_OPSET,
+                data_dir: str | Path | None = None, samples: int = 256, atol: float | None = None,
+                rtol: float | None = None, min_top1_agreement: float = 1.0,
+                inputs_file: str | Path | None = None) -> ParityReport:
+    """Write ``out_dir/model.onnx`` and its signature; return the parity report (ParityError if it fails).
+    ``inputs_file`` (a ``.npy``, or an ``.npz`` of one array per input name; relative paths are in the model
+    folder) feeds the gate, which wants every output within ``atol + rtol * |torch|`` (numpy's ``isclose``; see
+    :mod:`.parity`; None: the default rule, which float16 inputs may not use).
+
+    The ONNX model's inputs are the signature's, by name and in order, with a dynamic axis wherever the
+    signature says null (the program must have it dynamic); one output is named ``logits``. A model folder whose
+    signature names a ``.onnx`` (the team exported it itself) is taken as it is: the ONNX checker, then the gate
+    against a ``model.pt2`` beside it, else one ONNX Runtime run on the gate's inputs (the deployment's smoke
+    test then runs score.py on it)."""
     import onnx
     import torch
 
+    atol, rtol, given = _resolved(atol, rtol)
     check_tolerance(atol, rtol)
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     signature = read_signature(model_dir)
+    inputs, source = held_out_inputs(signature, data_dir, samples,
+                                     None if inputs_file is None else model_dir / inputs_file, tolerance_given=given)
+    specs = inputs_of(signature)
     model_file = signature.get("file", "model.pt2")
     pt2 = model_dir / (model_file if model_file.endswith(".pt2") else "model.pt2")
     program = torch.export.load(pt2) if pt2.is_file() else None
+    if program is not None:
+        check_program(program, specs, pt2)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / ONNX_FILE
     if model_file.endswith(".onnx"):
@@ -155,21 +245,26 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     elif program is None:
         raise SpecError(f"model: {pt2} is missing; save model.pt2 (torch.export) or model.onnx, as signature.json says")
     else:
-        example = torch.zeros(2, *signature["inputs"][0]["shape"][1:])
-        torch.onnx.export(program, (example,), str(onnx_path), opset_version=opset, dynamo=True,
-                          input_names=["input"], output_names=["logits"], external_data=False)
+        example = tuple(torch.from_numpy(inputs[spec.name][:2].copy()) for spec in specs)
+        outputs = len(program.graph_signature.user_outputs)
+        try:
+            torch.onnx.export(program, example, str(onnx_path), opset_version=opset, dynamo=True,
+                              input_names=[spec.name for spec in specs],
+                              output_names=["logits"] if outputs == 1 else [f"output_{k}" for k in range(outputs)],
+                              external_data=False)
+        except Exception as exc:  # noqa: BLE001 - torch's exporter raises many types; say which model and why
+            raise ParityError(f"onnx: torch.onnx.export failed on {pt2.name} at opset {opset}: {type(exc).__name__}: "
+                              f"{shorten(str(exc), 600)}") from exc
     try:
         onnx.checker.check_model(str(onnx_path), full_check=True)
     except onnx.checker.ValidationError as exc:  # a team's own file, or (never seen) our export
         raise ParityError(f"onnx: {model_file} fails the ONNX checker: {str(exc)[:300]}") from exc
-    inputs, source = held_out_inputs(signature, data_dir, samples,
-                                     None if inputs_file is None else model_dir / inputs_file)
     if program is None:
-        report = run_once(onnx_path, inputs, source=source, atol=atol, rtol=rtol,
+        report = run_once(onnx_path, inputs, specs, source=source, atol=atol, rtol=rtol,
                           min_top1_agreement=min_top1_agreement)
     else:
         report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol, rtol=rtol,
-                             min_top1_agreement=min_top1_agreement, classifier="classes" in signature)
+                             min_top1_agreement=min_top1_agreement, classifier="classes" in signature, specs=specs)
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
     for extra in model_dir.iterdir():  # labels, notes and the like travel with the model

@@ -123,27 +123,54 @@ class ParityReport:
         return {**vars(self), "passed": self.passed}
 
 
+def outputs_of(result: Any) -> list[Any]:
+    """A model's outputs as a list of arrays: one tensor or array, or a tuple or list of them (compared by
+    position)."""
+    import numpy as np
+
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [np.asarray(item.numpy() if hasattr(item, "numpy") else item) for item in items]
+
+
+def rows(inputs: Any) -> int:
+    """How many samples ``inputs`` holds: an array's length, or the first array's of a dict by input name."""
+    return len(next(iter(inputs.values()))) if isinstance(inputs, dict) else len(inputs)
+
+
+def _chunk(inputs: Any, start: int, stop: int) -> Any:
+    if isinstance(inputs, dict):
+        return {name: array[start:stop] for name, array in inputs.items()}
+    return inputs[start:stop]
+
+
 def compare(reference: Callable[[Any], Any], candidate: Callable[[Any], Any], inputs: Any, *, source: str,
             atol: float = ATOL, rtol: float = RTOL, min_top1_agreement: float, batch: int = 64,
             classifier: bool = True) -> ParityReport:
-    """Run both models on ``inputs`` (N, ...) float32 in batches and report; raise ParityError when it fails:
-    an output outside ``atol + rtol * |reference|`` (numpy's ``isclose``), or, for a ``classifier``, a top-1
-    agreement below ``min_top1_agreement``."""
+    """Run both models on ``inputs`` (an array, batch first, or a dict of them by input name, as each model takes
+    them) in batches and report; raise ParityError when it fails: an output outside ``atol + rtol * |reference|``
+    (numpy's ``isclose``), or, for a ``classifier``, a top-1 agreement (on the first output) below
+    ``min_top1_agreement``. Each model may give one output or several, compared by position."""
     import numpy as np
 
     check_tolerance(atol, rtol)
     worst, used, agree = 0.0, 0.0, 0
-    for start in range(0, len(inputs), batch):
-        chunk = inputs[start:start + batch]
-        expected, got = np.asarray(reference(chunk)), np.asarray(candidate(chunk))
-        if expected.shape != got.shape:
-            raise ParityError(f"onnx parity: output shape {got.shape} differs from PyTorch's {expected.shape}")
-        worst = max(worst, float(np.max(_differences(expected, got), initial=0.0)))
-        used = max(used, tolerance_used(expected, got, atol, rtol))
+    total = rows(inputs)
+    for start in range(0, total, batch):
+        chunk = _chunk(inputs, start, start + batch)
+        expected, got = outputs_of(reference(chunk)), outputs_of(candidate(chunk))
+        if len(expected) != len(got):
+            raise ParityError(f"onnx parity: {len(got)} outputs, and PyTorch gives {len(expected)}")
+        for want, have in zip(expected, got, strict=True):
+            if want.shape != have.shape:
+                raise ParityError(f"onnx parity: output shape {have.shape} differs from PyTorch's {want.shape}")
+            if have.dtype.kind not in "fcbiu":
+                raise ParityError(f"onnx parity: an output of {have.dtype} is not numbers to compare")
+            worst = max(worst, float(np.max(_differences(want, have), initial=0.0)))
+            used = max(used, tolerance_used(want, have, atol, rtol))
         if classifier:
-            agree += int(np.sum(expected.argmax(1) == got.argmax(1)))
-    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / len(inputs) if classifier else None,
-                          samples=len(inputs), inputs=source, atol=atol, min_top1_agreement=min_top1_agreement,
+            agree += int(np.sum(expected[0].argmax(1) == got[0].argmax(1)))
+    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / total if classifier else None,
+                          samples=total, inputs=source, atol=atol, min_top1_agreement=min_top1_agreement,
                           rtol=rtol, tolerance_used=used)
     if not report.passed:
         raise ParityError(f"onnx parity gate failed: {report.summary()}; the ONNX model was not registered")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx
-from mlrunway.onnx_export.parity import ATOL, RTOL
 
 
 class ModelStore(Protocol):
@@ -20,13 +19,13 @@ class ModelStore(Protocol):
 
 
 def export_registered(models: ModelStore, name: str, version: int | str, *, onnx_name: str | None = None,
-                      data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float = ATOL,
-                      rtol: float = RTOL, min_top1_agreement: float = 1.0,
+                      data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float | None = None,
+                      rtol: float | None = None, min_top1_agreement: float = 1.0,
                       inputs_file: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Download ``name:version``, export and gate it, register ``onnx_name`` (default ``<name>-onnx``).
 
     Return (the new model version, the parity report as a dict). A failed gate (an output outside
-    ``atol + rtol * |torch|``) registers nothing.
+    ``atol + rtol * |torch|``; None: the default rule, ``ATOL`` and ``RTOL``) registers nothing.
     """
     with tempfile.TemporaryDirectory() as scratch:
         source = models.download(name, version, Path(scratch) / "source")

@@ -280,6 +280,9 @@ class SweepController:
     def _metric_never_logged(self, name: str) -> None:
         metric = self.spec.objective.primary_metric
         logged = sorted(self.runner.metrics(name)) or ["no metrics at all"]
+        # The trial's record says what happened (its job completed; the metric never came), not "Canceled".
+        self.outcome.trials[name] = replace(self.outcome.trials[name], error=f"completed without logging {metric!r} "
+                                            f"(it logged {', '.join(logged)})")
         raise MetricNeverLogged(
             f"sweep.objective.primary_metric: trial {name} completed without logging {metric!r}; it logged "
             f"{', '.join(logged)}; set primary_metric to the exact name the script passes to mlflow.log_metric"
@@ -288,9 +291,11 @@ class SweepController:
     def _stop_all(self, running: list[str], reason: str) -> None:
         self.outcome.stopped_because = reason
         for name in running:
-            self.runner.cancel(name, reason)
-            trial = replace(self.outcome.trials[name], status=JobStatus.CANCELED, error=reason)
-            self.outcome.trials[name] = trial
+            trial = self.outcome.trials[name]
+            if not trial.status.is_terminal():  # one that has just ended keeps its own status and error
+                self.runner.cancel(name, reason)
+                trial = replace(trial, status=JobStatus.CANCELED, error=reason)
+                self.outcome.trials[name] = trial
             if self.source is not None:
                 self.source.ended(trial, None)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import re
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from airflow.sdk import DAG, Param
@@ -95,11 +96,56 @@ def test_a_sweep_argument_rendered_as_text_says_how_to_render_it_as_an_object(fi
         sweep_spec(**arguments)
 
 
-def test_the_readme_team_dag_is_the_shipped_regressor_dag_in_at_most_30_lines():
-    """The README's "your own job" DAG is dags/demand_forecast.py, which tests/e2e runs end to end."""
+@pytest.mark.parametrize("dag_file", ["demand_forecast.py", "support_tickets.py"])
+def test_the_readme_team_dags_are_the_shipped_dags_in_at_most_30_lines(dag_file):
+    """The README's "your own job" DAGs are dags/demand_forecast.py (a regressor) and dags/support_tickets.py (a
+    text classifier), which tests/e2e runs end to end."""
     readme = (REPO / "README.md").read_text()
-    shown = re.search(r"<!-- team-dag: dags/demand_forecast.py -->\n```python\n(.*?)```", readme, re.S)
-    assert shown is not None, "the README's team DAG block is missing"
-    shipped = (REPO / "dags" / "demand_forecast.py").read_text()
+    shown = re.search(rf"<!-- team-dag: dags/{dag_file} -->\n```python\n(.*?)```", readme, re.S)
+    assert shown is not None, f"the README's block of dags/{dag_file} is missing"
+    shipped = (REPO / "dags" / dag_file).read_text()
     assert shown.group(1) == shipped
     assert len(shipped.splitlines()) <= 30
+
+
+def test_the_train_task_checks_what_export_and_the_sweep_need_as_soon_as_its_job_ends():
+    """The builder hands export's settings and the sweep's primary metric to Train's check; a sweep with a trial
+    of its own may log other metrics, so then none is required."""
+    dag, tasks = team_dag(export={"inputs_file": "sample_inputs.npy", "atol": 1e-3})
+    assert tasks.train.required_metrics == ["val_rmse"]
+    assert tasks.train.export == {"inputs_file": "sample_inputs.npy", "atol": 1e-3}
+    assert (tasks.export_onnx.inputs_file, tasks.export_onnx.atol) == ("sample_inputs.npy", 1e-3)
+    _, tasks = team_dag(sweep={**SWEEP, "trial": {**JOB, "command": JOB["command"] + " --quiet"}})
+    assert tasks.train.required_metrics is None
+
+
+def test_preflight_compiles_score_py_in_memory_and_names_the_line(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    code = tmp_path / "code"
+    shutil.copytree(CODE, code)
+    source = (code / "score.py").read_text().replace("def run(raw_data: str):", "def run(raw_data: str)")
+    (code / "score.py").write_text(source)
+    line = source.splitlines().index("def run(raw_data: str)") + 1
+    code.chmod(0o555)  # a read-only code folder: compiling writes nothing into it
+    try:
+        dag, tasks = team_dag(job={**JOB, "code": str(code)})
+        with pytest.raises(SpecError, match=rf"deployment.scoring_script: {re.escape(str(code))}/score.py:{line}: "
+                                            r"expected ':'"):
+            tasks.preflight(context(dag))
+    finally:
+        code.chmod(0o755)
+    assert sorted(p.name for p in code.iterdir()) == sorted(p.name for p in Path(CODE).iterdir())
+
+
+def test_preflight_names_the_jobs_fields_as_the_dag_does_whichever_check_finds_them(tmp_path, monkeypatch):
+    """The job's own check and the backend's both say ``job.``; before, the backend's said ``command_job.``."""
+    monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
+    dag, tasks = team_dag(job={**JOB, "code": str(tmp_path / "nowhere")}, deployment={
+        "sample_request": "sample_request.json", "code_dir": CODE})
+    with pytest.raises(SpecError, match=r"^job.code: .*nowhere"):
+        tasks.preflight(context(dag))
+    dag, tasks = team_dag(job={**JOB, "command": ""})
+    with pytest.raises(SpecError, match=r"^job.command: is missing"):
+        tasks.preflight(context(dag))

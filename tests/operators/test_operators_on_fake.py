@@ -337,6 +337,20 @@ def test_a_retry_resumes_what_the_backend_can_recover_instead_of_submitting_anew
 
 
 # -- the team's own job ----------------------------------------------------------------------------------------
+SIGNATURE = json.dumps({"inputs": [{"name": "features", "dtype": "float32", "shape": [None, 8]}]})
+TOKENS = json.dumps({"inputs": [{"name": "tokens", "dtype": "int64", "shape": [None, None]}]})
+
+
+def npy(array: Any) -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(("files", "model_path", "problem"), [
     pytest.param({}, "outputs/model", "nothing is there", id="no-model"),
     pytest.param({"model/model.pt2": "x"}, "outputs/model", "signature.json is missing", id="no-signature"),
@@ -352,7 +366,7 @@ def test_a_training_job_without_the_model_contract_fails_before_the_sweep(fake, 
 
 
 def test_a_model_in_a_named_output_passes_the_contract(fake):
-    fake.jobs.output_files = {"model/signature.json": "{}", "model/model.pt2": "x"}
+    fake.jobs.output_files = {"model/signature.json": SIGNATURE, "model/model.pt2": "x"}
     job = {**tutorial_job("/data"), "outputs": {"model": {"type": "uri_folder"}}}
     job["command"] += " --output-dir ${{outputs.model}}"
     assert train(job=job, model_path="${{outputs.model}}", defer_after_s=0).execute(context())["status"] == "Completed"
@@ -410,6 +424,27 @@ def test_a_model_that_is_not_an_image_classifier_is_smoke_tested_with_its_sample
     assert deployed["smoke_expected"] == '{"predictions": [0.8]}' and "(expected.json:" in deployed["smoke_matched"]
     assert [(d, p) for _, d, p in fake.endpoints.invocations] == [("blue", {"data": [[0.1] * 8]})] * 2
     assert fake.endpoints.get(NAMES.endpoint).traffic == {"blue": 100}
+
+
+def test_a_long_smoke_answer_is_shown_whole_up_to_a_stated_size_then_cut_with_a_marker(fake, tmp_path):
+    """Before: the log line and the XCom held the answer's first 200 characters, cut mid-number, unmarked."""
+    from mlrunway.deploy.smoke import SHOWN_CHARS
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sample_request.json").write_text(json.dumps({"data": [[0.1] * 8]}))
+    answer = {"predictions": [0.123456789 + k for k in range(60)]}
+    (code / "expected.json").write_text(json.dumps(answer))
+    fake.models.register("reg", REPO / "training" / "score.py")
+    fake.endpoints.scorer = lambda payload, deployment: json.dumps(answer)
+    deployed = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                                  model_version=1, code_dir=str(code), sample_request="sample_request.json",
+                                  expected_response="expected.json", defer_after_s=1,
+                                  poll_interval_s=0.001).execute(context())
+    whole = json.dumps(answer)
+    assert len(whole) > SHOWN_CHARS and len(deployed["smoke_answer"]) <= SHOWN_CHARS
+    head, cut, tail = re.match(r"^(.*) \.\.\. \[(\d+) characters cut\] \.\.\. (.*)$", deployed["smoke_answer"]).groups()
+    assert whole.startswith(head) and whole.endswith(tail) and len(head) + int(cut) + len(tail) == len(whole)
 
 
 def test_a_sample_request_the_endpoint_answers_with_no_json_fails_and_leaves_traffic(fake, tmp_path):
@@ -502,3 +537,52 @@ def test_an_unknown_strategy_is_named_with_the_ones_there_are(fake):
     with pytest.raises(SpecError, match="strategy: 'canary-by-header' is not supported; use one of blue, "
                                         "champion_challenger"):
         task.execute(context())
+
+
+@pytest.mark.parametrize(("files", "export", "message"), [
+    pytest.param({"model/signature.json": TOKENS}, None,
+                 r"signature.json inputs\[0\].dtype: int64 input 'tokens' has no safe random values .* pass "
+                 r"export.inputs_file", id="int-input-without-an-inputs-file"),
+    pytest.param({"model/signature.json": TOKENS}, {"inputs_file": "ids.npy"},
+                 r"export.inputs_file: .*ids.npy does not exist", id="inputs-file-missing"),
+    pytest.param({"model/signature.json": TOKENS, "model/ids.npy": "float32"}, {"inputs_file": "ids.npy"},
+                 r"inputs\[0\].dtype: int64, and export.inputs_file ids.npy holds float32", id="inputs-file-cast"),
+    pytest.param({"model/signature.json": json.dumps({"inputs": [{"name": "x", "dtype": "float16", "shape": [None, 2]}]})},
+                 {"atol": None}, r"float16 is refused by default", id="float16-default-tolerance"),
+    pytest.param({"model/signature.json": json.dumps({"inputs": [{"name": "x", "shape": [None, "8"]}]})}, None,
+                 r"inputs\[0\].shape: \[None, '8'\] is not a list of sizes", id="bad-shape"),
+])
+def test_the_train_task_refuses_a_model_export_would_refuse_before_the_sweep(fake, files, export, message):
+    """Static checks only (the worker has no torch): the signature against export's rules, the inputs file from
+    its header, with export's own settings; before, these failed at export after the whole sweep."""
+    import numpy as np
+
+    arrays = {"float32": npy(np.zeros((4, 7), np.float32))}
+    fake.jobs.output_files = {"model/model.pt2": "x", **{k: arrays.get(v, v) for k, v in files.items()}}
+    with pytest.raises(SpecError, match=message):
+        train(defer_after_s=0, export=export).execute(context())
+    assert fake.jobs.get(NAMES.train_job).status is JobStatus.COMPLETED  # the job ran; nothing after it did
+
+
+def test_the_train_task_passes_a_model_whose_inputs_file_matches_and_a_float16_model_with_a_tolerance(fake):
+    import numpy as np
+
+    fake.jobs.output_files = {"model/signature.json": TOKENS, "model/model.pt2": "x",
+                              "model/ids.npy": npy(np.ones((4, 7), np.int64))}
+    assert train(defer_after_s=0, export={"inputs_file": "ids.npy", "opset": 18}).execute(context())["status"] == \
+        "Completed"
+    fake.jobs.output_files = {"model/model.pt2": "x", "model/signature.json": json.dumps(
+        {"inputs": [{"name": "x", "dtype": "float16", "shape": [None, 2]}]})}
+    assert train(defer_after_s=0, export={"rtol": 1e-2}, name_prefix="fk2").execute(context())["status"] == "Completed"
+
+
+def test_the_train_task_fails_when_its_job_never_logged_the_sweeps_metric_naming_what_it_logged(fake):
+    logged = {"val_loss": (0.5, 0.4), "val_acc": (0.8,)}
+    fake.jobs.logged = {NAMES.train_job: logged, RunNames.of(DAG, RUN, "fk2").train_job: logged}
+    with pytest.raises(JobFailed, match=rf"job {NAMES.train_job}: it logged no 'val_f1' \(it logged: val_acc, "
+                                        r"val_loss\); the sweep ranks its trials by it"):
+        train(defer_after_s=0, required_metrics=["val_f1"]).execute(context())
+    result = train(defer_after_s=0, required_metrics=["val_acc"], name_prefix="fk2").execute(context())
+    assert result["status"] == "Completed"
+    with pytest.raises(SpecError, match=r"required_metrics: 'val_f1' is not a list of metric names"):
+        train(defer_after_s=0, required_metrics="val_f1", name_prefix="fk3").execute(context())

@@ -43,7 +43,7 @@ def test_data_dir_is_read_as_images_only_for_an_image_classifier(trained_model, 
     assert held_out_inputs(signature, digits, 8)[1] == "validation images"
     regressor = {"inputs": [{"name": "features", "dtype": "float32", "shape": [None, 8]}]}
     inputs, source = held_out_inputs(regressor, digits, 8)  # digits are no inputs of this model: not read
-    assert source == "random inputs" and inputs.shape == (8, 8)
+    assert source == "random inputs" and inputs["features"].shape == (8, 8) and inputs["features"].dtype == np.float32
 
 
 def test_onnx_model_whose_output_differs_fails_the_gate_with_its_figures(trained_model, onnx_model, digits, tmp_path):

@@ -152,7 +152,8 @@ def test_a_regressor_passes_the_gate_on_its_own_inputs_without_a_top1_check(tmp_
 def test_inputs_of_the_wrong_shape_are_a_named_error(tmp_path):
     folder = regressor(tmp_path / "model")
     np.save(folder / "wrong.npy", np.zeros((4, 3), dtype=np.float32))
-    with pytest.raises(SpecError, match=r"inputs_file: .*wrong.npy holds shape \[4, 3\]; the signature wants \[N, 8\]"):
+    with pytest.raises(SpecError, match=r"inputs\[0\].shape: export.inputs_file wrong.npy holds shape \[4, 3\], and the "
+                                        r"signature wants \[N, 8\]"):
         export_onnx(folder, tmp_path / "onnx", inputs_file="wrong.npy")
 
 

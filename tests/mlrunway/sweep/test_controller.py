@@ -131,6 +131,17 @@ def test_metric_never_logged_fails_at_the_first_trial_naming_what_was_logged():
     assert len(runner.started) == 1
 
 
+def test_a_trial_that_completed_without_the_metric_reads_so_on_the_leaderboard_not_canceled():
+    """Before: the trial whose job Completed was canceled with the running ones and read "Canceled, 0 epochs"."""
+    outcome, _ = run(sweep(["silent", "good"], policy=None, concurrent=2))
+    silent, other = outcome.trials["sw_trial_0"], outcome.trials["sw_trial_1"]
+    assert silent.status is JobStatus.COMPLETED and silent.note == "completed without logging 'acc' (it logged loss)"
+    assert other.status is JobStatus.CANCELED and other.note == "the primary metric was never logged"
+    row = next(line for line in format_leaderboard(outcome.trials.values(), Objective(primary_metric="acc"))
+               .splitlines() if "sw_trial_0" in line)
+    assert "Completed" in row and "[completed without logging 'acc' (it logged loss)]" in row
+
+
 def test_sweep_timeout_cancels_running_trials_and_keeps_the_best_so_far():
     outcome, runner = run(sweep(["good", "fine"], policy=None, timeout=3))
     assert outcome.stopped_because == "sweep timeout 3 s reached"
