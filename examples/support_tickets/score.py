@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # stop-gap: removed by the next issue
-
-import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-import vocab  # noqa: E402
+import numpy as np
+import onnxruntime as ort
+import vocab  # beside this file: Azure ML's scoring server and the local endpoint put the code folder on sys.path
 
 try:  # Azure ML's scoring server provides it
     from azureml.contrib.services.aml_response import AMLResponse

@@ -37,15 +37,16 @@ __all__ = ["REFERENCE_TIMEOUT_S", "Match", "check_prediction", "difference", "ex
 REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
 SHOWN_CHARS = 300  # each answer as an error shows it
 
-# What the reference subprocess runs: Azure's scoring contract, as the local endpoint server keeps it (score.py
-# imported from the code folder, which is the working directory and first on sys.path, AZUREML_MODEL_DIR set,
-# init() then run(<the request's text>)), and the body the server would send: an AMLResponse's message, else
-# the JSON of what run() returned. It imports nothing of mlrunway, so the team's imports meet only their own
-# environment. Its answer goes to a file (argv[4]): score.py may print what it likes.
+# What the reference subprocess runs: Azure's scoring contract, loaded as Azure ML's scoring server and the local
+# endpoint load it (the code folder appended to sys.path, score.py by spec_from_file_location, the working
+# directory unchanged, AZUREML_MODEL_DIR set, init() then run(<the request's text>)), and the body the server
+# would send: an AMLResponse's message, else the JSON of what run() returned. It imports nothing of mlrunway, so
+# the team's imports meet only their own environment. Its answer goes to a file (argv[4]): score.py may print what
+# it likes.
 _SCORE_ONCE = """\
 import importlib.util, json, os, sys
 code_dir, script, request, out = sys.argv[1:5]
-sys.path.insert(0, code_dir)
+sys.path.append(code_dir)
 spec = importlib.util.spec_from_file_location("score", os.path.join(code_dir, script))
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -227,7 +228,7 @@ def reference_answer(backend: Backend, model_name: str, model_version: int, sett
         argv = [sys.executable, "-c", _SCORE_ONCE, str(code_dir), settings.scoring_script, str(request.resolve()),
                 str(out)]
         try:
-            done = subprocess.run(argv, cwd=code_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, errors="replace", timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise check.fail("deploy.expected_response", f"is missing, and {settings.scoring_script} did not answer "

@@ -3,19 +3,36 @@
 A deployment's ``init()`` runs once per worker (the ONNX Runtime session is created once). Several deployments
 share a worker, each score.py loaded as its own module; ``AZUREML_MODEL_DIR`` is set for the duration of its
 ``init()`` under a lock, since the environment is process-wide.
+
+score.py is loaded as Azure ML's scoring server loads it (azureml-inference-server-http: the code folder
+**appended** to ``sys.path``, the script by ``spec_from_file_location``, the working directory unchanged), so
+``import vocab`` finds the module beside it. Unlike Azure, where each deployment has processes of its own, the
+deployments of a local endpoint share their workers, and so ``sys.modules``: the folder is on ``sys.path`` only
+while score.py is imported and its ``init()`` runs, and the modules loaded from it are then taken out of
+``sys.modules`` (score.py keeps its references), so the next deployment or version that imports a module of the
+same name loads its own. An ``import`` of a code-folder module inside ``run()`` (a lazy import) cannot be told
+apart within one process: :class:`CodeModules`, first on ``sys.meta_path``, refuses it with an ImportError that
+says so, instead of silently loading another deployment's module; it knows which thread is loading which folder,
+so this holds while another deployment's ``init()`` runs beside a ``run()``.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import logging
 import mmap
 import os
 import random
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from mlrunway.local.serving import capture
 from mlrunway.local.serving.state import GENERATION_FILE, STATE_FILE, DeploymentState, EndpointState
@@ -45,9 +62,91 @@ def deployment_logger(endpoint_dir: Path, name: str) -> logging.Logger:
     return log
 
 
+class CodeModules(importlib.abc.MetaPathFinder):
+    """Which deployment's code folder provides which top-level module names, and which folder the current thread
+    is loading. First on ``sys.meta_path``: an import of a name some code folder provides, by a thread that is not
+    loading that folder (a lazy import in ``run()``), is refused with an ImportError that says why, unless the name
+    is found outside every code folder (an installed package of the same name, which Azure's appended folder would
+    not shadow either). Every other import passes through untouched."""
+
+    def __init__(self) -> None:
+        self._loading = threading.local()
+        self._owners: dict[str, str] = {}  # code folder -> "deployment blue version 3"
+        self._names: dict[str, set[str]] = {}  # module name -> the code folders that provide it
+
+    def register(self, folder: str, owner: str) -> None:
+        self._owners[folder] = owner
+        for name in _top_level_modules(Path(folder)):
+            self._names.setdefault(name, set()).add(folder)
+
+    @contextmanager
+    def loading(self, folder: str) -> Iterator[None]:
+        """The current thread imports from ``folder`` meanwhile (score.py's import and init()). Its modules are in
+        ``sys.modules`` then, where an import statement finds them before any finder: ``__import__`` is guarded
+        meanwhile, so another thread's ``import helper`` (a run() beside this init()) is refused, not given them."""
+        import builtins
+
+        self._loading.folder = folder
+        original = builtins.__import__
+        loader = threading.get_ident()
+
+        def guarded(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+            if level == 0 and threading.get_ident() != loader:
+                module = sys.modules.get(name.partition(".")[0])
+                if module is not None and _from_folder(module, folder):
+                    raise self._refusal(name.partition(".")[0], {folder})
+            return original(name, globals, locals, fromlist, level)
+
+        builtins.__import__ = guarded
+        try:
+            yield
+        finally:
+            builtins.__import__ = original
+            self._loading.folder = None
+
+    def _refusal(self, name: str, folders: set[str]) -> ImportError:
+        owners = ", ".join(sorted(self._owners[folder] for folder in folders))
+        return ImportError(
+            f"import {name!r} outside score.py's import and init(): the local endpoint loads a deployment's own "
+            f"modules ({name!r} is {owners}'s) only while its score.py is imported and init() runs, because its "
+            "deployments share worker processes and a lazy import cannot tell whose module it means; import it at "
+            "the top of score.py or in init() (on Azure ML each deployment has processes of its own)", name=name)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        folders = self._names.get(fullname)
+        if not folders or path is not None or getattr(self._loading, "folder", None) is not None:
+            return None  # the loading thread sees its own folder, appended to sys.path, as Azure's server does
+        elsewhere = [entry for entry in sys.path if entry not in self._owners]
+        if importlib.machinery.PathFinder.find_spec(fullname, elsewhere) is not None:
+            return None
+        raise self._refusal(fullname, folders)
+
+
+def _top_level_modules(folder: Path) -> set[str]:
+    """The names ``import x`` finds in ``folder``: ``x.py`` and packages ``x/__init__.py``."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return set()
+    return {entry.stem for entry in entries if entry.suffix == ".py" and entry.is_file()} | {
+        entry.name for entry in entries if (entry / "__init__.py").is_file()}
+
+
+CODE_MODULES = CodeModules()  # first on sys.meta_path once a deployment loads in this process
+
+
+def _from_folder(module: ModuleType, folder: str) -> bool:
+    """Whether ``module`` was loaded from ``folder``: its file, or (a namespace package) one of its paths."""
+    places = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
+    return any(isinstance(p, str) and os.path.abspath(p).startswith(folder + os.sep) for p in places)
+
+
 def load_deployment(endpoint_dir: Path, state: DeploymentState) -> LoadedDeployment:
+    """Import the deployment version's score.py and run its ``init()``, as Azure ML's scoring server does (see the
+    module's docstring), its code folder's modules its own."""
     log = deployment_logger(endpoint_dir, state.name)
-    script = Path(state.code_dir) / state.scoring_script
+    folder = os.path.abspath(state.code_dir)
+    script = Path(folder) / state.scoring_script
     spec = importlib.util.spec_from_file_location(f"mlrunway_score_{state.name}_v{state.version}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -56,10 +155,22 @@ def load_deployment(endpoint_dir: Path, state: DeploymentState) -> LoadedDeploym
     with _INIT_LOCK, capture.collecting(collector, state.name, state.version):
         saved = {k: os.environ.get(k) for k in ("AZUREML_MODEL_DIR", *state.environment_variables)}
         os.environ.update({"AZUREML_MODEL_DIR": state.model_dir, **state.environment_variables})
+        if CODE_MODULES not in sys.meta_path:
+            sys.meta_path.insert(0, CODE_MODULES)
+        CODE_MODULES.register(folder, f"deployment {state.name} version {state.version}")
+        appended = folder not in sys.path
+        if appended:
+            sys.path.append(folder)
         try:
-            spec.loader.exec_module(module)
-            module.init()
+            with CODE_MODULES.loading(folder):
+                spec.loader.exec_module(module)
+                module.init()
         finally:
+            if appended and folder in sys.path:
+                sys.path.remove(folder)
+            for name, loaded in list(sys.modules.items()):  # score.py holds its references; the next loads its own
+                if _from_folder(loaded, folder):
+                    sys.modules.pop(name, None)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
