@@ -123,7 +123,7 @@ def context(dag, digits, **changes):
         pytest.param({"command": "python fit.py --data ${{inputs.d}} --lr ${{inputs.learning_rate}} --m "
                                  "${{inputs.momentum}}", "inputs": {"d": {"type": "uri_folder", "path": "/nowhere/data"},
                                                                     "learning_rate": 0.1, "momentum": 0.9}},
-                     "command_job.inputs.d: uri_folder '/nowhere/data' does not exist", id="missing-input-path"),
+                     "job.inputs.d: uri_folder '/nowhere/data' does not exist", id="missing-input-path"),
         pytest.param({"distribution": {"type": "mpi", "process_count_per_instance": 2}},
                      "distribution mpi: no mpirun on PATH", id="a-distribution-this-machine-cannot-run"),
         pytest.param({"early_termination": {"type": "truncation_selection", "truncation_percentage": 120}},
@@ -263,10 +263,10 @@ def test_the_form_carries_a_model_that_is_no_image_classifier(dag, digits, tmp_p
 
 @pytest.mark.parametrize(("changes", "message"), [
     pytest.param({"inputs": {"history": {"type": "uri_file", "path": "/nowhere.csv"}, "hidden_units": 32, "lr": 0.01,
-                             "epochs": 3}}, "command_job.inputs.history: uri_file '/nowhere.csv' does not exist",
+                             "epochs": 3}}, "job.inputs.history: uri_file '/nowhere.csv' does not exist",
                  id="uri-file-missing"),
     pytest.param({"inputs": {"history": {"type": "uri_file", "path": str(REPO / "examples")}, "hidden_units": 32,
-                             "lr": 0.01, "epochs": 3}}, "command_job.inputs.history: uri_file .* does not exist",
+                             "lr": 0.01, "epochs": 3}}, "job.inputs.history: uri_file .* does not exist",
                  id="uri-file-is-a-folder"),
     pytest.param({"sample_request": None}, "deployment.sample_request: is missing, and without data_dir there are "
                  "no images to smoke-test with; name a JSON request file", id="nothing-to-smoke-test-with"),

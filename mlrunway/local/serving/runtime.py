@@ -137,7 +137,10 @@ CODE_MODULES = CodeModules()  # first on sys.meta_path once a deployment loads i
 
 def _from_folder(module: ModuleType, folder: str) -> bool:
     """Whether ``module`` was loaded from ``folder``: its file, or (a namespace package) one of its paths."""
-    places = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
+    try:  # a module with a __getattr__ of its own (torch.classes) answers any name with an object of its own
+        places = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
+    except Exception:  # noqa: BLE001 - whatever such an attribute raises, it is no path of ours
+        places = [getattr(module, "__file__", None)]
     return any(isinstance(p, str) and os.path.abspath(p).startswith(folder + os.sep) for p in places)
 
 

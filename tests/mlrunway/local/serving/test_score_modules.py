@@ -126,3 +126,19 @@ def test_a_lazy_import_stays_refused_while_another_deployment_loads_beside_it(wo
         loader.join(30)
     assert loaded[0].module.run("{}") == "green's"
     assert str(tmp_path / "green") not in sys.path and "helper" not in sys.modules
+
+
+def test_modules_whose_attributes_answer_anything_are_told_apart_from_code_folder_modules(tmp_path):
+    """torch.classes answers any attribute, __path__ included, with an object that is no list of paths."""
+    import types
+
+    from mlrunway.local.serving.runtime import _from_folder
+
+    class Anything(types.ModuleType):
+        def __getattr__(self, name):
+            return object()
+
+    assert _from_folder(Anything("odd"), str(tmp_path)) is False
+    ours = types.ModuleType("helper")
+    ours.__file__ = str(tmp_path / "helper.py")
+    assert _from_folder(ours, str(tmp_path)) is True and _from_folder(ours, str(tmp_path / "other")) is False
