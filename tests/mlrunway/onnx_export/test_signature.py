@@ -115,3 +115,18 @@ def test_an_unreadable_inputs_file_is_a_named_error(tmp_path, content, message):
         path.write_bytes(content)
     with pytest.raises(SpecError, match=message):
         read_headers(path)
+
+
+def test_the_train_tasks_check_of_a_model_folder_imports_no_torch(tmp_path):
+    """It runs in the Airflow worker, which has no torch: the signature and the inputs file's header only."""
+    import json
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "ids.npy", np.ones((2, 5), np.int64))
+    (tmp_path / "signature.json").write_text(json.dumps(sig(TOKENS)))
+    code = ("import sys; from mlrunway.onnx_export.export import check_model_folder; "
+            f"specs = check_model_folder({str(tmp_path)!r}, inputs_file='ids.npy'); "
+            "print(specs[0].dtype, sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["int64", "[]"]
