@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -99,7 +100,7 @@ def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samp
             for spec in specs}, "random inputs"
 
 
-def _session(onnx_path: Path, specs: list[InputSpec]) -> Any:
+def _session(onnx_path: Path, specs: list[InputSpec]) -> tuple[Any, Callable[[dict[str, Any]], dict[str, Any]]]:
     """An ONNX Runtime session on one thread, and a feed of the signature's inputs by position (a team's own
     ONNX file may name them otherwise); ParityError when the counts differ or the file does not load."""
     import onnxruntime as ort

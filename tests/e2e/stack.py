@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO
 
@@ -132,3 +133,23 @@ class AirflowStack:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def run_shipped_dag(file: str, conf: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The DAG of ``dags/<file>.py`` run once by ``dag.test`` with ``conf`` (its tasks' params restored after:
+    dag.test writes the run's conf into them); return the run and each task's result."""
+    import copy
+
+    from mlrunway.airflow.summary import run_results
+
+    dags = str(Path(__file__).resolve().parents[2] / "dags")
+    if dags not in sys.path:
+        sys.path.insert(0, dags)
+    dag = __import__(file).dag
+    defaults = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
+    try:
+        run = dag.test(run_conf=conf)
+    finally:
+        for task in dag.tasks:
+            task.params = defaults[task.task_id]
+    return run, run_results(dag.dag_id, run.run_id)

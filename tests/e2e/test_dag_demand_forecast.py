@@ -4,15 +4,12 @@ parity inputs and smoke request, whose answer is checked), then what it left beh
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
 
 import pytest
 
-from mlrunway.airflow.summary import run_results
 from mlrunway.local.backend import LocalBackend
-from tests.conftest import REPO
+from tests.e2e.stack import run_shipped_dag
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,16 +21,7 @@ def export_name(results: dict) -> str:
 def test_a_regressor_of_its_own_trains_with_ddp_sweeps_minimizing_exports_and_deploys(airflow_db, tmp_path,
                                                                                       monkeypatch):
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
-    sys.path.insert(0, str(REPO / "dags"))
-    from demand_forecast import dag
-
-    defaults = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
-    try:
-        run = dag.test(run_conf={"epochs": 6, "max_trials": 2})  # one wave of two concurrent trials
-    finally:
-        for task in dag.tasks:
-            task.params = defaults[task.task_id]
-    results = run_results(dag.dag_id, run.run_id)
+    run, results = run_shipped_dag("demand_forecast", {"epochs": 6, "max_trials": 2})  # one wave of two trials
     assert str(run.state) == "success", results
     backend = LocalBackend.at(tmp_path / "ws")
 

@@ -143,14 +143,16 @@ def assert_one_lineage_graph(events, backend, results, digits):
 
 
 def test_a_failing_sweep_still_cleans_up_and_fails_the_run(airflow_db, digits, tmp_path, monkeypatch):
-    run, _, states = run_dag({**SMALL, "epochs": 4, "data_dir": str(digits), "primary_metric": "accuracy"},
+    """Every trial fails on its own (a momentum torch.optim.SGD refuses), after Train passed with its own."""
+    space = {"learning_rate": {"type": "choice", "values": [0.01]}, "momentum": {"type": "choice", "values": [-0.5]}}
+    run, _, states = run_dag({**SMALL, "epochs": 2, "max_trials": 2, "data_dir": str(digits), "search_space": space},
                              tmp_path / "ws", monkeypatch)
     assert str(run.state) == "failed"
     assert states == {"train": "success", "sweep": "failed", "pick_best": "upstream_failed",
                       "export_onnx": "upstream_failed", "deploy_blue": "upstream_failed", "cleanup": "failed"}
     backend = LocalBackend.at(tmp_path / "ws")
     sweep = [j for j in backend.jobs.list() if j.kind == "sweep"][0]
-    assert "primary_metric: trial" in sweep.error and "'accuracy'" in sweep.error and "best_val_acc" in sweep.error
+    assert "no trial produced the primary metric" in sweep.error and "Invalid momentum value: -0.5" in sweep.error
     assert_nothing_left(backend)
     saved = json.loads((tmp_path / "ws" / "reports" / sweep.name / "report.json").read_text())
     assert saved["sweep_status"] == "Failed" and saved["model"] is None  # the report of a failure, all the same

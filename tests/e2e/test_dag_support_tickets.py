@@ -5,16 +5,13 @@ deployed; then its endpoint answers tickets it never saw, and nothing is left be
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
 
 import pytest
 
-from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError
 from mlrunway.local.backend import LocalBackend
-from tests.conftest import REPO
+from tests.e2e.stack import run_shipped_dag
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,16 +26,9 @@ def test_a_text_classifier_of_its_own_sweeps_exports_with_dynamic_length_and_ans
     import onnx
 
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
-    sys.path.insert(0, str(REPO / "dags"))
-    from support_tickets import dag
-
-    defaults = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
-    try:  # one wave of two concurrent trials; the endpoint kept to be asked afterwards
-        run = dag.test(run_conf={"epochs": 4, "max_trials": 2, "tickets": 600, "keep_endpoint": True})
-    finally:
-        for task in dag.tasks:
-            task.params = defaults[task.task_id]
-    results = run_results(dag.dag_id, run.run_id)
+    # one wave of two concurrent trials; the endpoint kept to be asked afterwards
+    run, results = run_shipped_dag("support_tickets", {"epochs": 4, "max_trials": 2, "tickets": 600,
+                                                       "keep_endpoint": True})
     assert str(run.state) == "success", results
     backend = LocalBackend.at(tmp_path / "ws")
 

@@ -28,7 +28,7 @@ if not marker.exists():
 model = pathlib.Path("outputs/model")
 model.mkdir(parents=True)
 (model / "model.pt2").write_text("weights")
-(model / "signature.json").write_text('{"file": "model.pt2"}')
+(model / "signature.json").write_text('{"file": "model.pt2", "inputs": [{"name": "x", "shape": [null, 4]}]}')
 print("trained")
 """
 
