@@ -48,9 +48,29 @@ class MlrunwayHook(BaseHook):
             ) from exc
         conn_type = conn.conn_type or ""
         try:
-            return connect(conn_type, form_fields(conn_type, conn.extra_dejson), conn.password or None)
+            return connect(conn_type, connection_fields(conn_type, conn.extra_dejson, conn.login),
+                           conn.password or None)
         except SpecError as exc:
             raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: {exc}") from exc
+
+
+# A connection type whose form labels the connection's own login as one of its fields (provider.py's relabeling):
+# the azure_ml form's "Client ID" is the login.
+LOGIN_FIELDS = {"azure_ml": "client_id"}
+
+
+def connection_fields(conn_type: str, extra: dict[str, Any], login: str | None) -> dict[str, Any]:
+    """The fields a backend is built from: the extras (:func:`form_fields`), and the login where the type's form
+    labels it as a field (the azure_ml form's "Client ID"). The same field given twice with two values is refused
+    naming both, never one chosen in silence."""
+    fields = form_fields(conn_type, extra)
+    name = LOGIN_FIELDS.get(conn_type)
+    if name and login:
+        if fields.get(name) not in (None, login):
+            raise SpecError(f"{conn_type} connection.login: {login!r} (the form's Client ID) and the extra field {name} "
+                            f"{fields[name]!r} differ; keep one, the Client ID field (the login)")
+        fields[name] = login
+    return fields
 
 
 def form_fields(conn_type: str, extra: dict[str, Any]) -> dict[str, Any]:

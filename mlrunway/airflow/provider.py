@@ -54,7 +54,6 @@ def get_provider_info() -> dict[str, Any]:
                                        "managed identity or workload identity.",
                     },
                     "tenant_id": {"label": "Tenant ID", "schema": _STRING},
-                    "client_id": {"label": "Client ID", "schema": _STRING},
                     "certificate_path": {"label": "Certificate path (PEM or PKCS12)", "schema": _STRING},
                     "token_file_path": {"label": "Federated token file (workload identity)", "schema": _STRING},
                     "compute": {"label": "Compute cluster", "schema": _STRING,
@@ -77,9 +76,10 @@ def get_provider_info() -> dict[str, Any]:
                                                      '"azureml:digits-reference:1"}; empty: none.'},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "port", "extra"],
-                                       "relabeling": {"login": "Client ID (service principal)",
+                                       "relabeling": {"login": "Client ID",
                                                       "password": "Client secret or certificate password"},
-                                       "placeholders": {}},
+                                       "placeholders": {"login": "a service principal's or a user-assigned "
+                                                                 "identity's; empty: the system-assigned identity"}},
             },
         ],
     }

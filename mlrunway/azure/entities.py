@@ -32,14 +32,16 @@ from mlrunway.specs.sweep import SweepSpec
 DEFAULT_ENVIRONMENT = "AzureML-acpt-pytorch-2.8-cuda12.6@latest"
 
 
-def distribution(dist: Distribution | None) -> Any:
+def distribution(dist: Distribution | None, instance_count: int = 1) -> Any:
+    """azure-ai-ml's distribution; a TensorFlow one without ``worker_count`` has one worker per instance, as the
+    service's own default (it was sent as 1)."""
     if dist is None:
         return None
     if isinstance(dist, PyTorchDistribution):
         return AzPyTorch(process_count_per_instance=dist.process_count_per_instance)
     if isinstance(dist, MpiDistribution):
         return AzMpi(process_count_per_instance=dist.process_count_per_instance)
-    return AzTensorFlow(worker_count=dist.worker_count, parameter_server_count=dist.parameter_server_count)
+    return AzTensorFlow(worker_count=dist.workers(instance_count), parameter_server_count=dist.parameter_server_count)
 
 
 def _input(value: Any) -> Any:
@@ -67,7 +69,7 @@ def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str |
         environment_variables=dict(spec.environment_variables),
         compute=target,
         instance_type=None if target else instance_type,
-        distribution=distribution(spec.distribution),
+        distribution=distribution(spec.distribution, spec.instance_count),
         instance_count=spec.instance_count,
         experiment_name=spec.experiment_name,
         display_name=spec.display_name or name,
@@ -113,13 +115,18 @@ def policy(p: EarlyTerminationPolicy | None) -> Any:
                      "use one of those, or run this sweep on the local backend")
 
 
+def _logbase(base: float | str | None) -> str | None:
+    """The spec types ``logbase`` as a string ("e" or a positive number): a number is sent as its text (10 -> "10")."""
+    return None if base is None else base if isinstance(base, str) else f"{base:g}"
+
+
 def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None = None,
               environment: Any = None, instance_type: str | None = None) -> Sweep:
     """``command(...)(**search_space).sweep(...)`` with limits; experiment_name set again (``job(...)`` drops it)."""
     trial = command_job(spec.trial, compute=compute, environment=environment, instance_type=instance_type)
     sampling: Any = spec.sampling.type
     if sampling == "random":  # the rule and logbase as given; Azure samples
-        sampling = RandomSamplingAlgorithm(seed=spec.seed, rule=spec.sampling.rule, logbase=spec.sampling.logbase)
+        sampling = RandomSamplingAlgorithm(seed=spec.seed, rule=spec.sampling.rule, logbase=_logbase(spec.sampling.logbase))
     job: Sweep = trial(**{k: expression(v) for k, v in spec.search_space.items()}).sweep(
         compute=compute or spec.trial.compute,
         sampling_algorithm=sampling,

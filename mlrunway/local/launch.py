@@ -91,7 +91,7 @@ def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[Pro
         return [ProcessLaunch(_torchrun(argv, dist.process_count_per_instance), {**env, "NODE_RANK": "0"})]
     if isinstance(dist, MpiDistribution):
         return [ProcessLaunch(_mpirun_argv(argv, dist.process_count_per_instance), {**env, **_mpi_master()})]
-    return _tensorflow(argv, env, dist.worker_count, dist.parameter_server_count)
+    return _tensorflow(argv, env, dist.workers(spec.instance_count), dist.parameter_server_count)
 
 
 def _torchrun(argv: list[str], processes: int) -> list[str]:

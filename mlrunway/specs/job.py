@@ -78,19 +78,25 @@ class MpiDistribution:
 
 @dataclass(frozen=True, kw_only=True)
 class TensorFlowDistribution:
-    """tf.distribute workers and parameter servers; each process gets its TF_CONFIG."""
+    """tf.distribute workers and parameter servers; each process gets its TF_CONFIG. ``worker_count`` None is
+    the service's default: the job's instance count (:meth:`workers`)."""
 
     type: Literal["tensorflow"] = "tensorflow"
-    worker_count: int = 1
+    worker_count: int | None = None
     parameter_server_count: int = 0
 
     def __post_init__(self) -> None:
-        check.positive_int("distribution.worker_count", self.worker_count)
+        if self.worker_count is not None:
+            check.positive_int("distribution.worker_count", self.worker_count)
         check.positive_int("distribution.parameter_server_count", self.parameter_server_count, minimum=0)
+
+    def workers(self, instance_count: int) -> int:
+        """The workers: as given, else one per instance (Azure ML's default, the spec's)."""
+        return instance_count if self.worker_count is None else self.worker_count
 
     @property
     def processes_per_instance(self) -> int:
-        return self.worker_count + self.parameter_server_count
+        return (self.worker_count or 1) + self.parameter_server_count
 
 
 Distribution = PyTorchDistribution | MpiDistribution | TensorFlowDistribution

@@ -108,3 +108,58 @@ def test_both_connection_types_are_registered_with_their_form_fields():
     widgets = manager.connection_form_widgets
     assert "extra__mlrunway_local__workspace" in widgets
     assert {f"extra__azure_ml__{f}" for f in ("subscription_id", "resource_group", "workspace_name", "credential")} <= set(widgets)
+
+
+FORM = {"extra__azure_ml__subscription_id": "6a3c9f1e-0b7d-4e8a-9c2f-1d5e7b3a9c40",
+        "extra__azure_ml__resource_group": "rg", "extra__azure_ml__workspace_name": "ws"}
+
+
+@pytest.mark.parametrize(("kind", "fields", "cls", "keyword"), [
+    ("client_secret", {"tenant_id": "t"}, "ClientSecretCredential", "client_id"),
+    ("certificate", {"tenant_id": "t", "certificate_path": "/certs/sp.pem"}, "CertificateCredential", "client_id"),
+    ("managed_identity", {}, "ManagedIdentityCredential", "client_id"),
+    ("workload_identity", {"tenant_id": "t", "token_file_path": "/var/run/token"}, "WorkloadIdentityCredential",
+     "client_id"),
+    ("default", {}, "DefaultAzureCredential", "managed_identity_client_id"),
+])
+def test_each_credential_kind_filled_through_the_form_signs_in_as_its_client_id(monkeypatch, tmp_path, kind, fields,
+                                                                                cls, keyword):
+    """The form's one "Client ID" field is the connection's login; before, it was never read: a client_secret
+    connection was refused and a managed identity signed in as the system-assigned one."""
+    import azure.identity
+
+    from mlrunway.airflow.hook import MlrunwayHook
+
+    made: dict = {}
+
+    class Recorded:  # the credential as azure-identity was asked for it; no token is requested here either
+        def __init__(self, **kwargs) -> None:
+            made.update(kwargs, cls=cls)
+
+    monkeypatch.setattr(azure.identity, cls, Recorded)
+    extra = {**FORM, "extra__azure_ml__credential": kind, "cache_dir": str(tmp_path),
+             **{f"extra__azure_ml__{k}": v for k, v in fields.items()}}
+    monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps({"conn_type": "azure_ml", "login": "5d7e8a0c-sp",
+                                                        "password": "pw", "extra": extra}))
+    backend = MlrunwayHook("aml").get_backend()
+    assert isinstance(backend.credential, Recorded) and made["cls"] == cls and made[keyword] == "5d7e8a0c-sp"
+
+
+def test_a_client_id_given_twice_with_two_values_is_refused_naming_both(monkeypatch, tmp_path):
+    from mlrunway.airflow.hook import MlrunwayHook, connection_fields
+
+    assert connection_fields("azure_ml", {"client_id": "same"}, "same")["client_id"] == "same"
+    assert connection_fields("mlrunway_local", {}, "someone") == {}  # a type whose form hides the login
+    monkeypatch.setenv("AIRFLOW_CONN_AML", json.dumps({"conn_type": "azure_ml", "login": "from-the-form", "extra": {
+        **FORM, "extra__azure_ml__credential": "managed_identity", "client_id": "from-json"}}))
+    with pytest.raises(SpecError, match=r"azure_ml connection.login: 'from-the-form' \(the form's Client ID\) and the "
+                                        r"extra field client_id 'from-json' differ"):
+        MlrunwayHook("aml").get_backend()
+
+
+def test_the_azure_form_has_one_client_id_field_the_login():
+    from mlrunway.airflow.provider import get_provider_info
+
+    (azure,) = [c for c in get_provider_info()["connection-types"] if c["connection-type"] == "azure_ml"]
+    assert "client_id" not in azure["conn-fields"] and "login" not in azure["ui-field-behaviour"]["hidden-fields"]
+    assert azure["ui-field-behaviour"]["relabeling"]["login"] == "Client ID"

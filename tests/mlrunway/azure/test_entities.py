@@ -74,6 +74,9 @@ def test_command_job_fields():
                      {"distributionType": "Mpi", "processCountPerInstance": 2}, id="mpi"),
         pytest.param(TensorFlowDistribution(worker_count=3, parameter_server_count=1), 4,
                      {"distributionType": "TensorFlow", "workerCount": 3, "parameterServerCount": 1}, id="tensorflow"),
+        pytest.param(TensorFlowDistribution(), 3,  # the spec's default: one worker per instance (it was sent as 1)
+                     {"distributionType": "TensorFlow", "workerCount": 3, "parameterServerCount": 0},
+                     id="tensorflow-default-workers"),
     ],
 )
 def test_each_distribution_type(dist, instances, expected):
@@ -154,7 +157,9 @@ def test_grid_and_bayesian_sampling(sampling, expected):
         pytest.param({"type": "random", "rule": "sobol", "seed": 999, "logbase": "e"},
                      {"samplingAlgorithmType": "Random", "rule": "sobol", "seed": 999, "logbase": "e"}, id="sobol-e"),
         pytest.param({"type": "random", "logbase": 10}, {"samplingAlgorithmType": "Random", "rule": "random",
-                                                          "logbase": 10.0}, id="logbase-10"),
+                                                          "logbase": "10"}, id="logbase-10"),  # a string, as the spec types it
+        pytest.param({"type": "random", "logbase": "2.5"}, {"samplingAlgorithmType": "Random", "rule": "random",
+                                                            "logbase": "2.5"}, id="logbase-text"),
         pytest.param("random", {"samplingAlgorithmType": "Random", "rule": "random"}, id="random-unseeded"),
     ],
 )
