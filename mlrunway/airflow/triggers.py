@@ -256,7 +256,7 @@ class WindowTrigger(BaseTrigger):
                     if watched := await asyncio.to_thread(stable.watch_once, backend, r):
                         await asyncio.to_thread(stable.roll_back, backend, r)
                         break
-                    await asyncio.sleep(min(stable.WATCH_POLL_S, left))
+                    await asyncio.sleep(min(stable.watch_period(backend), left))
             except Exception as exc:  # noqa: BLE001 - a watch that fails leaves the window's end to judge
                 self.log.warning("the rollout window's watch stopped (%s: %s); its end judges it", type(exc).__name__,
                                  exc)

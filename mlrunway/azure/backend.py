@@ -55,7 +55,8 @@ class AzureBackend:
     kind = "azure"
     # Every poll is ARM and Run History reads, which count against the subscription's read limits. Azure Monitor
     # aggregates an endpoint's requests per minute and publishes them a few minutes late.
-    capabilities = Capabilities(poll_interval_s=30.0, metrics_lag_s=180.0, rollout_window_s=600.0)
+    capabilities = Capabilities(poll_interval_s=30.0, metrics_lag_s=180.0, rollout_window_s=600.0,
+                                metrics_period_s=60.0)
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,

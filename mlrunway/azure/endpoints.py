@@ -37,6 +37,8 @@ from mlrunway.errors import EndpointError, NotFound
 
 __all__ = ["AUTH_RENEW_S", "AzureEndpoints"]
 
+# Each endpoint's ARM id by (subscription, resource group, workspace, endpoint), read once per process.
+_ENDPOINT_IDS: dict[tuple[str, str, str | None, str], str] = {}
 AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
 
 
@@ -170,8 +172,12 @@ class AzureEndpoints(Endpoints):
 
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
         """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
-        metrics (``mlrunway.azure.monitor``)."""
-        resource = self.ml.online_endpoints.get(endpoint).id
+        metrics (``mlrunway.azure.monitor``). The endpoint's ARM id, which the queries name, is read once per
+        process (it derives from the names: an endpoint made again under its name has the same one), not on each
+        of a rollout's looks."""
+        key = (self.ml.subscription_id, self.ml.resource_group_name, self.ml.workspace_name, endpoint)
+        if (resource := _ENDPOINT_IDS.get(key)) is None:
+            resource = _ENDPOINT_IDS[key] = self.ml.online_endpoints.get(endpoint).id
         return self.monitor.deployment_metrics(resource, deployment, start, end)
 
     def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:

@@ -57,11 +57,15 @@ class Capabilities:
     :param metrics_lag_s: how long after a second its requests show in ``deployment_metrics`` (:class:`Rollout`).
     :param rollout_window_s: a staged rollout's default window: seconds where metrics are per second (local),
         minutes where they are per minute (Azure Monitor).
+    :param metrics_period_s: the grain of ``deployment_metrics``: a rollout's watch looks at most once per period
+        (a quarter second where metrics are per second; a minute on Azure Monitor, whose frequent reads ARM
+        throttles).
     """
 
     poll_interval_s: float = 2.0
     metrics_lag_s: float = 2.0
     rollout_window_s: float = 30.0
+    metrics_period_s: float = 0.25
 
 
 class Jobs(abc.ABC):

@@ -184,7 +184,13 @@ def next_phase(backend: Backend, r: Rollout) -> float:
     return float(window)
 
 
-WATCH_POLL_S = 0.25  # how often a window's watch reads the deployments' metrics
+WATCH_POLL_S = 0.25  # how often a window's watch reads the deployments' metrics, at most
+
+
+def watch_period(backend: Backend) -> float:
+    """Seconds between two looks of a window's watch: no sooner than the backend's metrics change
+    (``Capabilities.metrics_period_s``: a minute on Azure Monitor)."""
+    return max(WATCH_POLL_S, backend.capabilities.metrics_period_s)
 
 
 def watch_once(backend: Backend, r: Rollout) -> str | None:
@@ -219,7 +225,7 @@ def watch_window(backend: Backend, r: Rollout, until: float) -> str | None:
             log.warning("endpoint %s: %s; traffic back on %s at 100%%", r.endpoint, reason,
                         r.champion.deployment if r.champion else "-")
             return reason
-        time.sleep(min(WATCH_POLL_S, left))
+        time.sleep(min(watch_period(backend), left))
     return None
 
 

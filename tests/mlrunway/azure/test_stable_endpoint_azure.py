@@ -155,3 +155,21 @@ def test_metrics_that_arrive_late_are_no_evidence_yet_and_the_rollout_holds(fake
     after = stable.after_window(production, r)
     assert after.decision == "held" and "0 requests reached the challenger" in after.reason
     assert live_traffic(fake)["traffic"] == {"blue": 100}
+
+
+def test_the_watch_looks_no_faster_than_azure_monitors_grain_and_reads_the_endpoints_id_once(fake, production,
+                                                                                              digits):
+    """Issue 57, 3: the watch looked every 0.25 s, each look an endpoint GET and Monitor queries (152 ARM reads in
+    10 s); Azure Monitor's grain is a minute, and ARM throttles frequent metrics reads."""
+    import time
+
+    r = challenger_at_50(production, digits, RolloutPolicy(steps=(50, 100), window_s=600, watch_s=300))
+    metrics = f"{WS_PATH}/onlineEndpoints/{ENDPOINT}/providers/Microsoft.Insights/metrics$"
+    endpoint = f"{WS_PATH}/onlineEndpoints/{ENDPOINT}$"
+    queries, reads = len(fake.sent("GET", metrics)), len(fake.sent("GET", endpoint))
+    assert stable.watch_period(production) == 60.0
+    assert stable.watch_window(production, r, time.time() + 2) is None  # a quiet challenger: nothing to condemn
+    assert len(fake.sent("GET", metrics)) - queries == 2  # one look in 2 s: its requests and its latency
+    assert len(fake.sent("GET", endpoint)) - reads <= 1  # the endpoint's id, at most once
+    assert stable.watch_window(production, r, time.time() + 1) is None
+    assert len(fake.sent("GET", endpoint)) - reads <= 1  # not read again for the next look
