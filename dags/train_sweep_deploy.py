@@ -1,7 +1,8 @@
 """Train, sweep with Bandit early termination, pick the best, export to ONNX, deploy blue, clean up.
 
 The DAG is a table of contents: its Params (the trigger form) and six tasks in order. Every name a run
-creates derives from the run, so scheduled runs, manual triggers and backfills never collide. The backend is
+creates derives from the run, so within a workspace scheduled runs, manual triggers and backfills never collide;
+on Azure ML the endpoint's also derives from the workspace, since endpoint names are unique per region. The backend is
 the Airflow connection in ``backend_conn_id``; ``mlrunway_default`` is the local backend, with no set-up.
 """
 
@@ -152,7 +153,8 @@ PARAMS = {
     "endpoint_prefix": Param("digits", type="string", pattern="^[A-Za-z][A-Za-z0-9-]{0,22}$", title="Name prefix",
                              description=("Starts the names of the run's jobs, model and endpoint "
                                           "(<prefix>-<8 hex of the run>): a letter, then up to 22 letters, digits "
-                                          "or hyphens.")),
+                                          "or hyphens. On Azure ML an endpoint name is unique in the whole region, "
+                                          "across workspaces: its 8 hex also derive from the workspace.")),
     "keep_endpoint": Param(False, type="boolean", title="Keep the endpoint after the run",
                            description="Off: cleanup deletes the run's endpoint. On: it keeps serving."),
     # Your own training job: a team's command in azure-ai-ml's words.

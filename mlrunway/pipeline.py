@@ -158,7 +158,9 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
     stray = _running_jobs(backend, names)
     for name in stray:
         backend.jobs.cancel(name, reason="cleanup: the pipeline run ended")
-    deleted = backend.endpoints.delete(names.endpoint) if delete_endpoint else False
+    # The run's endpoint by each name it may have (a run deployed before names were salted has the older one):
+    # looked up by name, never by listing the workspace.
+    deleted = any([backend.endpoints.delete(name) for name in names.endpoints]) if delete_endpoint else False
     archived = []
     for model_name, version in archive:
         try:

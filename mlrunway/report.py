@@ -72,7 +72,7 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
-                       endpoint=_endpoint(backend, production["endpoint"] if production else names.endpoint))
+                       endpoint=_endpoint(backend, *([production["endpoint"]] if production else names.endpoints)))
 
 
 def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -104,13 +104,16 @@ def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, A
             "tags": dict(latest.tags or {})}
 
 
-def _endpoint(backend: Backend, name: str) -> dict[str, Any] | None:
-    try:
-        endpoint = backend.endpoints.get(name)
-    except NotFound:
-        return None
-    return {"name": name, "provisioning_state": endpoint.provisioning_state.value,
-            "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
+def _endpoint(backend: Backend, *names: str) -> dict[str, Any] | None:
+    """The first of ``names`` that exists (a run's endpoint, or the name it had before names were salted)."""
+    for name in names:
+        try:
+            endpoint = backend.endpoints.get(name)
+        except NotFound:
+            continue
+        return {"name": name, "provisioning_state": endpoint.provisioning_state.value,
+                "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
+    return None
 
 
 LEGEND_MAX = 12  # trials named in the plot's legend: beyond it, the best ones (a legend of 200 is read by no one)

@@ -16,7 +16,7 @@ from airflow.sdk import BaseOperator, Context
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.airflow.links import ALL_LINKS, links_for
-from mlrunway.backend.naming import RunNames
+from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import shorten_exception
 from mlrunway.lineage import LineageDataset, namespace_of
@@ -122,7 +122,10 @@ class MlrunwayBaseOperator(BaseOperator):
         return MlrunwayHook(self.backend_conn_id).get_backend()
 
     def names(self, context: Context) -> RunNames:
-        return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix))
+        """What the run creates is named after it; its endpoint after the backend's workspace too, where endpoint
+        names are region-wide (Azure)."""
+        return RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(self.name_prefix),
+                           endpoint_salt(self.backend))
 
     def link(self, context: Context, kind: str, name: str, version: int | str | None = None) -> None:
         """Show the task's links to what it created: Azure ML studio, or the UI plugin's pages locally."""

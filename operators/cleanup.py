@@ -9,7 +9,7 @@ from airflow.sdk import Context, TriggerRule
 
 from mlrunway import lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
-from mlrunway.backend.naming import RunNames
+from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.errors import JobFailed
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.production import stable
@@ -77,7 +77,8 @@ class CleanupOperator(MlrunwayBaseOperator):
         run's names (the task instance's) and its result."""
         from mlrunway.airflow.lineage import operator_lineage
 
-        names = RunNames.of(task_instance.dag_id, task_instance.run_id, check_prefix(self.name_prefix))
+        names = RunNames.of(task_instance.dag_id, task_instance.run_id, check_prefix(self.name_prefix),
+                            endpoint_salt(self.backend))
         done = self.returned if isinstance(self.returned, dict) else {}
         return operator_lineage(*self.lineage_of(names, done))
 

@@ -16,7 +16,7 @@ from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError, MlrunwayError
+from mlrunway.errors import EndpointError, MlrunwayError, NotFound
 from mlrunway.production import card, stable
 from mlrunway.production.rollout import RolloutPolicy
 from operators._base import MlrunwayWaitingOperator
@@ -124,7 +124,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
         capabilities = self.backend.capabilities
         return DeployRequest(
-            endpoint=self.endpoint_name or self.names(context).endpoint,
+            endpoint=self.endpoint_name or self.run_endpoint(context),
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
                                         scoring_script=self.scoring_script, instance_type=self.instance_type or None,
                                         instance_count=int(self.instance_count) if self.instance_count else None,
@@ -139,6 +139,19 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                                         metrics_lag_s=capabilities.metrics_lag_s),
             require_approval=self.require_approval in (True, "True", "true", "1"),
             approval_timeout_s=self.approval_timeout_s, rollback_to=self.rollback_to or None)
+
+    def run_endpoint(self, context: Context) -> str:
+        """The run's own endpoint: its name, or the one it had before names were salted when a try made before the
+        upgrade created that one (looked up by name, so the run neither deploys twice nor leaks it)."""
+        names = self.names(context)
+        for older in names.endpoints[1:]:
+            try:
+                self.backend.endpoints.get(older)
+            except NotFound:
+                continue
+            self.log.info("Endpoint %s was made by this run before endpoint names were salted: using it", older)
+            return older
+        return names.endpoint
 
     def execute(self, context: Context) -> dict[str, Any]:
         request = self._request = self.request(context)

@@ -96,7 +96,7 @@ def _error_page(request: Request, exc: HTTPException) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/{sweep}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def sweep_report(conn_id: str, sweep: str) -> Any:
-    from mlrunway.backend.naming import RunNames
+    from mlrunway.backend.naming import RunNames, endpoint_salt
     from mlrunway.report import collect, plot_curves, render_html, saved_report
 
     backend = _backend(conn_id)
@@ -104,7 +104,7 @@ def sweep_report(conn_id: str, sweep: str) -> Any:
     if saved is not None:
         return _file(saved)
     try:
-        report = collect(backend, RunNames.of_sweep(sweep))
+        report = collect(backend, RunNames.of_sweep(sweep, endpoint_salt(backend)))
     except (NotFound, MlrunwayError) as exc:
         raise HTTPException(404, str(exc)) from exc
     return _with_nav(render_html(report, plot_curves(report)))

@@ -109,6 +109,14 @@ class AzureBackend:
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), **client_kwargs)
 
+    @property
+    def endpoint_salt(self) -> str:
+        """The workspace's ARM id, lower-cased (ARM ids are case-insensitive): online endpoint names are unique in
+        the whole region, so a run's endpoint name derives from its workspace too (``RunNames``). Deterministic, so
+        a retry finds what its first try made; not kept in the connection, which may be made again."""
+        return (f"/subscriptions/{self.client.subscription_id}/resourceGroups/{self.client.resource_group_name}"
+                f"/providers/Microsoft.MachineLearningServices/workspaces/{self.client.workspace_name}").lower()
+
     # -- references --------------------------------------------------------------------------------
     def job_outputs(self, job_name: str) -> str:
         """Where a job's ``./outputs`` files are (``mlrunway.azure.outputs``)."""

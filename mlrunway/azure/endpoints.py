@@ -9,13 +9,14 @@ busy (``mlrunway.azure.writes``).
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from azure.ai.ml import MLClient
 from azure.ai.ml.entities import ManagedOnlineEndpoint
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.core.rest import HttpRequest
 
 from mlrunway import check
@@ -37,6 +38,9 @@ from mlrunway.errors import EndpointError, NotFound
 
 __all__ = ["AUTH_RENEW_S", "AzureEndpoints"]
 
+# The service's 400 for an endpoint name another workspace in the region holds ("There is already an endpoint with
+# this name, Endpoint name needs to be unique within a region. Try some other name.").
+_NAME_TAKEN = re.compile(r"already an endpoint with this name|unique within a region", re.I)
 # Each endpoint's ARM id by (subscription, resource group, workspace, endpoint), read once per process.
 _ENDPOINT_IDS: dict[tuple[str, str, str | None, str], str] = {}
 AUTH_RENEW_S = 300.0  # scoring keys are read again after 5 minutes; a token is renewed 5 minutes before it expires
@@ -108,7 +112,15 @@ class AzureEndpoints(Endpoints):
             if (endpoint.tags or {}).get("mlrunway") == "1":
                 return self._info(endpoint)
             endpoint.tags = {**(endpoint.tags or {}), "mlrunway": "1"}
-        self.write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
+        try:
+            self.write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
+        except HttpResponseError as exc:
+            if exc.status_code == 400 and _NAME_TAKEN.search(str(getattr(exc.error, "message", None) or exc.message)):
+                raise check.fail("endpoint_prefix", f"endpoint name {name!r} is taken in this Azure region by another "
+                                 "workspace's endpoint (online endpoint names are unique per region, across "
+                                 "workspaces)", "set endpoint_prefix (or endpoint_name) to one that no other "
+                                 "workspace in the region uses") from exc
+            raise
         return self.get(name)
 
     def set_traffic(self, endpoint: str, traffic: dict[str, int],

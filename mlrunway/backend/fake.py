@@ -53,6 +53,7 @@ class FakeBackend:
 
     kind = "fake"
     capabilities = Capabilities(poll_interval_s=0.1, metrics_lag_s=0.0)
+    endpoint_salt = ""  # its endpoints are its own
     _named: ClassVar[dict[str, FakeBackend]] = {}
 
     def __init__(self, root: str | Path | None = None) -> None:

@@ -303,6 +303,12 @@ class Backend(Protocol):
     def models(self) -> Models: ...
     @property
     def endpoints(self) -> Endpoints: ...
+    @property
+    def endpoint_salt(self) -> str:
+        """What a run's endpoint name derives from besides the run (:class:`~mlrunway.backend.naming.RunNames`): ""
+        where endpoint names are the workspace's own; on Azure ML, whose names are unique per region, the
+        workspace's ARM id."""
+        ...
 
     def job_outputs(self, job_name: str) -> str:
         """Where a job's ``./outputs`` files are: a folder, or a URI the backend's registry takes as ``base``."""

@@ -32,6 +32,7 @@ class LocalBackend:
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
     capabilities: Capabilities = Capabilities(poll_interval_s=0.25)
+    endpoint_salt: str = ""  # a workspace's endpoints are its own: names derive from the run alone
 
     def __post_init__(self) -> None:
         self.jobs = LocalJobs(self.workspace)

@@ -30,7 +30,7 @@ from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import STRATEGIES
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, SpecError
+from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, NotFound, SpecError
 from mlrunway.specs.sweep import SweepSpec
 from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
 from tests.conftest import REPO
@@ -586,3 +586,22 @@ def test_the_train_task_fails_when_its_job_never_logged_the_sweeps_metric_naming
     assert result["status"] == "Completed"
     with pytest.raises(SpecError, match=r"required_metrics: 'val_f1' is not a list of metric names"):
         train(defer_after_s=0, required_metrics="val_f1", name_prefix="fk3").execute(context())
+
+
+def test_a_run_deployed_before_names_were_salted_finds_its_endpoint_and_cleanup_deletes_it(fake, monkeypatch):
+    """Issue 57, 2: a run in flight across the upgrade neither deploys again under the new name nor leaks the
+    endpoint it made under the old one; looked up by name, never by listing."""
+    from mlrunway.pipeline import cleanup
+
+    monkeypatch.setattr(fake, "endpoint_salt", "/subscriptions/s/resourcegroups/rg/providers/x/workspaces/w",
+                        raising=False)
+    names = RunNames.of(DAG, RUN, "fk", fake.endpoint_salt)
+    assert names.endpoint != names.unsalted_endpoint == NAMES.endpoint
+    deploy = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                                model_version=1, code_dir=str(REPO / "training"))
+    assert deploy.run_endpoint(context()) == names.endpoint  # a new run: the salted name
+    fake.endpoints.create_or_update(names.unsalted_endpoint)  # what a try before the upgrade made
+    assert deploy.run_endpoint(context()) == names.unsalted_endpoint
+    assert cleanup(fake, names)["endpoint_deleted"] is True
+    with pytest.raises(NotFound):
+        fake.endpoints.get(names.unsalted_endpoint)

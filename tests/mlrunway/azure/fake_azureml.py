@@ -198,6 +198,9 @@ class FakeAzureML(HttpTransport):
         self.requests: list[Recorded] = []
         self.refused: list[tuple[str, str, list[str]]] = []  # (method, path, problems) of every body refused
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
+        # Online endpoint names are unique in the region, across workspaces: name (lower case) -> the workspace
+        # holding it (this one's WS_PATH, or another's a test sets).
+        self.region_endpoints: dict[str, str] = {}
         self.blobs: dict[str, bytes] = {}  # "<container>/<path>" -> content
         self.operations: dict[str, dict[str, Any]] = {}
         self.provisioning: dict[str, str] = {}  # endpoint or deployment path (lower case) -> its operation
@@ -737,9 +740,14 @@ class FakeAzureML(HttpTransport):
         if path.lower() in self.failed_creations:
             return _error(request, 400, "BadArgument", f"Deployment {dep} failed its creation and cannot be updated: "
                           "delete it and create it again.")
+        if dep is None and self.region_endpoints.get(name.lower(), WS_PATH) != WS_PATH:
+            # The service's answer, as users have quoted it (the spec gives none): a 400 validation error.
+            return _error(request, 400, "BadArgument", "There is already an endpoint with this name, Endpoint name "
+                          "needs to be unique within a region. Try some other name.")
         body = SPEC.as_stored("PUT", recorded.path, recorded.query.get("api-version", ""), recorded.json())
         props = body["properties"]
         if dep is None:
+            self.region_endpoints[name.lower()] = WS_PATH
             props.update(scoringUri=f"https://{name}.{REGION}.inference.ml.azure.com/score",
                          swaggerUri=f"https://{name}.{REGION}.inference.ml.azure.com/swagger.json")
             for deployment, weight in (props.get("traffic") or {}).items():
@@ -783,6 +791,8 @@ class FakeAzureML(HttpTransport):
             for key in [k for k in self.resources if k == path or k.startswith(path + "/")]:
                 del self.resources[key]
                 self.failed_creations.discard(key)
+            if dep is None:
+                self.region_endpoints.pop(name.lower(), None)
 
         return _response(request, 202, None, {"Location": self._new_operation(then=gone, results=True),
                                               **self._wait_header()})
