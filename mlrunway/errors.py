@@ -9,7 +9,9 @@
     ├── JobFailed                          a job or sweep ended Failed or Canceled
     │   └── JobTimedOut                    ... because a time limit ran out
     ├── ParityError                        ONNX output disagrees with PyTorch
-    └── EndpointError                      an online endpoint or deployment failed
+    ├── EndpointError                      an online endpoint or deployment failed
+    ├── Unavailable                        a read brought no news: the service is briefly away (a wait reads again)
+    └── WatchLost                          ... for longer than the backend's transient_outage_s
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ __all__ = [
     "NotSupportedOnBackend",
     "ParityError",
     "SpecError",
+    "Unavailable",
+    "WatchLost",
     "shorten",
     "shorten_exception",
 ]
@@ -103,6 +107,26 @@ class JobFailed(MlrunwayError):
 
 class JobTimedOut(JobFailed):
     """A job ran past its time limit and was canceled."""
+
+
+class Unavailable(MlrunwayError):
+    """A read that brought no news: the service is briefly away (a backend maps its own transient failures here:
+    Azure's 408, 429, 5xx and dropped connections after azure-core's own retries). A wait reads again after
+    ``retry_after_s`` (the service's Retry-After) or a backoff of its own; nothing is concluded from it."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class WatchLost(MlrunwayError):
+    """A wait whose reads brought no news for longer than the backend's ``transient_outage_s``: what it waited
+    on may still be running, and a later try may re-attach to it."""
+
+    def __init__(self, what: str, backend: str, seconds: float, last: BaseException) -> None:
+        super().__init__(f"{what} may still be running on the {backend} backend: its status could not be read for "
+                         f"{seconds:.0f} s ({shorten(str(last), 500)})")
+        self.seconds = seconds
 
 
 class ParityError(MlrunwayError):

@@ -156,7 +156,8 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
     """Delete what the run created; what is already gone counts as done. Stray jobs of the run (every attempt's,
     and the trials of its sweeps) are canceled; they are looked up by name, never by listing the workspace."""
     stray = _running_jobs(backend, names)
-    for name in stray:
+    for name in stray:  # a job whose watch was lost on the last try, a sweep's orphaned trials: still running
+        log.warning("Job %s was still running on the %s backend when the run ended: canceling it", name, backend.kind)
         backend.jobs.cancel(name, reason="cleanup: the pipeline run ended")
     # The run's endpoint by each name it may have (a run deployed before names were salted has the older one):
     # looked up by name, never by listing the workspace.

@@ -6,6 +6,12 @@ Airflow's ``ResumableJobMixin``, which keeps the job's name in the task state st
 worker crash reconnects to it. Either way the name derives from the DAG run, so a retry or re-run re-attaches
 to a Queued, Running or Completed job and submits nothing; after a Failed or Canceled one it submits the next
 attempt (``<name>-a2``...: :mod:`mlrunway.backend.attempts`).
+
+Retries re-attach, never re-spend: a job that *ended* (Failed, Canceled, past ``max_wait_s``, or Completed with
+a model or metrics its check refuses) fails the task for good (:func:`final`, an AirflowFailException: a retry
+would submit the same deterministic failure again); only a lost watch (its status unreadable for longer than
+the backend's ``transient_outage_s``) is retried, and the retry re-attaches to the same job. ``on_kill`` cancels
+the job on the last try only: before it, a worker restart would otherwise cancel the job its retry re-attaches to.
 """
 
 from __future__ import annotations
@@ -15,13 +21,32 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin
+from airflow.sdk.exceptions import AirflowFailException
 
 from mlrunway.airflow.triggers import JobTrigger
 from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobInfo, JobStatus
 from mlrunway.backend.waiting import Outcome
-from mlrunway.errors import JobFailed, JobTimedOut
+from mlrunway.errors import JobTimedOut, MlrunwayError, Unavailable, WatchLost
 from operators._base import MlrunwayWaitingOperator
+
+_FINAL: dict[type[BaseException], type[BaseException]] = {}
+
+
+def final(exc: BaseException) -> BaseException:
+    """``exc`` as an error Airflow does not retry: the same class and message, also an AirflowFailException (the
+    job ended; a retry would only run it again). One that cannot be rebuilt so becomes an AirflowFailException
+    with its message."""
+    if isinstance(exc, AirflowFailException):
+        return exc
+    kind = type(exc)
+    marked = _FINAL.get(kind) or _FINAL.setdefault(kind, type(kind.__name__, (kind, AirflowFailException), {
+        "__module__": kind.__module__, "__doc__": f"{kind.__doc__ or kind.__name__} (not retried)"}))
+    try:
+        again = marked(*exc.args)
+    except TypeError:  # a class whose constructor wants other arguments than its args
+        again = AirflowFailException(f"{kind.__name__}: {exc}")
+    return again.with_traceback(exc.__traceback__)
 
 
 class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
@@ -54,7 +79,22 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         raise NotImplementedError
 
     # -- execution -----------------------------------------------------------------------------------
+    def last_try(self, context: Context) -> bool:
+        """Whether this try is the task's last (no retry follows a failure), noted for ``on_kill``."""
+        task_instance = context.get("ti")
+        self._last_try = int(getattr(task_instance, "try_number", 1) or 1) > int(self.retries or 0)
+        return self._last_try
+
+    def watch_lost(self, context: Context, detail: str) -> MlrunwayError:
+        """The error for a wait that lost its job (it may still run): retried, and the retry re-attaches; on the last
+        try, the run's cleanup cancels the job."""
+        if self.last_try(context):
+            return MlrunwayError(f"{detail}; cleanup now cancels it (raise the connection's transient_outage_s to "
+                                 "ride out longer outages)")
+        return MlrunwayError(f"{detail}; the next try re-attaches to it")
+
     def execute(self, context: Context) -> Any:
+        self.last_try(context)
         if not self.deferrable:
             return self.execute_resumable(context)
         deadline = time.time() + self.max_wait_s  # the wait in the worker counts towards it
@@ -68,18 +108,28 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         name = self._job = event["job_name"]
         outcome = Outcome(event["outcome"])
+        self.last_try(context)
         self.link(context, self.link_kind, name)  # a resumed task is a new process: record its links again
         if outcome is Outcome.TIMEOUT:
-            raise JobTimedOut(f"job {name}: {event['error']} (max_wait_s={self.max_wait_s:g})")
+            raise final(JobTimedOut(f"job {name}: {event['error']} (max_wait_s={self.max_wait_s:g})"))
+        if outcome is Outcome.LOST:
+            raise self.watch_lost(context, event["error"])
         if outcome is Outcome.ERROR:
-            raise JobFailed(f"job {name}: waiting on it failed: {event['error']}")
+            raise self.watch_lost(context, f"job {name} may still be running on the {self.backend.kind} backend: "
+                                           f"waiting on it failed ({event['error']})")
         self.log.info("%s ended %s", name, JobStatus(event["status"]).value)
         return self._finish(context, self.backend.jobs.get(name))
 
     def _finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
-        if (report := self.progress(info.name)) is not None:
-            report(info)
-        return self.finish(context, info)
+        """The ended job's check and result. What it refuses is final; a read that brought no news is not."""
+        try:
+            if (report := self.progress(info.name)) is not None:
+                report(info)
+            return self.finish(context, info)
+        except Unavailable:
+            raise
+        except MlrunwayError as exc:
+            raise final(exc) from exc.__cause__
 
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def submit_job(self, context: Context) -> str:
@@ -103,15 +153,28 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         return status == JobStatus.COMPLETED.value
 
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
-        info = self.backend.jobs.wait(external_id, timeout=self.max_wait_s, poll_s=self.poll_s,
-                                      on_poll=self.progress(external_id))
-        self._result = self.finish(context, info)
+        try:
+            info = self.backend.jobs.wait(external_id, timeout=self.max_wait_s, poll_s=self.poll_s,
+                                          on_poll=self.progress(external_id),
+                                          outage_s=self.backend.capabilities.transient_outage_s,
+                                          backend=self.backend.kind)
+        except WatchLost as exc:
+            raise self.watch_lost(context, str(exc)) from exc
+        except JobTimedOut as exc:
+            raise final(exc) from exc
+        self._result = self._finish(context, info)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         result = getattr(self, "_result", None)
         return result if result is not None else self._finish(context, self.backend.jobs.get(external_id))
 
     def on_kill(self) -> None:
-        """The task was killed (marked failed, timed out): cancel its job; a sweep cancels its trials."""
-        if (name := getattr(self, "_job", None)) is not None:
-            self.backend.jobs.cancel(name, reason="the Airflow task was killed")
+        """The task was killed (marked failed, timed out, its worker stopped): on its last try, cancel its job (a
+        sweep cancels its trials); before that the job goes on, for the retry to re-attach to (the run's cleanup
+        cancels whatever is left running after the last try)."""
+        if (name := getattr(self, "_job", None)) is None:
+            return
+        if not getattr(self, "_last_try", True):
+            self.log.info("Killed before its last try: %s goes on, for the next try to re-attach to", name)
+            return
+        self.backend.jobs.cancel(name, reason="the Airflow task was killed")

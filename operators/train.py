@@ -116,13 +116,21 @@ class TrainModelOperator(MlrunwayJobOperator):
 
 
 class LogFollower:
-    """Copy the job's new stdout lines (one per epoch) into the task log on every poll."""
+    """Copy the job's new stdout lines (one per epoch) into the task log on every poll. The copy is a courtesy: a
+    read that fails (a Run History 5xx after the job Completed) is said once and skipped, never fails the task."""
 
     def __init__(self, operator: MlrunwayBaseOperator, name: str) -> None:
-        self.operator, self.name, self.seen = operator, name, 0
+        self.operator, self.name, self.seen, self.skipped = operator, name, 0, False
 
     def __call__(self, _info: Any) -> None:
-        lines = list(self.operator.backend.jobs.logs(self.name))
+        try:
+            lines = list(self.operator.backend.jobs.logs(self.name))
+        except Exception as exc:  # noqa: BLE001 - whatever the read raised, the job's own outcome stands
+            if not self.skipped:
+                self.operator.log.warning("The log of %s could not be read (%s: %s); its copy here was skipped",
+                                          self.name, type(exc).__name__, exc)
+            self.skipped = True
+            return
         for line in lines[self.seen:]:
             self.operator.log.info("[%s] %s", self.name, line)
         self.seen = len(lines)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -60,7 +61,8 @@ class Lifecycle:
 def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deployment: Mapping[str, Any] | None = None,
               export: Mapping[str, Any] | None = None, model_path: str = "outputs/model",
               name_prefix: str = "model", backend_conn_id: str = DEFAULT_CONN_ID,
-              preflight: Callable[[Context], None] | None = None) -> Lifecycle:
+              preflight: Callable[[Context], None] | None = None, job_retries: int = 2,
+              job_retry_delay: timedelta = timedelta(seconds=60)) -> Lifecycle:
     """Make the six tasks in the current DAG, chained train >> sweep >> pick_best >> export_onnx >> deploy >> cleanup.
 
     :param job: the training job, as ``azure.ai.ml.command`` takes it (or a template that renders to one); each
@@ -72,6 +74,9 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
     :param export: ExportOnnxOperator's arguments (``inputs_file``, ``data_dir``, ``atol``, ``rtol``, ...).
     :param model_path: where the job leaves its model (``outputs/model``, or a named output ``${{outputs.model}}``).
     :param preflight: a check of the team's own, called with the context before the builder's checks.
+    :param job_retries: the Train and Sweep tasks' retries, ``job_retry_delay`` apart: a retry re-attaches to the
+        job whose watch was lost (its status unreadable past the connection's ``transient_outage_s``); a job that
+        ended Failed or Canceled fails its task for good, never run again by a retry.
     """
     sweep_args = _described("sweep", sweep, SWEEP_KEYS)
     deployment = dict(deployment or {})
@@ -109,9 +114,10 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
     objective = sweep_args.get("objective")
     required = [objective["primary_metric"]] if "trial" not in sweep and isinstance(objective, Mapping) and \
         objective.get("primary_metric") else None
+    retried: dict[str, Any] = {"retries": job_retries, "retry_delay": job_retry_delay}
     train = TrainModelOperator(task_id="train", job=job, model_path=model_path, export=export_args,
-                               required_metrics=required, preflight=checks, **common)
-    swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, **common)
+                               required_metrics=required, preflight=checks, **retried, **common)
+    swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, **retried, **common)
     pick = PickBestModelOperator(task_id="pick_best", sweep_name=_out(swept, "sweep_name"), model_path=model_path,
                                  **common)
     exported = ExportOnnxOperator(task_id="export_onnx", model_name=_out(pick, "model_name"),

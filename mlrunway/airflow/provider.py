@@ -65,6 +65,10 @@ def get_provider_info() -> dict[str, Any]:
                     "cloud": {"label": "Azure cloud", "schema": {"type": ["string", "null"], "default": "AzureCloud",
                                                                  "enum": ["AzureCloud", "AzureChinaCloud",
                                                                           "AzureUSGovernment", None]}},
+                    "transient_outage_s": {"label": "Transient outage (s)", "schema": _STRING,
+                                           "description": "How long a wait rides out Azure reads that fail (throttled, "
+                                                          "5xx, dropped connections) before the task gives up on it "
+                                                          "(a retry re-attaches); empty: 900."},
                     "instance_type": {"label": "Deployment instance type", "schema": _STRING},
                     "instance_count": {"label": "Deployment instance count", "schema": _STRING},
                     "reports_folder": {"label": "Reports folder", "schema": _STRING,

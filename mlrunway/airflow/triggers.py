@@ -2,8 +2,12 @@
 
 One base loop, ``BackendTrigger``: each poll runs the backend's blocking call in a thread; the first terminal
 state fires the one event ``{outcome: ended, status, error, ...ids}``; at the deadline the trigger stops the
-remote work and fires ``outcome: timeout``; an exception fires ``outcome: error`` with its sentence. Subclasses
-say what to wait on and what stopping it means. Triggers hold only names and numbers, so they serialize.
+remote work and fires ``outcome: timeout``; an exception fires ``outcome: error`` with its sentence. A poll that
+brings no news (``Unavailable``: the service briefly away) is no verdict: the trigger reads again after the
+service's Retry-After or a backoff of its own (never past the deadline), saying so once a minute, for up to the
+backend's ``transient_outage_s``; past it the event is ``outcome: lost`` (the work may still run: a retry
+re-attaches). Subclasses say what to wait on and what stopping it means. Triggers hold only names and numbers,
+so they serialize.
 
 A user who marks a deferred task failed (or clears it) reaches ``on_kill``, which Airflow 3.3 calls in the
 triggerer for user actions only, never on a triggerer restart: a job is canceled there. The run's cleanup
@@ -21,7 +25,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.waiting import Outcome
+from mlrunway.backend.waiting import Outage, Outcome
+from mlrunway.errors import Unavailable, WatchLost
 from mlrunway.production import stable
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 from mlrunway.sweep.progress import TrialWatch
@@ -52,6 +57,10 @@ class BackendTrigger(BaseTrigger):
         """Blocking: stop the remote work at the deadline; say what was done, for the event's message."""
         raise NotImplementedError
 
+    def what(self) -> str:
+        """What is waited on, for messages: ``job x``, ``deployment e/blue``."""
+        return ", ".join(f"{key} {value}" for key, value in self.ids().items() if value and key != "carry")
+
     # -- the loop ------------------------------------------------------------------------------------
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -65,18 +74,39 @@ class BackendTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             event = await self._wait()
+        except WatchLost as exc:
+            event = {"outcome": Outcome.LOST.value, "status": None, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - the operator raises the sentence; the triggerer must not die
             event = {"outcome": Outcome.ERROR.value, "status": None, "error": f"{type(exc).__name__}: {exc}"}
         yield TriggerEvent({**self.ids(), **event})
 
     async def _wait(self) -> dict[str, Any]:
         backend = await self.backend()
+        outage = Outage(self.what(), backend.kind, backend.capabilities.transient_outage_s)
+        # The operator checked just before deferring: the first look comes one interval later, which also keeps
+        # the event from racing the deferring process's exit in the scheduler (apache/airflow#72716).
+        delay = self.poll_interval_s
         while True:
-            # The operator checked just before deferring: the first look comes one interval later, which also
-            # keeps the event from racing the deferring process's exit in the scheduler (apache/airflow#72716).
-            await asyncio.sleep(self.poll_interval_s)
-            if (event := await asyncio.to_thread(self.look, backend)) is not None:
+            await asyncio.sleep(delay)
+            try:
+                event = await asyncio.to_thread(self.look, backend)
+            except Unavailable as exc:
+                delay = self.after(outage, exc)
+                continue
+            outage.read()
+            if event is not None:
                 return event
+            delay = self.poll_interval_s
+
+    def after(self, outage: Outage, exc: Unavailable) -> float:
+        """The wait before reading again after a poll without news: the outage's, never past the deadline;
+        WatchLost past the backend's bound, or at the deadline (the work can be neither read nor stopped)."""
+        delay = outage.failed(exc)
+        if self.deadline is not None:
+            if (left := self.deadline - time.time()) <= 0:
+                raise outage.lost(exc)
+            delay = min(delay, left)
+        return delay
 
     def look(self, backend: Backend) -> dict[str, Any] | None:
         """Blocking: one poll, and the event it ends the wait with (stopping the work past the deadline), or None."""
@@ -90,9 +120,20 @@ class BackendTrigger(BaseTrigger):
 
     def wait_here(self, backend: Backend) -> dict[str, Any]:
         """The trigger's wait and event, in the calling process (a task that does not defer)."""
-        while (event := self.look(backend)) is None:
+        outage = Outage(self.what(), backend.kind, backend.capabilities.transient_outage_s)
+        while True:
+            try:
+                event = self.look(backend)
+            except Unavailable as exc:
+                try:
+                    time.sleep(self.after(outage, exc))
+                except WatchLost as lost:
+                    return {**self.ids(), "outcome": Outcome.LOST.value, "status": None, "error": str(lost)}
+                continue
+            outage.read()
+            if event is not None:
+                return {**self.ids(), **event}
             time.sleep(self.poll_interval_s)
-        return {**self.ids(), **event}
 
 
 class JobTrigger(BackendTrigger):
@@ -108,6 +149,9 @@ class JobTrigger(BackendTrigger):
 
     def ids(self) -> dict[str, Any]:
         return {"job_name": self.job_name}
+
+    def what(self) -> str:
+        return f"job {self.job_name}"
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         info = backend.jobs.recover(self.job_name)  # the waiter restarts what of its job died (a sweep's controller)
@@ -168,6 +212,9 @@ class DeploymentTrigger(BackendTrigger):
         ids = {"endpoint": self.endpoint, "deployment": self.deployment, "operation": self.operation}
         return {**ids, "carry": self.carry} if self.carry is not None else ids
 
+    def what(self) -> str:
+        return f"endpoint {self.endpoint}" if self.deployment is None else f"deployment {self.endpoint}/{self.deployment}"
+
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         if self.deployment is None:
             state, error = backend.endpoints.get(self.endpoint).provisioning_state, None
@@ -203,6 +250,9 @@ class ApprovalTrigger(BackendTrigger):
 
     def ids(self) -> dict[str, Any]:
         return {"model": self.model, "carry": self.carry}
+
+    def what(self) -> str:
+        return f"the approval of {self.model}"
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         name, _, version = self.model.partition(":")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, S
 __all__ = ["AzureBackend"]
 
 
+TRANSIENT_OUTAGE_S = 900.0  # how long a wait rides out reads without news (ARM or Run History away), by default
+
+
 class AzureBackend:
     """:param compute: compute cluster for jobs and sweep trials; None runs them on serverless compute.
     :param job_instance_type: VM size of a serverless job (None: the service's default); with a cluster, its own.
@@ -49,6 +53,9 @@ class AzureBackend:
         workers and the API server share); default ``~/.mlrunway/reports/<workspace>``.
     :param model_monitor: the workspace's model monitor of a production endpoint (:mod:`mlrunway.azure.monitors`);
         None: none is made.
+    :param transient_outage_s: how long a wait rides out reads that bring no news (a 408, 429, 5xx or dropped
+        connection after azure-core's own retries) before it gives up on the watch: the connection's extra of that
+        name, 15 minutes by default.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
@@ -62,8 +69,9 @@ class AzureBackend:
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
                  environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
-                 **client_kwargs: Any) -> None:
+                 transient_outage_s: float = TRANSIENT_OUTAGE_S, **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
+        self.capabilities = replace(type(self).capabilities, transient_outage_s=transient_outage_s)
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
@@ -102,12 +110,21 @@ class AzureBackend:
                           cloud=cloud, **client_kwargs)
         count = fields.get("instance_count") or 1
         check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
+        outage = fields.get("transient_outage_s")
+        try:
+            outage_s = TRANSIENT_OUTAGE_S if outage in (None, "") else float(outage)
+        except (TypeError, ValueError):
+            outage_s = -1.0
+        if not 0 <= outage_s <= 24 * 3600:
+            raise check.fail("azure_ml connection.transient_outage_s", f"{outage!r} is not a number of seconds from 0 "
+                             "to 86400", f"write e.g. {TRANSIENT_OUTAGE_S:g} (how long a wait rides out an outage)")
         return cls(client, cred, compute=fields.get("compute") or None,
                    job_instance_type=fields.get("job_instance_type") or None,
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
                    environment=fields.get("environment") or None, cloud=cloud,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
-                   model_monitor=MonitorSettings.parse(fields.get("model_monitor")), **client_kwargs)
+                   model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,
+                   **client_kwargs)
 
     @property
     def endpoint_salt(self) -> str:

@@ -19,7 +19,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from mlrunway.azure.environments import scoring_environment
 from mlrunway.azure.rest import WorkspaceRest
-from mlrunway.azure.writes import RetriedWrites
+from mlrunway.azure.writes import RetriedWrites, transient_reads
 from mlrunway.backend import capture
 from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, ProvisioningState
 from mlrunway.errors import EndpointError, NotFound
@@ -79,6 +79,7 @@ class AzureDeployments:
                     "deleted, to be made again", endpoint, name)
         self._delete(endpoint, name)
 
+    @transient_reads
     def get(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         """The deployment's provisioning state. A failure carries why: the code and message of its operation
         (``operation``, from ``begin_create_or_update``: ImageBuildFailure, OutOfQuota, ...), then

@@ -24,7 +24,7 @@ from mlrunway.azure.deployments import AzureDeployments
 from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.monitor import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
-from mlrunway.azure.writes import RetriedWrites
+from mlrunway.azure.writes import RetriedWrites, transient_reads
 from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -92,6 +92,7 @@ class AzureEndpoints(Endpoints):
                  "expires": str(credentials.expiry_time_utc or 0)}
         return token, f"Bearer {credentials.access_token}", refresh or expires - AUTH_RENEW_S
 
+    @transient_reads
     def get(self, name: str) -> EndpointInfo:
         try:
             return self._info(self.ml.online_endpoints.get(name))

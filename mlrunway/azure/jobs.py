@@ -17,6 +17,7 @@ from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import is_gpu_size, training_environment
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
+from mlrunway.azure.writes import transient_reads
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
@@ -165,6 +166,7 @@ class AzureJobs(Jobs):
         except HttpResponseError as exc:
             raise JobFailed(f"job {name} was refused by Azure ML: {exc.message}") from exc
 
+    @transient_reads
     def get(self, name: str) -> JobInfo:
         info = self._find(name)
         if info is None:

@@ -19,6 +19,7 @@ from azure.ai.ml.entities import Model
 from azure.core.exceptions import ResourceNotFoundError
 
 from mlrunway import check
+from mlrunway.azure.writes import transient_reads
 from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import NotFound
@@ -59,6 +60,7 @@ class AzureModels(Models):
                                                        for k, v in (properties or {}).items()}})
         return self._record(self.ml.models.create_or_update(model))
 
+    @transient_reads
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:
         try:
             if version in (None, "latest"):

@@ -1,4 +1,5 @@
-"""Writes to endpoints and deployments, tried again while the service answers 409 or 429.
+"""Writes to endpoints and deployments, tried again while the service answers 409 or 429; and the reads a wait
+makes, whose transient failures are no news (:func:`transient_reads`).
 
 An endpoint takes one operation at a time: while a deployment is still updating, a traffic update or another
 deployment's write is answered 409 Conflict; a busy subscription is throttled with 429. Both pass, so a write
@@ -7,16 +8,17 @@ is retried with the service's ``Retry-After`` (else backoff) for a bounded time,
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from azure.core.exceptions import HttpResponseError
+from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
 
-from mlrunway.errors import EndpointError
+from mlrunway.errors import EndpointError, Unavailable
 
-__all__ = ["WRITE_BACKOFF_S", "RetriedWrites"]
+__all__ = ["WRITE_BACKOFF_S", "RetriedWrites", "transient_reads"]
 
 WRITE_BACKOFF_S = 1.0  # the first wait after a 409 or 429 without Retry-After; doubled each time, up to 60 s
 T = TypeVar("T")
@@ -56,3 +58,24 @@ def _retry_after(exc: HttpResponseError) -> float | None:
         return float(exc.response.headers["Retry-After"])  # type: ignore[union-attr]
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
+
+
+def transient_reads(read: Callable[..., T]) -> Callable[..., T]:
+    """``read`` with the service's transient failures, still failing after azure-core's own retries (408, 429,
+    5xx, a connection refused or reset), raised as the core's Unavailable (with the service's Retry-After): a wait
+    reads again, for up to the connection's ``transient_outage_s``. Any other error is raised as it was."""
+
+    @functools.wraps(read)
+    def reading(*args: Any, **kwargs: Any) -> T:
+        try:
+            return read(*args, **kwargs)
+        except (ServiceRequestError, ServiceResponseError) as exc:
+            raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
+        except HttpResponseError as exc:
+            status = exc.status_code or 0
+            if status not in (408, 429) and status < 500:
+                raise
+            said = getattr(exc.error, "message", None) or exc.message
+            raise Unavailable(f"HTTP {status}: {said}", _retry_after(exc)) from exc
+
+    return reading

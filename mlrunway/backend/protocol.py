@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import math
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -39,8 +40,8 @@ from mlrunway.backend.types import (
     ProvisioningState,
     SweepResult,
 )
-from mlrunway.backend.waiting import wait_provisioned
-from mlrunway.errors import EndpointError, JobTimedOut, NotSupportedOnBackend
+from mlrunway.backend.waiting import Outage, wait_provisioned
+from mlrunway.errors import EndpointError, JobTimedOut, NotSupportedOnBackend, Unavailable
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
@@ -60,12 +61,16 @@ class Capabilities:
     :param metrics_period_s: the grain of ``deployment_metrics``: a rollout's watch looks at most once per period
         (a quarter second where metrics are per second; a minute on Azure Monitor, whose frequent reads ARM
         throttles).
+    :param transient_outage_s: how long a wait rides out reads that bring no news (``Unavailable``: a service
+        briefly away) before it gives up on the watch (the work may still run; a retry re-attaches). 0: at once
+        (a local backend raises no Unavailable).
     """
 
     poll_interval_s: float = 2.0
     metrics_lag_s: float = 2.0
     rollout_window_s: float = 30.0
     metrics_period_s: float = 0.25
+    transient_outage_s: float = 0.0
 
 
 class Jobs(abc.ABC):
@@ -108,12 +113,22 @@ class Jobs(abc.ABC):
         return self.get(name)
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,
-             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+             on_poll: Callable[[JobInfo], None] | None = None, outage_s: float = 0.0,
+             backend: str = "remote") -> JobInfo:
         """Block until the job is terminal; past ``timeout`` seconds cancel it and raise JobTimedOut. Each poll is
-        ``recover`` (the waiter restarts what of its own job died), then ``on_poll``; between two, ``pause``."""
+        ``recover`` (the waiter restarts what of its own job died), then ``on_poll``; between two, ``pause``. A poll
+        that brings no news (Unavailable) is read again for up to ``outage_s`` (the backend's
+        ``transient_outage_s``; :class:`~mlrunway.backend.waiting.Outage`), then WatchLost naming the ``backend``."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        outage = Outage(f"job {name}", backend, outage_s)
         while True:
-            info = self.recover(name)
+            try:
+                info = self.recover(name)
+            except Unavailable as exc:
+                left = math.inf if deadline is None else deadline - time.monotonic()
+                time.sleep(max(0.0, min(outage.failed(exc), left)))
+                continue
+            outage.read()
             if on_poll is not None:
                 on_poll(info)
             if info.status.is_terminal():

@@ -3,21 +3,72 @@
 from __future__ import annotations
 
 import enum
+import logging
+import math
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from mlrunway.backend.types import ProvisioningState
-from mlrunway.errors import EndpointError
+from mlrunway.errors import EndpointError, Unavailable, WatchLost
+
+log = logging.getLogger(__name__)
 
 
 class Outcome(enum.StrEnum):
     """How a wait ended: what it waited on ``ended`` (terminal, whatever its status), the deadline passed
-    (``timeout``: the remote work was stopped), or waiting itself failed (``error``)."""
+    (``timeout``: the remote work was stopped), waiting itself failed (``error``), or the reads brought no news for
+    longer than the backend's ``transient_outage_s`` (``lost``: the work may still be running)."""
 
     ENDED = "ended"
     TIMEOUT = "timeout"
     ERROR = "error"
+    LOST = "lost"
+
+
+OUTAGE_LOG_S = 60.0  # a wait riding out an outage says so once a minute
+BACKOFF_S, BACKOFF_MAX_S = 2.0, 60.0  # its own backoff when the service names no Retry-After: 2, 4, 8... s, jittered
+
+
+class Outage:
+    """A wait's reads that brought no news (:class:`~mlrunway.errors.Unavailable`): each is no news, not a
+    verdict; the wait reads again after the service's Retry-After, else an exponential backoff with jitter, for
+    up to ``bound_s`` (the backend's ``transient_outage_s``), then gives up with WatchLost. ``what`` names what is
+    waited on (``job x``), ``backend`` where."""
+
+    def __init__(self, what: str, backend: str, bound_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.backend, self.bound_s, self.clock = what, backend, bound_s, clock
+        self.since: float | None = None
+        self.failures, self.said = 0, -math.inf
+
+    def read(self) -> None:
+        """A read brought news: the outage, if any, is over."""
+        if self.since is not None:
+            log.info("%s: read again after %.0f s without news", self.what, self.clock() - self.since)
+        self.since, self.failures = None, 0
+
+    def failed(self, exc: Unavailable) -> float:
+        """A read brought no news: the seconds to wait before the next one; WatchLost past the bound."""
+        now = self.clock()
+        self.since = now if self.since is None else self.since
+        self.failures += 1
+        elapsed = now - self.since
+        if elapsed >= self.bound_s:
+            raise self.lost(exc)
+        if now - self.said >= OUTAGE_LOG_S:
+            self.said = now
+            log.warning("%s: no news for %.0f s (%s); reading again, for up to %.0f s in all", self.what, elapsed,
+                        exc, self.bound_s)
+        wait = exc.retry_after_s if exc.retry_after_s is not None else \
+            min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self.failures - 1)) * random.uniform(0.5, 1.0)
+        return max(0.0, min(wait, self.bound_s - elapsed))
+
+    def lost(self, exc: Unavailable) -> WatchLost:
+        """The watch given up: what is waited on may still run (a later try may re-attach)."""
+        lost = WatchLost(self.what, self.backend, 0.0 if self.since is None else self.clock() - self.since, exc)
+        lost.__cause__ = exc
+        return lost
 
 
 def wait_provisioned(get: Callable[[], Any], what: str, *, timeout: float = 3600.0, poll_s: float = 5.0) -> Any:

@@ -128,6 +128,8 @@ class Resumed:
             raise EndpointError(f"{what}: {self.error} (max_wait_s={max_wait_s:g})")
         if self.outcome is Outcome.ERROR:
             raise EndpointError(f"{what}: waiting on it failed: {self.error}")
+        if self.outcome is Outcome.LOST:  # its state unreadable past the connection's transient_outage_s
+            raise EndpointError(f"{what}: {self.error}; the run's cleanup deletes what it made")
         if ProvisioningState.parse(self.status) is not ProvisioningState.SUCCEEDED:
             raise EndpointError(self.error or f"{what} ended {self.status}")
 

@@ -137,6 +137,8 @@ class ChampionChallenger:
             return self._next_window(backend, r)
         if event.outcome is Outcome.ENDED:
             why = f"{event.status} by {event.by or 'a person'}"
+        elif event.outcome is Outcome.LOST:  # no evidence is never a pass: held, the tag left as it is
+            why = f"its approval could not be read ({event.error})"
         else:  # the deadline passed (or the wait failed): nobody answered in time
             why = f"no answer within approval_timeout_s={request.approval_timeout_s:g} ({event.error})"
             name, _, version = r.model.partition(":")

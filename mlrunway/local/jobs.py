@@ -361,9 +361,10 @@ class LocalJobs(Jobs):
         return state
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,
-             on_poll: Callable[[JobInfo], None] | None = None) -> JobInfo:
+             on_poll: Callable[[JobInfo], None] | None = None, outage_s: float = 0.0,
+             backend: str = "local") -> JobInfo:
         """:meth:`Jobs.wait`, and then the job's supervisors' exit: when it returns, nothing of the job runs."""
-        info = super().wait(name, timeout=timeout, poll_s=poll_s, on_poll=on_poll)
+        info = super().wait(name, timeout=timeout, poll_s=poll_s, on_poll=on_poll, outage_s=outage_s, backend=backend)
         self._await_supervisors(name, info.kind == "sweep")
         return info
 

@@ -119,6 +119,13 @@ def test_the_train_task_checks_what_export_and_the_sweep_need_as_soon_as_its_job
     assert tasks.train.required_metrics is None
 
 
+
+def test_the_job_running_tasks_are_retried_to_re_attach_and_the_others_are_not():
+    _, tasks = team_dag()
+    assert [(t.retries, t.retry_delay.total_seconds()) for t in (tasks.train, tasks.sweep)] == [(2, 60.0)] * 2
+    assert tasks.pick_best.retries == tasks.export_onnx.retries == 0
+
+
 def test_preflight_compiles_score_py_in_memory_and_names_the_line(tmp_path, monkeypatch):
     import shutil
 

@@ -30,7 +30,7 @@ from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import STRATEGIES
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, NotFound, SpecError
+from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, MlrunwayError, NotFound, SpecError
 from mlrunway.specs.sweep import SweepSpec
 from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
 from tests.conftest import REPO
@@ -123,15 +123,41 @@ def test_a_running_job_defers_on_a_serializable_trigger_and_resumes_with_its_res
                  "ended Canceled: canceled by user", id="canceled"),
     pytest.param({"outcome": "timeout", "status": "Running", "error": "still Running at the deadline; it was canceled"},
                  JobTimedOut, r"still Running at the deadline; it was canceled \(max_wait_s=3600\)", id="timeout"),
-    pytest.param({"outcome": "error", "status": None, "error": "ConnectionError: refused"}, JobFailed,
-                 "waiting on it failed: ConnectionError: refused", id="error"),
+    pytest.param({"outcome": "error", "status": None, "error": "ConnectionError: refused"}, MlrunwayError,
+                 r"job .* may still be running on the fake backend: waiting on it failed \(ConnectionError: refused\); "
+                 r"cleanup now cancels it \(raise the connection's transient_outage_s", id="error"),
+    pytest.param({"outcome": "lost", "status": None, "error": "job x may still be running on the fake backend: its "
+                  "status could not be read for 900 s (HTTP 503)"}, MlrunwayError,
+                 r"could not be read for 900 s \(HTTP 503\); cleanup now cancels it", id="lost"),
 ])
 def test_execute_complete_turns_every_outcome_into_its_result_or_exception(fake, event, raises, match):
+    """A job that ended (Failed, Canceled, past its deadline) fails the task for good: AirflowFailException, never
+    retried into a new attempt; a lost watch is an ordinary error (retried, and the retry re-attaches)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
     status = JobStatus(event["status"]) if event["outcome"] == "ended" else JobStatus.RUNNING
     fake.jobs.script(NAMES.train_job, status, error=event["error"])
     fake.jobs.submit(NAMES.train_job, _any_spec())
-    with pytest.raises(raises, match=match):
+    with pytest.raises(raises, match=match) as raised:
         train().execute_complete(context(), {"job_name": NAMES.train_job, **event})
+    assert isinstance(raised.value, AirflowFailException) is (event["outcome"] in ("ended", "timeout"))
+
+
+def test_a_lost_watch_before_the_last_try_says_the_retry_re_attaches_and_on_kill_leaves_the_job(fake):
+    fake.jobs.script(NAMES.train_job, JobStatus.RUNNING)
+    fake.jobs.submit(NAMES.train_job, _any_spec())
+    task = train(retries=2)
+    first = context()
+    first["ti"].try_number = 1
+    with pytest.raises(MlrunwayError, match=r"could not be read for 900 s \(HTTP 503\); the next try re-attaches "
+                                            r"to it$"):
+        task.execute_complete(first, {"job_name": NAMES.train_job, "outcome": "lost", "status": None,
+                                      "error": "its status could not be read for 900 s (HTTP 503)"})
+    task.on_kill()  # a worker stopped between tries: the job goes on for the retry
+    assert fake.jobs.canceled == []
+    task.last_try(context(ti=SimpleNamespace(try_number=3)))
+    task.on_kill()
+    assert [name for name, _ in fake.jobs.canceled] == [NAMES.train_job]
 
 
 def _any_spec():
@@ -306,7 +332,7 @@ def test_pick_best_registers_the_backends_pick_and_warns_when_the_ranking_differ
     assert "the backend picked s_1" in caplog.text and "the ranking s_0" in caplog.text
 
 
-def test_cleanup_cancels_every_attempt_and_the_trials_a_dead_sweep_left_running(fake):
+def test_cleanup_cancels_every_attempt_and_the_trials_a_dead_sweep_left_running(fake, caplog):
     from mlrunway.pipeline import cleanup
 
     fake.jobs.script(NAMES.sweep, JobStatus.FAILED, error="the sweep's controller died")
@@ -317,9 +343,11 @@ def test_cleanup_cancels_every_attempt_and_the_trials_a_dead_sweep_left_running(
     fake.jobs.script(f"{NAMES.sweep}-a2", JobStatus.RUNNING)
     fake.jobs.submit_sweep(f"{NAMES.sweep}-a2", sweep().spec())
     fake.jobs.submit("someone-elses-job", _any_spec())
-    done = cleanup(fake, NAMES)
+    with caplog.at_level(logging.WARNING):
+        done = cleanup(fake, NAMES)
     assert sorted(done["canceled_jobs"]) == sorted([f"{NAMES.sweep}_trial_0", f"{NAMES.sweep}-a2"])
     assert [name for name, _ in fake.jobs.canceled] == done["canceled_jobs"]
+    assert f"Job {NAMES.sweep}-a2 was still running on the fake backend when the run ended: canceling it" in caplog.text
 
 
 def test_a_retry_resumes_what_the_backend_can_recover_instead_of_submitting_anew(fake):
@@ -605,3 +633,18 @@ def test_a_run_deployed_before_names_were_salted_finds_its_endpoint_and_cleanup_
     assert cleanup(fake, names)["endpoint_deleted"] is True
     with pytest.raises(NotFound):
         fake.endpoints.get(names.unsalted_endpoint)
+
+
+def test_a_completed_train_whose_log_copy_fails_succeeds_and_says_the_copy_was_skipped(fake, monkeypatch, capfd):
+    """Issue 57, 1: a Run History 5xx on the log read after the job Completed failed the Train task."""
+    from mlrunway.errors import Unavailable
+
+    def unreadable(name):
+        raise Unavailable("HTTP 503: the service is busy")
+
+    monkeypatch.setattr(fake.jobs, "logs", unreadable)
+    capfd.readouterr()
+    assert train(defer_after_s=0).execute(context())["status"] == "Completed"
+    written = capfd.readouterr()
+    assert "could not be read (Unavailable: HTTP 503: the service is busy); its copy here was skipped" in \
+        written.out + written.err

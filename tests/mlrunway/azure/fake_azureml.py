@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlparse
 
 from azure.core.credentials import AccessToken, AccessTokenInfo
+from azure.core.exceptions import ServiceResponseError
 from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest._http_response_impl import HttpResponseImpl
 from azure.core.utils import CaseInsensitiveDict
@@ -191,6 +192,7 @@ class FakeAzureML(HttpTransport):
         self.unavailable_every: int | None = None
         self.scaling = False
         self.faults: list[tuple[int, str, str]] = []  # (status, method, path) of every injected fault
+        self.outages: list[list[Any]] = []  # [kind, count, route, Retry-After] of failures to inject, in order
         self._calls = 0
         self.computes = {"gpu-cluster": "STANDARD_NC6S_V3", "cpu-cluster": "STANDARD_DS3_V2"}  # name -> vmSize
         self.deployment_failure_code = "DeploymentFailed"
@@ -262,6 +264,31 @@ class FakeAzureML(HttpTransport):
             return _error(request, 503, "ServiceUnavailable", "The service is temporarily unavailable.")
         return None
 
+    def inject(self, kind: str, count: int, route: str = "", retry_after: str = "0") -> None:
+        """The next ``count`` requests whose host and path match ``route`` (a regular expression) fail, each
+        beyond azure-core's own retries if ``count`` is larger than them: ``"503"`` (ServiceUnavailable), ``"429"``
+        (ARM's throttling, with ``Retry-After: retry_after`` seconds) or ``"reset"`` (the connection dropped
+        mid-response: the transport raises azure-core's ServiceResponseError, as requests' transport does)."""
+        assert kind in ("503", "429", "reset"), kind
+        self.outages.append([kind, count, re.compile(route), retry_after])
+
+    def _injected(self, request: Any, where: str) -> HttpResponseImpl | None:
+        for outage in self.outages:
+            kind, count, route, retry_after = outage
+            if count <= 0 or not route.search(where):
+                continue
+            outage[1] -= 1
+            self.faults.append((0 if kind == "reset" else int(kind), request.method, where))
+            if kind == "reset":
+                raise ServiceResponseError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+                                           "peer'))")
+            if kind == "429":
+                return _response(request, 429, {"error": {"code": "TooManyRequests", "message": "The request is being "
+                                 "throttled: the number of read requests for the subscription exceeded the limit."}},
+                                 {"Retry-After": retry_after})
+            return _error(request, 503, "ServiceUnavailable", "The service is temporarily unavailable.")
+        return None
+
     def _wait_header(self) -> dict[str, str]:
         if self.retry_after_s:
             return {"Retry-After": str(self.retry_after_s)}
@@ -280,6 +307,8 @@ class FakeAzureML(HttpTransport):
 
     def send(self, request: Any, **kwargs: Any) -> HttpResponseImpl:
         url = urlparse(request.url)
+        if (injected := self._injected(request, f"{url.netloc}{unquote(url.path)}")) is not None:
+            return injected
         if (fault := self._fault(request, url.netloc)) is not None:
             self.faults.append((fault.status_code, request.method, unquote(url.path)))
             return fault
