@@ -154,7 +154,9 @@ def _best(sweep: SweepResult) -> TrialInfo | None:
 def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
             archive: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
     """Delete what the run created; what is already gone counts as done. Stray jobs of the run (every attempt's,
-    and the trials of its sweeps) are canceled; they are looked up by name, never by listing the workspace."""
+    and the trials of its sweeps) are canceled; they are looked up by name, never by listing the workspace. With
+    ``delete_endpoint`` off, ``endpoint_kept`` says whether the run's own endpoint exists (a run on a stable
+    endpoint never made one)."""
     stray = _running_jobs(backend, names)
     for name in stray:  # a job whose watch was lost on the last try, a sweep's orphaned trials: still running
         log.warning("Job %s was still running on the %s backend when the run ended: canceling it", name, backend.kind)
@@ -162,6 +164,7 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
     # The run's endpoint by each name it may have (a run deployed before names were salted has the older one):
     # looked up by name, never by listing the workspace.
     deleted = any([backend.endpoints.delete(name) for name in names.endpoints]) if delete_endpoint else False
+    kept = not delete_endpoint and any(_exists(backend, name) for name in names.endpoints)
     archived = []
     for model_name, version in archive:
         try:
@@ -170,10 +173,16 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
         except NotFound:
             pass
     log.info("Cleanup of run %s: endpoint %s %s; canceled %s; archived %s", names.run_key, names.endpoint,
-             "deleted" if deleted else "not present" if delete_endpoint else "kept", stray or "nothing",
-             archived or "nothing")
-    return {"endpoint_deleted": deleted, "canceled_jobs": stray, "archived_models": archived,
-            "endpoint_kept": not delete_endpoint}
+             "deleted" if deleted else "kept" if kept else "never made", stray or "nothing", archived or "nothing")
+    return {"endpoint_deleted": deleted, "canceled_jobs": stray, "archived_models": archived, "endpoint_kept": kept}
+
+
+def _exists(backend: Backend, endpoint: str) -> bool:
+    try:
+        backend.endpoints.get(endpoint)
+    except NotFound:
+        return False
+    return True
 
 
 def _running_jobs(backend: Backend, names: RunNames) -> list[str]:

@@ -72,7 +72,7 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
         kept = clean.get("endpoint_kept")
         endpoint = f"stable endpoint {clean['stable_endpoint']} kept, deleted deployments " \
                    f"{clean.get('deleted_deployments') or 'none'}" if clean.get("stable_endpoint") else \
-            f"endpoint {'kept (keep_endpoint)' if kept else 'deleted'}"
+            f"endpoint {'kept (keep_endpoint)' if kept else 'deleted' if clean.get('endpoint_deleted') else 'none made'}"
         lines.append(f"cleanup: {endpoint}; "
                      f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
     if report is not None:

@@ -648,3 +648,14 @@ def test_a_completed_train_whose_log_copy_fails_succeeds_and_says_the_copy_was_s
     written = capfd.readouterr()
     assert "could not be read (Unavailable: HTTP 503: the service is busy); its copy here was skipped" in \
         written.out + written.err
+
+
+def test_cleanup_says_a_run_endpoint_is_kept_only_when_it_was_made(fake):
+    """Issue 59, 5: a stable-endpoint run (no per-run endpoint) read "endpoint kept"."""
+    from mlrunway.pipeline import cleanup
+    from operators.cleanup import cleaned
+
+    assert cleanup(fake, NAMES, delete_endpoint=False)["endpoint_kept"] is False
+    assert cleaned(cleanup(fake, NAMES, delete_endpoint=False)).startswith("no endpoint to delete")
+    fake.endpoints.create_or_update(NAMES.endpoint)
+    assert cleanup(fake, NAMES, delete_endpoint=False)["endpoint_kept"] is True

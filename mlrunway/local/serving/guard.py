@@ -158,16 +158,17 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         """As uvicorn's, with our refusals, a malformed request answered 400 without a log line, and each head's
         size checked as it arrives. A read may hold the end of one request and the heads of the next ones
-        (pipelining), or a whole head at once: so a head is fed in slices of :data:`HEAD_SLICE` bytes, counted
-        against the limit after each (to within a slice: a head past it is refused at the slice that crosses
-        it, never accumulated), and a body whose length is declared is fed whole, up to its last byte."""
+        (pipelining), or a whole head at once: so a head is fed in slices of at most :data:`HEAD_SLICE` bytes,
+        the last one ending a byte past the limit, counted after each: a head is refused at its first byte past
+        ``max_header_bytes`` (a head exactly one byte over may complete in that slice and pass), never
+        accumulated; a body whose length is declared is fed whole, up to its last byte."""
         if self._refusal is not None:
             return
         self._unset_keepalive_if_required()
         while data and self._refusal is None:
             in_head = self._reading_head
-            if in_head:
-                size = HEAD_SLICE
+            if in_head:  # never past the limit's next byte: the limit is the limit, not a slice more
+                size = min(HEAD_SLICE, self.limits.max_header_bytes + 1 - self._head_bytes)
             else:  # a body: to its declared end (the next head then starts a slice), or all of a chunked one
                 size = max(1, self._body_left) if self._body_left is not None else len(data)
             piece, data = data[:size], data[size:]
