@@ -10,11 +10,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
+import logging
 import os
 import secrets
 import select
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,7 @@ from mlrunway.local.workspace import Workspace
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
+log = logging.getLogger(__name__)
 SWEEP_TIMEOUT_MARGIN_S = 120.0
 # A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
 # stopped or frozen.
@@ -300,6 +303,7 @@ class LocalJobs(Jobs):
                 why = "" if answered else (f"; its supervisor did not answer the cancel within {CANCEL_ANSWER_S:g} s "
                                            "(stopped or frozen), so the job's processes were killed")
                 state.update_unless_ended(status="Canceled", ended=time.time(), error=f"{reason}{why}")
+                self._end_mlflow_run(state, "Canceled")  # its supervisor, which would have, cannot
         # The supervisor records the status, then exits: wait for it to be gone too.
         status = state.status()
         supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
@@ -319,6 +323,20 @@ class LocalJobs(Jobs):
             self.request_cancel(state.dir.name, reason)
             state.update(status=JobStatus.CANCELED.value, killed=False,
                          error=f"{reason}; its controller had died: {status.get('error')}")
+            self._end_mlflow_run(state, "Canceled")  # its MLflow run said FAILED: the two agree
+
+    def _end_mlflow_run(self, state: JobState, status: str) -> None:
+        """End the job's MLflow run as its record now reads (KILLED for Canceled), where its own supervisor could
+        not; a run that cannot be ended is logged, never a failed cancel."""
+        from mlrunway.local import tracking
+
+        run_id = state.status().get("mlflow_run_id") or (state.job().get("mlflow_run") or [None, None])[1]
+        if not run_id:
+            return
+        try:
+            tracking.end_run_quickly(self.workspace, run_id, status)
+        except (LookupError, sqlite3.Error) as exc:
+            log.warning("job %s: its MLflow run %s could not be ended %s: %s", state.dir.name, run_id, status, exc)
 
     def recover(self, name: str) -> JobInfo:
         """Resume a sweep whose controller died (killed, the OOM killer, a reboot): a new supervisor and

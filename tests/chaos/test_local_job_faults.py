@@ -265,6 +265,7 @@ def test_cancel_of_a_job_whose_supervisor_is_frozen_returns_within_a_bound_and_s
         assert CANCEL_ANSWER_S <= took < CANCEL_ANSWER_S + 5, took
         wait_for(lambda: gone(trainer) and gone(status["supervisor_pid"]), 5)
         assert marked(token) == []
+        assert mlflow_status(jobs, info.mlflow_run_id) == "KILLED"  # issue 59, 2: it stayed RUNNING forever
     finally:  # whatever failed above, no stopped process outlives the test
         for proc in marked(token):
             proc.kill()

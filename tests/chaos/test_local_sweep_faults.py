@@ -134,6 +134,9 @@ def test_a_canceled_sweep_whose_controller_had_died_is_never_resumed(jobs, tmp_p
     trials = _dead_sweep(jobs, tmp_path, "undead")
     canceled = jobs.cancel("undead", reason="stop it")
     assert canceled.status is JobStatus.CANCELED and "stop it" in canceled.error and "controller" in canceled.error
+    from mlrunway.local import tracking  # issue 59, 2: its MLflow run said FAILED while the sweep read Canceled
+
+    assert tracking.client(jobs.workspace).get_run(canceled.mlflow_run_id).info.status == "KILLED"
     assert all(jobs.get(t).status is JobStatus.CANCELED for t in trials)
     assert jobs.recover("undead").status is JobStatus.CANCELED
     out = subprocess.run([sys.executable, "-m", "mlrunway.local", "recover", "--workspace", str(jobs.workspace.root)],
