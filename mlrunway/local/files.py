@@ -58,6 +58,28 @@ def stamp(path: str | os.PathLike[str]) -> Stamp:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+FULL_BELOW_BYTES = 1 << 20  # a filesystem with less free than this, or no inode, at a failed job's end was full
+
+
+def full_filesystem(path: Path, stderr_tail: str = "") -> str:
+    """Why a failed job may have failed, when its folder's filesystem was full at its end (under 1 MiB or no inode
+    free: ``statvfs``) or a write of the job's own failed with ENOSPC (its stderr says so): a clause for its
+    error; "" otherwise. A trainer that dies on a full disk reads "killed by SIGABRT" with an empty stderr, or
+    torch's "unexpected pos", which name no cause."""
+    try:
+        disk = os.statvfs(path)
+    except OSError:
+        return ""
+    free, inodes = disk.f_bavail * disk.f_frsize, disk.f_favail
+    no_inode = disk.f_files > 0 and inodes == 0
+    enospc = "No space left on device" in stderr_tail or "ENOSPC" in stderr_tail
+    if free >= FULL_BELOW_BYTES and not no_inode and not enospc:
+        return ""
+    said = "; a write of its own failed with ENOSPC" if enospc else ""
+    return (f" (the filesystem of {path} was full at the job's end: {free // 1024} KiB and {inodes} inodes free"
+            f"{said}; free space there and run it again)")
+
+
 def read_json(path: Path) -> Any:
     """The state file ``path`` in the current format (an older one migrated, a newer one refused)."""
     with open(path) as handle:

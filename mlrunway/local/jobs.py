@@ -188,9 +188,12 @@ class LocalJobs(Jobs):
         that finds it free and no supervisor fails the job (:mod:`mlrunway.local.reconcile`)."""
         self.workspace.jobs.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=self.workspace.jobs, prefix=f".{name}."))
-        with open(staging / SUBMIT_LOCK, "w") as submit_lock:
-            fcntl.flock(submit_lock, fcntl.LOCK_EX)
-            return self._create_locked(name, kind, spec, extra, code, staging)
+        try:
+            with open(staging / SUBMIT_LOCK, "w") as submit_lock:
+                fcntl.flock(submit_lock, fcntl.LOCK_EX)
+                return self._create_locked(name, kind, spec, extra, code, staging)
+        finally:  # renamed into place, or not: nothing of it stays (a full disk or no inode left it behind)
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _create_locked(self, name: str, kind: str, spec: CommandJobSpec, extra: dict[str, Any], code: Path | None,
                        staging: Path) -> JobInfo:

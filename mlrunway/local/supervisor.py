@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import locked, read_json, write_json
+from mlrunway.local.files import full_filesystem, locked, read_json, write_json
 from mlrunway.local.processes import (
     CANCEL_LOOK_S,
     JOB_TOKEN_ENV,
@@ -275,7 +275,8 @@ def run(job_dir: Path) -> str:
     exit_code = next((p.returncode for p in procs if p.returncode), 0)  # -9: killed by SIGKILL
     error = None
     if status == "Failed":
-        error = f"{reason}; stderr tail:\n{state.stderr_tail()}"
+        tail = state.stderr_tail()
+        error = f"{reason}{full_filesystem(state.dir, tail)}; stderr tail:\n{tail}"
     elif status == "Canceled":
         error = reason
     outcome = {"status": status, "ended": time.time(), "exit_code": exit_code, "error": error, "timed_out": timed_out,

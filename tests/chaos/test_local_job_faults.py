@@ -238,6 +238,71 @@ def test_a_full_disk_at_the_end_keeps_the_jobs_true_outcome(tmp_path):
             jobs.cancel("full")
 
 
+ABORTS_WHEN_TOLD = """
+import os, pathlib, sys, time
+pathlib.Path("outputs/model").write_text("started")
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.05)
+os.abort()  # as a trainer's native code dies on a full disk: SIGABRT, nothing on stderr
+"""
+
+
+def test_a_job_that_fails_on_a_full_disk_says_the_disk_was_full(tmp_path):
+    """Issue 59, 3: a trainer that died while the workspace's filesystem was full read "killed by SIGABRT" with an
+    empty stderr tail, naming no cause."""
+    from mlrunway.local.workspace import Workspace
+    from tests.chaos.disk import fill, tmpfs
+
+    go = tmp_path / "go"
+    with tmpfs(tmp_path / "ws", "64m") as root:
+        jobs = LocalJobs(Workspace.at(root), kill_grace_s=2.0)
+        jobs.submit("aborts", CommandJobSpec(code=str(write_script(tmp_path / "code", ABORTS_WHEN_TOLD)),
+                                             command=f"python script.py {go}"))
+        folder = jobs.workspace.job_dir("aborts")
+        filler = None
+        try:
+            deadline = time.monotonic() + 60
+            while not (folder / "outputs" / "model").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            filler = fill(root)
+            go.touch()
+            deadline = time.monotonic() + 60
+            while not (info := jobs.get("aborts")).status.is_terminal():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert info.status is JobStatus.FAILED and "killed by SIGABRT" in info.error, info.error
+            assert f"the filesystem of {folder} was full at the job's end" in info.error, info.error
+        finally:
+            go.touch()
+            if filler is not None:
+                filler.unlink(missing_ok=True)
+            jobs.cancel("aborts")
+
+
+def test_a_submit_that_finds_no_inode_leaves_no_staging_folder(tmp_path):
+    """Issue 59, 3: inode exhaustion left a jobs/.<name>.* staging folder behind."""
+    import errno
+
+    from mlrunway.local.workspace import Workspace
+    from tests.chaos.disk import tmpfs
+
+    with tmpfs(tmp_path / "ws", "64m,nr_inodes=200") as root:
+        jobs = LocalJobs(Workspace.at(root), kill_grace_s=2.0)
+        jobs.workspace.jobs.mkdir(parents=True, exist_ok=True)
+        taken = []
+        with pytest.raises(OSError) as full:
+            while True:  # every inode but none
+                taken.append(root / f"inode-{len(taken)}")
+                taken[-1].touch()
+        assert full.value.errno == errno.ENOSPC
+        taken.pop().unlink(missing_ok=True)  # one free: the staging folder is made, nothing inside it
+        with pytest.raises(OSError):
+            jobs.submit("no-inode", CommandJobSpec(code=str(write_script(tmp_path / "code", "print(1)\n")),
+                                                   command="python script.py"))
+        assert [p.name for p in jobs.workspace.jobs.iterdir()] == []
+
+
 def test_write_json_on_a_full_disk_names_the_path_and_leaves_no_temporary_file(tmp_path):
     from mlrunway.local.files import write_json
     from tests.chaos.disk import full_disk
