@@ -145,6 +145,7 @@ class JobInfo:
     started: float | None = None
     ended: float | None = None
     properties: dict[str, Any] = field(default_factory=dict)
+    damaged: bool = False  # its record could not be used (the error names the file): Failed, not an exception
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(vars(self))

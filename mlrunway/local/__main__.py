@@ -27,10 +27,13 @@ from mlrunway.local.backend import LocalBackend
 
 
 def recover_workspace(backend: LocalBackend) -> list[str]:
-    """Recover every dead sweep controller and endpoint server; one line per thing done or refused."""
+    """Recover every dead sweep controller and endpoint server; one line per thing done or refused (a job whose
+    record is damaged is named, and the others recovered all the same)."""
     done = []
     for job in backend.jobs.list():
-        if job.kind == "sweep" and job.status is JobStatus.FAILED and backend.jobs.resume(job.name):
+        if job.damaged:  # one bad record never stops the others: said, and recover exits 1
+            done.append(f"job {job.name}: not recovered: {job.error}")
+        elif job.kind == "sweep" and job.status is JobStatus.FAILED and backend.jobs.resume(job.name):
             done.append(f"sweep {job.name}: resumed ({job.error.splitlines()[0] if job.error else 'died'})")
     for endpoint in backend.endpoints.list():
         if endpoint.provisioning_state is ProvisioningState.FAILED:
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     lines = recover_workspace(backend)
     print("\n".join(lines) or "nothing to recover")
-    return 1 if any("not restarted" in line for line in lines) else 0
+    return 1 if any("not restarted" in line or "not recovered" in line for line in lines) else 0
 
 
 def _endpoints(backend: LocalBackend, verb: str, name: str | None) -> int:

@@ -43,6 +43,9 @@ from mlrunway.specs.sweep import SweepSpec
 
 log = logging.getLogger(__name__)
 SWEEP_TIMEOUT_MARGIN_S = 120.0
+# The fields a job's records must hold, with their types: a record without them is damaged (a Failed job naming it).
+JOB_FIELDS: dict[str, type | tuple[type, ...]] = {"name": str, "kind": str, "spec": dict, "argv": list, "token": str}
+STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {"status": str}
 # A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
 # stopped or frozen.
 CANCEL_ANSWER_S = 10.0
@@ -263,6 +266,10 @@ class LocalJobs(Jobs):
         if not state.status_file.exists():
             return None
         try:
+            if (damage := damaged_record(state)) is not None:  # checked before anything acts on it (reconcile)
+                file, problem = damage
+                return JobInfo(name=name, kind="command", status=JobStatus.FAILED, outputs=str(state.dir / "outputs"),
+                               damaged=True, error=f"damaged record {file}: {problem}; restore it or delete {state.dir}")
             status = reconcile(state, self.workspace)
             job = state.job()
         except (OSError, ValueError, KeyError) as exc:  # unwritable, full disk, corrupt: a report, not a crash
@@ -291,6 +298,8 @@ class LocalJobs(Jobs):
         state = JobState(self.workspace.job_dir(name))
         deadline = time.monotonic() + self.kill_grace_s + 30
         info = self.get(name)
+        if info.damaged:  # a record of the wrong shape: nothing to act on, it answers as get() does
+            return info
         if info.kind == "sweep" and info.status is JobStatus.FAILED:
             self._cancel_resumable(state, reason)
         if not info.status.is_terminal():
@@ -308,6 +317,8 @@ class LocalJobs(Jobs):
                 state.update_unless_ended(status="Canceled", ended=time.time(), error=f"{reason}{why}")
                 self._end_mlflow_run(state, "Canceled")  # its supervisor, which would have, cannot
         # The supervisor records the status, then exits: wait for it to be gone too.
+        if info.damaged:  # nothing to act on: it answers as get() does
+            return info
         status = state.status()
         supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
         while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
@@ -501,3 +512,22 @@ def _absolute_inputs(spec: CommandJobSpec) -> dict[str, Any]:
             value = Input(path=str(path), type=value.type)
         inputs[name] = value
     return inputs
+
+
+def damaged_record(state: JobState) -> tuple[Path, str] | None:
+    """The first of a job's records (``job.json``, ``status.json``) whose shape its readers cannot use, and what is
+    wrong with it; None when both are whole. A file that does not parse is for the caller's usual report."""
+    checks = ((state.dir / "job.json", state.job, JOB_FIELDS, "kind", ("command", "sweep")),
+              (state.status_file, state.status, STATUS_FIELDS, "status", tuple(s.value for s in JobStatus)))
+    for file, read, fields, key, allowed in checks:
+        record = read()
+        if not isinstance(record, dict):
+            return file, f"holds {type(record).__name__}, not an object"
+        for field_name, kind in fields.items():
+            if field_name not in record:
+                return file, f"has no {field_name!r}"
+            if not isinstance(record[field_name], kind):
+                return file, f"{field_name!r} is {type(record[field_name]).__name__}, not {getattr(kind, '__name__', kind)}"
+        if record[key] not in allowed:
+            return file, f"{key} {record[key]!r} is not one of {', '.join(allowed)}"
+    return None

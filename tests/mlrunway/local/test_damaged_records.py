@@ -1,0 +1,51 @@
+"""One damaged job record never stops the workspace (issue 59, 1, jobs): a job.json or status.json of the wrong
+shape reads as a Failed job naming the file and the fix, marked damaged; list, recover and cancel go on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.local.__main__ import main
+from mlrunway.local.backend import LocalBackend
+from mlrunway.specs import CommandJobSpec
+from tests.conftest import write_script
+
+pytestmark = pytest.mark.slow
+
+DAMAGE = {
+    "job-empty-object": ("job.json", {}, "has no 'name'"),
+    "job-a-list": ("job.json", [], "holds list, not an object"),
+    "job-odd-kind": ("job.json", "kind", "kind 'pipeline' is not one of command, sweep"),
+    "status-a-list": ("status.json", [], "holds list, not an object"),
+    "status-unknown": ("status.json", {"status": "Exploded"}, "status 'Exploded' is not one of"),
+    "status-number": ("status.json", {"status": 3}, "'status' is int, not str"),
+}
+
+
+def test_a_record_of_the_wrong_shape_reads_as_a_failed_job_and_stops_nothing_else(workspace, tmp_path, capsys):
+    backend = LocalBackend.at(workspace.root)
+    code = write_script(tmp_path / "code", "print('done')\n")
+    for name in ("healthy", *DAMAGE):
+        backend.jobs.submit(name, CommandJobSpec(code=str(code), command="python script.py"))
+        assert backend.jobs.wait(name, poll_s=0.05).status is JobStatus.COMPLETED
+    for name, (file, content, _) in DAMAGE.items():
+        path = workspace.job_dir(name) / file
+        if content == "kind":
+            content = {**json.loads(path.read_text()), "kind": "pipeline"}
+        path.write_text(json.dumps(content))
+
+    listed = {job.name: job for job in backend.jobs.list()}  # before: KeyError 'kind' / AttributeError
+    assert listed["healthy"].status is JobStatus.COMPLETED and not listed["healthy"].damaged
+    for name, (file, _, problem) in DAMAGE.items():
+        job = listed[name]
+        assert job.damaged and job.status is JobStatus.FAILED, name
+        assert job.error.startswith(f"damaged record {workspace.job_dir(name) / file}: {problem}"), job.error
+        assert job.error.endswith(f"restore it or delete {workspace.job_dir(name)}")
+        assert backend.jobs.cancel(name) == job  # answers as get() does, never a raw error
+    code_ = main(["recover", "--workspace", str(workspace.root)])
+    out = capsys.readouterr().out
+    assert code_ == 1 and all(f"job {name}: not recovered: damaged record" in out for name in DAMAGE)
+    assert backend.jobs.get("healthy").status is JobStatus.COMPLETED  # nothing healthy changed
