@@ -234,9 +234,13 @@ class ModelVersion:
     description: str = ""
     created: float = 0.0
     archived: bool = False
+    # Its record could not be used: ``error`` names the file and the fix; the version is listed, never served.
+    damaged: bool = False
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        """The record as kept (a damaged version's marks are no part of it)."""
+        return {k: v for k, v in vars(self).items() if k not in ("damaged", "error")}
 
 
 def deployment_error(status: int, model_status: str | None) -> bool:

@@ -30,6 +30,7 @@ from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import MlrunwayError
 from mlrunway.local import tracking
 from mlrunway.local.files import read_json, write_json
+from mlrunway.local.records import read_version
 from mlrunway.local.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -183,7 +184,10 @@ def sync(workspace: Workspace, name: str, versions: list[int]) -> None:
     tagged = set()
     for version in versions:
         folder = workspace.models / name / str(version)
-        model = ModelVersion(**read_json(folder / "model.json"))
+        model = read_version(folder, name, version)
+        if model.damaged:  # nothing to mirror from it; the next version is numbered past it all the same
+            log.warning("Model %s:%s not mirrored in MLflow: %s", name, version, model.error)
+            continue
         for key, when in model.tags.items():
             alias = key.removeprefix(Models.ALIAS_TAG.format(""))
             if alias != key:

@@ -26,9 +26,10 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
-from mlrunway.errors import NotFound
+from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local import mlflow_registry
-from mlrunway.local.files import locked, read_json, write_json
+from mlrunway.local.files import locked, write_json
+from mlrunway.local.records import read_version
 from mlrunway.local.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class LocalModels(Models):
         """One version, or the latest one not archived when ``version`` is None or 'latest'."""
         versions = self._versions(name)
         if version is None or version == "latest":
-            live = [v for v in versions if not self._read(name, v).archived]
+            live = [v for v in versions if not (read := self._read(name, v)).archived and not read.damaged]
             if not live:
                 raise NotFound(f"model {name!r} has no version in workspace {self.workspace.root}")
             version = live[-1]
@@ -117,14 +118,14 @@ class LocalModels(Models):
 
     def download(self, name: str, version: int | str | None, dest: str | Path) -> Path:
         """Copy a version's files into ``dest`` (writable copies); return ``dest``."""
-        model = self.get(name, version)
+        model = usable(self.get(name, version))
         dest = Path(dest)
         shutil.copytree(model.path, dest, dirs_exist_ok=True, copy_function=shutil.copyfile)
         return dest
 
     def archive(self, name: str, version: int) -> ModelVersion:
         """Hide a version from 'latest' (Azure's archive); its files stay."""
-        model = self.get(name, version)
+        model = usable(self.get(name, version))
         folder = self.workspace.models / name / str(model.version)
         with locked(self.workspace.models / name / ".lock"):
             self._sync(name)
@@ -135,7 +136,7 @@ class LocalModels(Models):
 
     def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
         """Set (or, with None, remove) tags of a version: tags are mutable, as on Azure; files never are."""
-        model = self.get(name, version)
+        model = usable(self.get(name, version))
         with locked(self.workspace.models / name / ".lock"):
             self._sync(name)
             merged = {**self._read(name, model.version).tags, **{k: v for k, v in tags.items() if v is not None}}
@@ -206,7 +207,15 @@ class LocalModels(Models):
         return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
     def _read(self, name: str, version: int) -> ModelVersion:
-        return ModelVersion(**read_json(self.workspace.models / name / str(version) / "model.json"))
+        return read_version(self.workspace.models / name / str(version), name, version)
+
+
+def usable(model: ModelVersion) -> ModelVersion:
+    """``model``, unless its record is damaged: then the error naming the file (nothing is served from it or
+    written over it)."""
+    if model.damaged:
+        raise MlrunwayError(model.error)
+    return model
 
 
 def _make_read_only(root: Path) -> None:

@@ -49,3 +49,35 @@ def test_a_record_of_the_wrong_shape_reads_as_a_failed_job_and_stops_nothing_els
     out = capsys.readouterr().out
     assert code_ == 1 and all(f"job {name}: not recovered: damaged record" in out for name in DAMAGE)
     assert backend.jobs.get("healthy").status is JobStatus.COMPLETED  # nothing healthy changed
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{}", "has no 'name'"), ("[]", "holds list, not an object"), ('{"name": "m", "version": 2, "path": "p", '
+                                                                   '"color": 1}', "has 'color', no field"),
+    ('{"name": "other", "version": 7, "path": "p"}', "names other:7, in the folder of m:2"), ("{trunc", "cannot be read"),
+])
+def test_a_damaged_model_version_is_listed_never_served_and_the_next_is_numbered_past_it(workspace, tmp_path, content,
+                                                                                       problem):
+    """Before: one bad model.json broke models.list() for every model and every later registration of that model."""
+    from mlrunway.errors import MlrunwayError
+    from mlrunway.local.registry import LocalModels
+
+    models = LocalModels(workspace)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "model.onnx").write_bytes(b"onnx")
+    for name in ("m", "m", "m", "other"):
+        models.register(name, tmp_path / "files")
+    record = workspace.models / "m" / "2" / "model.json"
+    record.chmod(0o644)
+    record.write_text(content)
+    listed = {(v.name, v.version): v for v in models.list()}
+    assert len(listed) == 4 and not listed[("m", 1)].damaged and not listed[("other", 1)].damaged
+    damaged = listed[("m", 2)]
+    assert damaged.damaged and damaged.error.startswith(f"damaged record {record}: {problem}"), damaged.error
+    assert models.register("m", tmp_path / "files").version == 4  # numbered past it
+    assert models.get("m").version == 4 and models.get("m", 2).damaged
+    with pytest.raises(MlrunwayError, match=f"damaged record {record}"):
+        models.download("m", 2, tmp_path / "out")
+    with pytest.raises(MlrunwayError, match=f"damaged record {record}"):
+        models.update_tags("m", 2, {"a": "b"})
+    assert record.read_text() == content  # nothing was written over it
