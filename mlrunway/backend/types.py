@@ -127,6 +127,7 @@ class EndpointInfo:
     mirror_traffic: dict[str, int] = field(default_factory=dict)
     auth_mode: str = "key"
     error: str | None = None
+    damaged: bool = False  # its record could not be used (the error names the file): Failed, never an exception
 
 
 @dataclass(frozen=True, kw_only=True)

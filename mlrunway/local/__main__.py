@@ -24,6 +24,7 @@ from mlrunway.backend.retention import RetentionPolicy
 from mlrunway.backend.types import JobStatus, ProvisioningState
 from mlrunway.errors import MlrunwayError
 from mlrunway.local.backend import LocalBackend
+from mlrunway.local.serving import master
 
 
 def recover_workspace(backend: LocalBackend) -> list[str]:
@@ -108,11 +109,17 @@ def _endpoints(backend: LocalBackend, verb: str, name: str | None) -> int:
     assert name is not None
     info = endpoints.get(name)
     if verb == "show":
-        shown = {k: v for k, v in vars(info).items() if v not in (None, {}, "")}
+        shown = {k: v for k, v in vars(info).items() if v not in (None, {}, "", False)}
         shown["provisioning_state"] = info.provisioning_state.value
-        shown["deployments"] = [{"name": d.name, "state": d.provisioning_state.value, "model": d.model,
-                                 **({"error": d.error} if d.error else {})} for d in endpoints.list_deployments(name)]
+        if not info.damaged:
+            shown["deployments"] = [{"name": d.name, "state": d.provisioning_state.value, "model": d.model,
+                                     **({"error": d.error} if d.error else {})} for d in endpoints.list_deployments(name)]
         print(json.dumps(shown, indent=1))
+        return 0
+    if info.damaged:  # its record cannot be read: its server is found by its command line and stopped
+        stopped = len(master.processes_of(backend.workspace.endpoints / name))
+        endpoints.delete(name)
+        print(f"endpoint {name} deleted: its record was damaged; {stopped} process(es) of its server stopped")
         return 0
     state = endpoints.state(name)
     endpoints.delete(name)

@@ -118,7 +118,11 @@ class LocalEndpoints(Endpoints):
         return self.create_or_update(name, settings)
 
     def get(self, name: str) -> EndpointInfo:
-        return self._info(self.state(name))
+        """The endpoint now (one whose record is damaged: Failed and marked, naming the file)."""
+        folder = self._dir(name)
+        if not (folder / "endpoint.json").exists():
+            raise NotFound(f"endpoint {name!r} does not exist in workspace {self.workspace.root}")
+        return self._read(folder)
 
     def state(self, name: str) -> EndpointState:
         """The endpoint's whole saved state, keys included: for this backend's own server and tests."""
@@ -137,9 +141,20 @@ class LocalEndpoints(Endpoints):
                             error=dead)
 
     def list(self) -> builtins.list[EndpointInfo]:
+        """Every endpoint; one whose record is damaged is listed as Failed, marked, naming the file."""
         root = self.workspace.endpoints
         folders = sorted(root.iterdir()) if root.exists() else []
-        return [self._info(EndpointState.load(p)) for p in folders if (p / "endpoint.json").exists()]
+        return [self._read(p) for p in folders if (p / "endpoint.json").exists()]
+
+    def _read(self, folder: Path) -> EndpointInfo:
+        try:
+            return self._info(EndpointState.load(folder))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            record = folder / "endpoint.json"
+            return EndpointInfo(name=folder.name, scoring_uri="", traffic={}, damaged=True,
+                                provisioning_state=ProvisioningState.FAILED,
+                                error=f"damaged record {record}: {type(exc).__name__}: {exc}; restore it, or delete "
+                                      "the endpoint (its server is found and stopped without the record)")
 
     def delete(self, name: str) -> bool:
         """Stop the server, free the port, remove the state; False when it was already gone."""
@@ -149,10 +164,14 @@ class LocalEndpoints(Endpoints):
         for record in folder.glob(f"deployments/*/{provision.RECORD}"):  # none may join a deleted endpoint
             provision.stop(folder, record.parent.name)
         if (folder / "endpoint.json").exists():
-            state = EndpointState.load(folder)
-            master.stop(state)
-            if not wait_port_free(state.port):
-                raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
+            try:
+                state = EndpointState.load(folder)
+            except (ValueError, TypeError, KeyError, AttributeError):  # damaged: its server is found without it
+                master.stop_processes(master.processes_of(folder))
+            else:
+                master.stop(state)
+                if not wait_port_free(state.port):
+                    raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
         shutil.rmtree(folder)
         self._readers.pop(name, None)
         return True

@@ -186,21 +186,43 @@ def _serving(state: EndpointState, ready: Path, master: Identity) -> bool:
     return len(up) >= state.workers and _answers(f"http://{state.host}:{state.port}/healthz/live")
 
 
-def stop(state: EndpointState, grace_s: float = 10.0) -> None:
-    """SIGTERM every process of the server (master and workers, orphaned or not), SIGKILL what outlives
-    ``grace_s``; reap the master when it is our child."""
-    procs = marked(state.token) if state.token else []
+def processes_of(folder: Path) -> list[psutil.Process]:
+    """Every live process of the server of the endpoint in ``folder``, found without its record (a damaged
+    ``endpoint.json`` holds the token): the master by its command line (``-m mlrunway.local.serving.server
+    <folder>``), then everything marked with the token its environment carries (its workers, orphaned or not)."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or "mlrunway.local.serving.server" not in cmdline:
+                continue
+            if Path(cmdline[-1]).resolve() == folder.resolve():
+                found[proc.pid] = proc
+                if token := proc.environ().get(JOB_TOKEN_ENV):
+                    found.update((p.pid, p) for p in marked(token))
+        except (psutil.Error, OSError, IndexError):
+            continue
+    return list(found.values())
+
+
+def stop_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
+    """SIGTERM ``procs``, SIGKILL what outlives ``grace_s``."""
     for proc in procs:
         try:
             proc.terminate()
         except psutil.Error:
             pass
-    left = wait_gone(procs, grace_s)
-    for proc in left:
+    for proc in wait_gone(procs, grace_s):
         try:
             proc.kill()
         except psutil.Error:
             pass
+
+
+def stop(state: EndpointState, grace_s: float = 10.0) -> None:
+    """SIGTERM every process of the server (master and workers, orphaned or not), SIGKILL what outlives
+    ``grace_s``; reap the master when it is our child."""
+    stop_processes(marked(state.token) if state.token else [], grace_s)
     if state.pid:
         reap(state.pid)
 

@@ -81,3 +81,35 @@ def test_a_damaged_model_version_is_listed_never_served_and_the_next_is_numbered
     with pytest.raises(MlrunwayError, match=f"damaged record {record}"):
         models.update_tags("m", 2, {"a": "b"})
     assert record.read_text() == content  # nothing was written over it
+
+
+def test_a_damaged_endpoint_record_is_listed_and_its_server_still_stopped_by_delete(workspace, tmp_path, capsys):
+    """Before: one bad endpoint.json broke endpoints.list(), and delete was impossible while its server served."""
+    import socket
+
+    from mlrunway.backend.types import EndpointSettings, ProvisioningState
+    from mlrunway.local.serving import master
+    from tests.conftest import deployment
+
+    backend = LocalBackend.at(workspace.root)
+    for name in ("healthy-ep", "damaged-ep"):
+        backend.endpoints.create_or_update(name, EndpointSettings(workers=1))
+    (tmp_path / "model").mkdir()
+    backend.endpoints.create_or_update_deployment("damaged-ep", "blue", deployment(
+        workspace, tmp_path / "model", write_script(tmp_path / "code", "def init():\n    pass\n\ndef run(raw):\n"
+                                                                        "    return 1\n", "score.py")))
+    state = backend.endpoints.state("damaged-ep")
+    record = workspace.endpoints / "damaged-ep" / "endpoint.json"
+    record.write_text("[]")
+    listed = {e.name: e for e in backend.endpoints.list()}
+    assert not listed["healthy-ep"].damaged and listed["healthy-ep"].provisioning_state is ProvisioningState.SUCCEEDED
+    damaged = listed["damaged-ep"]
+    assert damaged.damaged and damaged.provisioning_state is ProvisioningState.FAILED
+    assert damaged.error.startswith(f"damaged record {record}: ") and backend.endpoints.get("damaged-ep") == damaged
+    assert {p.pid for p in master.processes_of(workspace.endpoints / "damaged-ep")} >= {state.pid}
+    assert main(["endpoints", "delete", "damaged-ep", "--workspace", str(workspace.root)]) == 0
+    assert "its record was damaged" in capsys.readouterr().out
+    assert master.processes_of(workspace.endpoints / "damaged-ep") == [] and not record.parent.exists()
+    with socket.socket() as probe:  # its port is free again
+        probe.bind(("127.0.0.1", state.port))
+    assert backend.endpoints.delete("healthy-ep")
