@@ -212,10 +212,7 @@ def test_a_full_disk_at_the_end_keeps_the_jobs_true_outcome(tmp_path):
         folder = jobs.workspace.job_dir("full")
         filler = None
         try:
-            deadline = time.monotonic() + 60
-            while not (folder / "outputs" / "model").exists():
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_for(lambda: (folder / "outputs" / "model").exists(), 60)
             supervisor = psutil.Process(json.loads((folder / "status.json").read_text())["supervisor_pid"])
             filler = fill(root)
             go.touch()
@@ -261,16 +258,11 @@ def test_a_job_that_fails_on_a_full_disk_says_the_disk_was_full(tmp_path):
         folder = jobs.workspace.job_dir("aborts")
         filler = None
         try:
-            deadline = time.monotonic() + 60
-            while not (folder / "outputs" / "model").exists():
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_for(lambda: (folder / "outputs" / "model").exists(), 60)
             filler = fill(root)
             go.touch()
-            deadline = time.monotonic() + 60
-            while not (info := jobs.get("aborts")).status.is_terminal():
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_for(lambda: jobs.get("aborts").status.is_terminal(), 60)
+            info = jobs.get("aborts")
             assert info.status is JobStatus.FAILED and "killed by SIGABRT" in info.error, info.error
             assert f"the filesystem of {folder} was full at the job's end" in info.error, info.error
         finally:
