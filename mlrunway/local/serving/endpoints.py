@@ -167,7 +167,11 @@ class LocalEndpoints(Endpoints):
             try:
                 state = EndpointState.load(folder)
             except (ValueError, TypeError, KeyError, AttributeError):  # damaged: its server is found without it
-                master.stop_processes(master.processes_of(folder))
+                server = master.processes_of(folder)
+                ports = master.listening_ports(server)
+                master.stop_processes(server)
+                if busy := sorted(port for port in ports if not wait_port_free(port)):
+                    raise EndpointError(f"port {busy[0]} is still in use after the endpoint's server was stopped") from None
             else:
                 master.stop(state)
                 if not wait_port_free(state.port):

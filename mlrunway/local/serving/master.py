@@ -205,6 +205,18 @@ def processes_of(folder: Path) -> list[psutil.Process]:
     return list(found.values())
 
 
+def listening_ports(procs: list[psutil.Process]) -> set[int]:
+    """The TCP ports ``procs`` listen on (an endpoint's, when its record that names it cannot be read)."""
+    ports = set()
+    for proc in procs:
+        try:
+            connections = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6 names it so
+            ports |= {c.laddr.port for c in connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            continue
+    return ports
+
+
 def stop_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
     """SIGTERM ``procs``, SIGKILL what outlives ``grace_s``."""
     for proc in procs:

@@ -45,8 +45,10 @@ def test_endpoints_list_show_and_delete_a_kept_endpoint_and_say_what_they_stoppe
     code, out, _ = cli(capsys, "endpoints", "delete", "kept-ep", *ws)
     assert code == 0 and out.strip() == (f"endpoint kept-ep deleted: its server (pid {state.pid}) stopped, port "
                                          f"{state.port} freed; it served blue")
-    with socket.socket() as probe:  # the port is free again
+    with socket.socket() as probe:  # the port is free again: nothing listens (a closed connection's TIME_WAIT may stay)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", state.port))
+        probe.listen()
     code, _, err = cli(capsys, "endpoints", "show", "kept-ep", *ws)
     assert code == 1 and "kept-ep" in err and "does not exist" in err
     assert cli(capsys, "endpoints", "list", *ws)[1].strip() == "no endpoints"

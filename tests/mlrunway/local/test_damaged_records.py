@@ -110,6 +110,8 @@ def test_a_damaged_endpoint_record_is_listed_and_its_server_still_stopped_by_del
     assert main(["endpoints", "delete", "damaged-ep", "--workspace", str(workspace.root)]) == 0
     assert "its record was damaged" in capsys.readouterr().out
     assert master.processes_of(workspace.endpoints / "damaged-ep") == [] and not record.parent.exists()
-    with socket.socket() as probe:  # its port is free again
+    with socket.socket() as probe:  # its port is free again: nothing listens (a closed connection's TIME_WAIT may stay)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", state.port))
+        probe.listen()
     assert backend.endpoints.delete("healthy-ep")
