@@ -17,6 +17,7 @@ task cancels any job of the run that is still running, as a second net.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -99,14 +100,8 @@ class BackendTrigger(BaseTrigger):
             delay = self.poll_interval_s
 
     def after(self, outage: Outage, exc: Unavailable) -> float:
-        """The wait before reading again after a poll without news: the outage's, never past the deadline;
-        WatchLost past the backend's bound, or at the deadline (the work can be neither read nor stopped)."""
-        delay = outage.failed(exc)
-        if self.deadline is not None:
-            if (left := self.deadline - time.time()) <= 0:
-                raise outage.lost(exc)
-            delay = min(delay, left)
-        return delay
+        """The wait before reading again after a poll without news (:meth:`Outage.failed`, up to the deadline)."""
+        return outage.failed(exc, math.inf if self.deadline is None else self.deadline - time.time())
 
     def look(self, backend: Backend) -> dict[str, Any] | None:
         """Blocking: one poll, and the event it ends the wait with (stopping the work past the deadline), or None."""

@@ -124,9 +124,8 @@ class Jobs(abc.ABC):
         while True:
             try:
                 info = self.recover(name)
-            except Unavailable as exc:
-                left = math.inf if deadline is None else deadline - time.monotonic()
-                time.sleep(max(0.0, min(outage.failed(exc), left)))
+            except Unavailable as exc:  # as a trigger: up to the bound, and never past the deadline
+                time.sleep(outage.failed(exc, math.inf if deadline is None else deadline - time.monotonic()))
                 continue
             outage.read()
             if on_poll is not None:

@@ -48,8 +48,12 @@ class Outage:
             log.info("%s: read again after %.0f s without news", self.what, self.clock() - self.since)
         self.since, self.failures = None, 0
 
-    def failed(self, exc: Unavailable) -> float:
-        """A read brought no news: the seconds to wait before the next one; WatchLost past the bound."""
+    def failed(self, exc: Unavailable, left_s: float = math.inf) -> float:
+        """A read brought no news: the seconds to wait before the next one, never past the wait's deadline
+        (``left_s`` from now); WatchLost past the bound, or at the deadline (the work can be neither read nor
+        stopped then)."""
+        if left_s <= 0:
+            raise self.lost(exc)
         now = self.clock()
         self.since = now if self.since is None else self.since
         self.failures += 1
@@ -62,7 +66,7 @@ class Outage:
                         exc, self.bound_s)
         wait = exc.retry_after_s if exc.retry_after_s is not None else \
             min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self.failures - 1)) * random.uniform(0.5, 1.0)
-        return max(0.0, min(wait, self.bound_s - elapsed))
+        return max(0.0, min(wait, self.bound_s - elapsed, left_s))
 
     def lost(self, exc: Unavailable) -> WatchLost:
         """The watch given up: what is waited on may still run (a later try may re-attach)."""

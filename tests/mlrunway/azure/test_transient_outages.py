@@ -120,6 +120,9 @@ def test_an_outage_reads_again_after_the_services_retry_after_else_a_backoff_and
         outage.failed(Unavailable("HTTP 503"))
     outage.read()  # news again: the next outage starts from nothing
     assert outage.since is None and outage.failed(Unavailable("x", retry_after_s=1.0)) == 1.0
+    assert outage.failed(Unavailable("HTTP 503", retry_after_s=30.0), left_s=0.5) == 0.5  # nor past the deadline
+    with pytest.raises(WatchLost):  # at the deadline, unreadable: the work can be neither read nor stopped
+        outage.failed(Unavailable("HTTP 503"), left_s=0.0)
 
 
 def test_a_transient_outage_s_that_is_not_seconds_is_refused_naming_the_field(tmp_path):
