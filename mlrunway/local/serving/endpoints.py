@@ -45,6 +45,9 @@ from mlrunway.local.serving.state import (
 )
 from mlrunway.local.workspace import Workspace
 
+# What EndpointState.load raises for an endpoint.json that does not parse or is of the wrong shape.
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
+
 
 class LocalEndpoints(Endpoints):
     """:param host: the address new endpoints listen on: 127.0.0.1 (this machine only) unless a team serves
@@ -149,7 +152,7 @@ class LocalEndpoints(Endpoints):
     def _read(self, folder: Path) -> EndpointInfo:
         try:
             return self._info(EndpointState.load(folder))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except UNREADABLE as exc:
             record = folder / "endpoint.json"
             return EndpointInfo(name=folder.name, scoring_uri="", traffic={}, damaged=True,
                                 provisioning_state=ProvisioningState.FAILED,
@@ -166,16 +169,15 @@ class LocalEndpoints(Endpoints):
         if (folder / "endpoint.json").exists():
             try:
                 state = EndpointState.load(folder)
-            except (ValueError, TypeError, KeyError, AttributeError):  # damaged: its server is found without it
+            except UNREADABLE:  # damaged: its server is found without it
                 server = master.processes_of(folder)
                 ports = master.listening_ports(server)
                 master.stop_processes(server)
-                if busy := sorted(port for port in ports if not wait_port_free(port)):
-                    raise EndpointError(f"port {busy[0]} is still in use after the endpoint's server was stopped") from None
             else:
                 master.stop(state)
-                if not wait_port_free(state.port):
-                    raise EndpointError(f"port {state.port} is still in use after the endpoint's server was stopped")
+                ports = {state.port}
+            if busy := sorted(port for port in ports if not wait_port_free(port)):
+                raise EndpointError(f"port {busy[0]} is still in use after the endpoint's server was stopped")
         shutil.rmtree(folder)
         self._readers.pop(name, None)
         return True
