@@ -26,8 +26,16 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_endpoints_list_show_and_delete_a_kept_endpoint_and_say_what_they_stopped(workspace, tmp_path, capsys):
-    ws = ("--workspace", str(workspace.root))
     backend = LocalBackend.at(workspace.root)
+    try:
+        _list_show_and_delete(backend, workspace, tmp_path, capsys)
+    finally:  # whatever failed above, no server outlives the test
+        for endpoint in backend.endpoints.list():
+            backend.endpoints.delete(endpoint.name)
+
+
+def _list_show_and_delete(backend, workspace, tmp_path, capsys) -> None:
+    ws = ("--workspace", str(workspace.root))
     backend.endpoints.create_or_update("kept-ep", EndpointSettings(workers=1))
     (tmp_path / "model").mkdir()
     backend.endpoints.create_or_update_deployment("kept-ep", "blue", deployment(

@@ -85,13 +85,21 @@ def test_a_damaged_model_version_is_listed_never_served_and_the_next_is_numbered
 
 def test_a_damaged_endpoint_record_is_listed_and_its_server_still_stopped_by_delete(workspace, tmp_path, capsys):
     """Before: one bad endpoint.json broke endpoints.list(), and delete was impossible while its server served."""
+    backend = LocalBackend.at(workspace.root)
+    try:
+        _damaged_endpoint_is_listed_and_deleted(backend, workspace, tmp_path, capsys)
+    finally:  # whatever failed above, no server outlives the test (a damaged one is found by its command line)
+        for folder in (workspace.endpoints.iterdir() if workspace.endpoints.exists() else []):
+            backend.endpoints.delete(folder.name)
+
+
+def _damaged_endpoint_is_listed_and_deleted(backend, workspace, tmp_path, capsys) -> None:
     import socket
 
     from mlrunway.backend.types import EndpointSettings, ProvisioningState
     from mlrunway.local.serving import master
     from tests.conftest import deployment
 
-    backend = LocalBackend.at(workspace.root)
     for name in ("healthy-ep", "damaged-ep"):
         backend.endpoints.create_or_update(name, EndpointSettings(workers=1))
     (tmp_path / "model").mkdir()
