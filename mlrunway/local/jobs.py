@@ -30,11 +30,12 @@ from mlrunway import check
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
-from mlrunway.errors import NotFound, SpecError
-from mlrunway.local.files import read_json, stamp, write_json
+from mlrunway.errors import MlrunwayError, NotFound, SpecError
+from mlrunway.local.files import stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
+from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.supervisor import command as supervisor_command
 from mlrunway.local.workspace import Workspace
@@ -44,8 +45,6 @@ from mlrunway.specs.sweep import SweepSpec
 log = logging.getLogger(__name__)
 SWEEP_TIMEOUT_MARGIN_S = 120.0
 # The fields a job's records must hold, with their types: a record without them is damaged (a Failed job naming it).
-JOB_FIELDS: dict[str, type | tuple[type, ...]] = {"name": str, "kind": str, "spec": dict, "argv": list, "token": str}
-STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {"status": str}
 # A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
 # stopped or frozen.
 CANCEL_ANSWER_S = 10.0
@@ -266,10 +265,12 @@ class LocalJobs(Jobs):
         if not state.status_file.exists():
             return None
         try:
-            if (damage := damaged_record(state)) is not None:  # checked before anything acts on it (reconcile)
-                file, problem = damage
+            try:  # checked before anything acts on it (reconcile)
+                state.job()
+                state.status()
+            except DamagedRecord as exc:  # a running job's supervisor writes its outcome over a damaged status
                 return JobInfo(name=name, kind="command", status=JobStatus.FAILED, outputs=str(state.dir / "outputs"),
-                               damaged=True, error=f"damaged record {file}: {problem}; restore it or delete {state.dir}")
+                               damaged=True, error=str(exc))
             status = reconcile(state, self.workspace)
             job = state.job()
         except (OSError, ValueError, KeyError) as exc:  # unwritable, full disk, corrupt: a report, not a crash
@@ -319,7 +320,7 @@ class LocalJobs(Jobs):
         # The supervisor records the status, then exits: wait for it to be gone too.
         if info.damaged:  # nothing to act on: it answers as get() does
             return info
-        status = state.status()
+        status = state.known()
         supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
         while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -479,11 +480,17 @@ class LocalJobs(Jobs):
     def sweep_result(self, name: str) -> SweepResult:
         """The sweep's record so far, from the controller's ``sweep.json`` (empty until its first write)."""
         info = self.get(name)
+        if info.damaged:
+            raise MlrunwayError(info.error)  # its job.json or status.json: what it is cannot be known
         job = JobState(self.workspace.job_dir(name)).job()
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
         path = self.workspace.job_dir(name) / "outputs" / "sweep.json"
-        data = read_json(path) if path.exists() else {}
+        try:
+            data = read(path, "restore it, or cancel the sweep and run it again") if path.exists() else {}
+        except DamagedRecord as exc:  # not "Completed with no trials": what it ran is unknown
+            return SweepResult(name=name, status=JobStatus.FAILED, objective=SweepSpec.from_dict(job["sweep"]).objective,
+                               error=str(exc))
         return SweepResult(
             name=name, status=info.status, objective=SweepSpec.from_dict(job["sweep"]).objective,
             trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
@@ -512,22 +519,3 @@ def _absolute_inputs(spec: CommandJobSpec) -> dict[str, Any]:
             value = Input(path=str(path), type=value.type)
         inputs[name] = value
     return inputs
-
-
-def damaged_record(state: JobState) -> tuple[Path, str] | None:
-    """The first of a job's records (``job.json``, ``status.json``) whose shape its readers cannot use, and what is
-    wrong with it; None when both are whole. A file that does not parse is for the caller's usual report."""
-    checks = ((state.dir / "job.json", state.job, JOB_FIELDS, "kind", ("command", "sweep")),
-              (state.status_file, state.status, STATUS_FIELDS, "status", tuple(s.value for s in JobStatus)))
-    for file, read, fields, key, allowed in checks:
-        record = read()
-        if not isinstance(record, dict):
-            return file, f"holds {type(record).__name__}, not an object"
-        for field_name, kind in fields.items():
-            if field_name not in record:
-                return file, f"has no {field_name!r}"
-            if not isinstance(record[field_name], kind):
-                return file, f"{field_name!r} is {type(record[field_name]).__name__}, not {getattr(kind, '__name__', kind)}"
-        if record[key] not in allowed:
-            return file, f"{key} {record[key]!r} is not one of {', '.join(allowed)}"
-    return None

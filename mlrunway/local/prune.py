@@ -36,7 +36,8 @@ from typing import Any
 
 from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
 from mlrunway.errors import MlrunwayError, NotFound
-from mlrunway.local.files import locked, read_json
+from mlrunway.local import records
+from mlrunway.local.files import locked
 from mlrunway.local.registry import ALIAS_LOG
 from mlrunway.local.workspace import Workspace
 
@@ -118,7 +119,7 @@ def _runs(workspace: Workspace) -> dict[tuple[str, str], _Run]:
             run.open_job = run.open_job or f"{folder.name} is being submitted"
             continue
         run.started = min(run.started, info.created or 0.0)
-        if info.error and info.error.startswith(f"job folder {folder}"):  # unreadable: no evidence it ended
+        if info.damaged or (info.error and info.error.startswith(f"job folder {folder}")):  # no evidence it ended
             run.open_job = run.open_job or f"{folder.name}'s state is unreadable"
         elif not info.status.is_terminal():
             run.open_job = run.open_job or f"{folder.name} is {info.status.value}"
@@ -131,8 +132,8 @@ def _deployed(workspace: Workspace) -> dict[tuple[str, int], str]:
         if not (folder / "endpoint.json").exists():
             continue
         try:
-            state = read_json(folder / "endpoint.json")
-        except (OSError, ValueError) as exc:  # what it serves is unknown: nothing may go
+            state = records.read(folder / "endpoint.json", "restore it")
+        except (OSError, records.DamagedRecord) as exc:  # what it serves is unknown: nothing may go
             raise MlrunwayError(f"endpoint {folder.name}: its state cannot be read ({exc}); nothing pruned: "
                                 "restore endpoint.json or delete the endpoint, and prune again") from exc
         for deployment in state.get("deployments", {}).values():
@@ -169,7 +170,10 @@ def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: f
             reasons[(model.name, number)] = why
         newest |= {(model.name, n) for n in numbers[-policy.keep_versions:]}
         for number in numbers:
-            versions[(model.name, number)] = read_json(model / str(number) / "model.json").get("properties", {})
+            record = records.read_version(model / str(number), model.name, number)
+            versions[(model.name, number)] = record.properties
+            if record.damaged:  # what it is, and what came from it, cannot be known: it stays
+                reasons[(model.name, number)] = f"its record is damaged ({record.error})"
             if (model.name, number) in served:
                 reasons.setdefault((model.name, number), served[(model.name, number)])
     for (name, number), why in list(reasons.items()):  # an exported version's source stays with it
@@ -254,8 +258,8 @@ def _utc(text: str, layout: str) -> float:
 
 def _run_id(job: Path) -> str | None:
     try:
-        run_id = read_json(job / "status.json").get("mlflow_run_id")
-    except (OSError, ValueError):
+        run_id = records.read(job / "status.json", "").get("mlflow_run_id")
+    except (OSError, records.DamagedRecord):
         return None
     return str(run_id) if run_id else None
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from mlrunway.backend.types import JobStatus
 from mlrunway.local.processes import Identity, kill_marked
+from mlrunway.local.records import DamagedRecord
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 
@@ -50,7 +51,11 @@ def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
     token = state.job().get("token")
     left = kill_marked(token) if token else 0
     stopped = f"; the {left} process(es) it left were killed" if left else ""
-    if (outcome := state.outcome()) is not None:  # it knew how the job ended, but could not write the status
+    try:
+        outcome = state.outcome()
+    except DamagedRecord as exc:  # it wrote an outcome that cannot be read: the job's end is unknown
+        return _end(state, workspace, "Failed", f"supervisor (pid {supervisor.pid}) died; {exc}{stopped}")
+    if outcome is not None:  # it knew how the job ended, but could not write the status
         return _end(state, workspace, outcome["status"], outcome.get("error"), killed=bool(outcome.get("killed")),
                     exit_code=outcome.get("exit_code"), timed_out=outcome.get("timed_out"), ended=outcome.get("ended"))
     if (cancel := state.cancel_reason()) is not None:

@@ -102,9 +102,11 @@ class LocalModels(Models):
         """One version, or the latest one not archived when ``version`` is None or 'latest'."""
         versions = self._versions(name)
         if version is None or version == "latest":
-            live = [v for v in versions if not (read := self._read(name, v)).archived and not read.damaged]
+            read = [self._read(name, v) for v in versions]
+            live = [m.version for m in read if not m.archived and not m.damaged]
             if not live:
-                raise NotFound(f"model {name!r} has no version in workspace {self.workspace.root}")
+                damaged = "".join(f"; {m.error}" for m in read if m.damaged)
+                raise NotFound(f"model {name!r} has no version in workspace {self.workspace.root}{damaged}")
             version = live[-1]
         if int(version) not in versions:
             raise NotFound(f"model {name!r} has no version {version}; it has {versions or 'none'}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import full_filesystem, locked, read_json, write_json
+from mlrunway.local.files import full_filesystem, locked, write_json
 from mlrunway.local.processes import (
     CANCEL_LOOK_S,
     JOB_TOKEN_ENV,
@@ -41,6 +41,7 @@ from mlrunway.local.processes import (
     stat_fields,
     terminate_group,
 )
+from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.workspace import Workspace
 
 STDERR_TAIL_LINES = 20
@@ -56,6 +57,8 @@ class JobState:
 
     def __init__(self, job_dir: Path) -> None:
         self.dir = job_dir
+        self.fix = f"restore it or delete {job_dir}"
+        self.last: dict[str, Any] = {}  # the status this object last read or wrote whole
 
     @property
     def status_file(self) -> Path:
@@ -74,7 +77,8 @@ class JobState:
         return self.dir / "outcome.json"
 
     def job(self) -> dict[str, Any]:
-        return read_json(self.dir / "job.json")
+        """What to run (:class:`~mlrunway.local.records.DamagedRecord` when it cannot be used)."""
+        return read(self.dir / "job.json", self.fix)
 
     def reserve_outcome(self) -> None:
         """Allocate the outcome's file now, while there is room: written later in place, it needs no new block,
@@ -96,35 +100,53 @@ class JobState:
             os.close(fd)
 
     def outcome(self) -> dict[str, Any] | None:
-        """The outcome the supervisor recorded before it exited, if it did (None: it died before knowing one)."""
+        """The outcome the supervisor recorded before it exited, if it did (None: it died before knowing one);
+        :class:`~mlrunway.local.records.DamagedRecord` for a file that holds something else."""
         try:
-            text = self.outcome_file.read_bytes().strip()
-            return formats.current(self.outcome_file, json.loads(text)) if text else None
-        except (OSError, ValueError):  # none reserved (an older job), or half written when it died
+            if not self.outcome_file.read_bytes().strip():
+                return None
+        except OSError:  # none reserved (an older job)
             return None
+        return read(self.outcome_file, "the job's outcome is lost: its end is recorded as Failed")
 
     def status(self) -> dict[str, Any]:
-        return read_json(self.status_file)
+        """What happened so far (:class:`~mlrunway.local.records.DamagedRecord` when it cannot be used)."""
+        self.last = read(self.status_file, self.fix)
+        return self.last
+
+    def known(self) -> dict[str, Any]:
+        """The status to write over: as read, or, when the file is damaged, as this object last knew it whole (a
+        supervisor's, so the outcome it writes wins over a file it cannot read)."""
+        try:
+            return self.status()
+        except DamagedRecord as exc:
+            _log().warning("%s; it is written anew over what this process last knew", exc)
+            return dict(self.last)
 
     def update(self, **fields: Any) -> dict[str, Any]:
         with locked(self.dir / ".status.lock"):
-            merged = {**self.status(), **fields}
+            merged = {**self.known(), **fields}
             write_json(self.status_file, merged)
+        self.last = merged
         return merged
 
     def update_unless_ended(self, **fields: Any) -> bool:
         """Write ``fields`` unless the job has already ended (a reader reconciled it); say whether it did."""
         with locked(self.dir / ".status.lock"):
-            current = self.status()
-            if current["status"] in TERMINAL:
+            current = self.known()
+            if current.get("status") in TERMINAL:
                 return False
             write_json(self.status_file, {**current, **fields})
+        self.last = {**current, **fields}
         return True
 
     def cancel_reason(self) -> str | None:
         if not self.cancel_file.exists():
             return None
-        return str(read_json(self.cancel_file).get("reason", "canceled"))
+        try:
+            return str(read(self.cancel_file, "the cancel stands").get("reason", "canceled"))
+        except DamagedRecord as exc:  # asked for all the same: its reason is what cannot be read
+            return f"canceled ({exc})"
 
     def stderr_tail(self) -> str:
         path = self.dir / "logs" / "stderr.log"
@@ -241,7 +263,7 @@ def run(job_dir: Path) -> str:
         return state.status()["status"]  # a reader found the submit incomplete and failed the job: run nothing
     state.reserve_outcome()
     spec = job["spec"]  # as CommandJobSpec.to_dict wrote it at submit
-    if (resumed := state.status().get("mlflow_run_id")) is not None:  # recovered: the job's run goes on
+    if (resumed := state.known().get("mlflow_run_id")) is not None:  # recovered: the job's run goes on
         experiment_id, run_id = tracking.resume_run(workspace, resumed)
     elif job.get("mlflow_run"):  # created by the submitter (a sweep's controller): no MLflow import on this path
         experiment_id, run_id = job["mlflow_run"]
@@ -262,7 +284,7 @@ def run(job_dir: Path) -> str:
     procs = _start(_plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
     leader = Identity.of(procs[0].pid)
     # A recovered sweep keeps its first start: its duration is the sweep's, outages included.
-    state.update(status="Running", started=state.status().get("started") or time.time(), mlflow_run_id=run_id,
+    state.update(status="Running", started=state.known().get("started") or time.time(), mlflow_run_id=run_id,
                  pgid=leader.pid, pgid_started=leader.started)
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
                                       "sweep controller" if job["kind"] == "sweep" else "trainer",

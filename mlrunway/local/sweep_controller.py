@@ -22,8 +22,9 @@ from typing import Any
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import Stamp, dumps, read_json, stamp, write_text
+from mlrunway.local.files import Stamp, dumps, stamp, write_text
 from mlrunway.local.jobs import LocalJobs, SupervisorForks
+from mlrunway.local.records import read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
@@ -151,7 +152,7 @@ def recorded(path: Path) -> SweepOutcome:
     """The outcome a previous controller of this sweep recorded; an empty one for a new sweep."""
     if not path.exists():
         return SweepOutcome()
-    data = read_json(path)
+    data = read(path, "restore it, or cancel the sweep and run it again")  # never taken as a sweep with no trials
     trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
     # A record without a sampler version was started by version 1 and keeps drawing with it (formats migrates it).
     return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"),
@@ -160,7 +161,7 @@ def recorded(path: Path) -> SweepOutcome:
 
 def main(job_dir: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
-    job = read_json(job_dir / "job.json")
+    job = JobState(job_dir).job()
     jobs = LocalJobs(Workspace(Path(job["workspace"])), kill_grace_s=job.get("kill_grace_s", 10.0))
     jobs.forks = SupervisorForks(job_dir)
     jobs.forks.start()

@@ -10,6 +10,7 @@ and removes the state.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import shutil
 import subprocess
@@ -32,7 +33,8 @@ from mlrunway.backend.types import (
     ProvisioningState,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.local.files import locked, read_json, tail, write_json
+from mlrunway.local import records
+from mlrunway.local.files import locked, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import capture, master, metrics, provision
@@ -45,8 +47,7 @@ from mlrunway.local.serving.state import (
 )
 from mlrunway.local.workspace import Workspace
 
-# What EndpointState.load raises for an endpoint.json that does not parse or is of the wrong shape.
-UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
+LEASE_FIX = "delete it once no rollout of the endpoint is running"
 
 
 class LocalEndpoints(Endpoints):
@@ -152,12 +153,9 @@ class LocalEndpoints(Endpoints):
     def _read(self, folder: Path) -> EndpointInfo:
         try:
             return self._info(EndpointState.load(folder))
-        except UNREADABLE as exc:
-            record = folder / "endpoint.json"
+        except records.DamagedRecord as exc:
             return EndpointInfo(name=folder.name, scoring_uri="", traffic={}, damaged=True,
-                                provisioning_state=ProvisioningState.FAILED,
-                                error=f"damaged record {record}: {type(exc).__name__}: {exc}; restore it, or delete "
-                                      "the endpoint (its server is found and stopped without the record)")
+                                provisioning_state=ProvisioningState.FAILED, error=str(exc))
 
     def delete(self, name: str) -> bool:
         """Stop the server, free the port, remove the state; False when it was already gone."""
@@ -169,7 +167,7 @@ class LocalEndpoints(Endpoints):
         if (folder / "endpoint.json").exists():
             try:
                 state = EndpointState.load(folder)
-            except UNREADABLE:  # damaged: its server is found without it
+            except records.DamagedRecord:  # damaged: its server is found without it
                 server = master.processes_of(folder)
                 ports = master.listening_ports(server)
                 master.stop_processes(server)
@@ -233,9 +231,8 @@ class LocalEndpoints(Endpoints):
             raise check.fail("deployment.model", f"model folder {model_dir} does not exist", "pass a registered model")
         folder = self._dir(endpoint)
         provision.stop(folder, name)  # a newer request supersedes one still under way
-        record = provision.read(folder, name)
         old = state.deployments.get(name)
-        version = max(old.version if old else 0, record["version"] if record else 0, state.retired.get(name, 0)) + 1
+        version = max(old.version if old else 0, provision.last_version(folder, name), state.retired.get(name, 0)) + 1
         home = folder / "deployments" / name / f"v{version}"
         shutil.rmtree(home, ignore_errors=True)
         shutil.copytree(code_dir, home / "code", ignore=shutil.ignore_patterns("__pycache__", "outputs"))
@@ -273,9 +270,8 @@ class LocalEndpoints(Endpoints):
         stopped = provision.stop(folder, name)
         with locked(provision.state_lock(folder)):
             state = self.state(endpoint)
-            record = provision.read(folder, name)
             last = max(state.deployments[name].version if name in state.deployments else 0,
-                       record["version"] if record else 0)
+                       provision.last_version(folder, name))
             if last:
                 state.retired[name] = max(state.retired.get(name, 0), last)
                 state.save(folder)
@@ -349,7 +345,10 @@ class LocalEndpoints(Endpoints):
         folder = self._dir(endpoint)
         folder.mkdir(parents=True, exist_ok=True)
         with locked(folder / ".lease.lock"):
-            current = read_json(folder / "lease.json") if (folder / "lease.json").exists() else None
+            try:
+                current = records.read(folder / "lease.json", LEASE_FIX) if (folder / "lease.json").exists() else None
+            except records.DamagedRecord as exc:  # who holds it cannot be known: nobody takes it (fails closed)
+                return str(exc)
             now = time.time()
             if current and current["holder"] != holder and current["until"] > now:
                 return f"{current['holder']} (until {time.strftime('%H:%M:%S', time.localtime(current['until']))})"
@@ -361,8 +360,8 @@ class LocalEndpoints(Endpoints):
         folder = self._dir(endpoint)
         if not (folder / "lease.json").exists():
             return
-        with locked(folder / ".lease.lock"):
-            if read_json(folder / "lease.json").get("holder") == holder:
+        with locked(folder / ".lease.lock"), contextlib.suppress(records.DamagedRecord):  # kept: named by lease()
+            if records.read(folder / "lease.json", LEASE_FIX)["holder"] == holder:
                 (folder / "lease.json").unlink()
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:

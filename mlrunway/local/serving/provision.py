@@ -12,6 +12,7 @@ provisioning states; the process's output is ``deployments/<name>/logs/provision
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -24,7 +25,8 @@ from typing import Any
 import psutil
 
 from mlrunway.backend.types import ProvisioningState
-from mlrunway.local.files import locked, read_json, write_json
+from mlrunway.local import records
+from mlrunway.local.files import locked, write_json
 from mlrunway.local.processes import group_alive, terminate_group
 from mlrunway.local.serving import master
 from mlrunway.local.serving.state import DeploymentState, EndpointState
@@ -42,14 +44,29 @@ def record_path(endpoint_dir: Path, name: str) -> Path:
 
 
 def read(endpoint_dir: Path, name: str) -> dict[str, Any] | None:
+    """The deployment's provisioning record; None when it has none
+    (:class:`~mlrunway.local.records.DamagedRecord` when it cannot be used)."""
     path = record_path(endpoint_dir, name)
-    return read_json(path) if path.exists() else None
+    return records.read(path, "restore it, or create the deployment again") if path.exists() else None
+
+
+def last_version(endpoint_dir: Path, name: str) -> int:
+    """The version its provisioning record names; 0 when it has none, or one that cannot be read (the endpoint's
+    own state and its retired versions still keep a number from being taken twice)."""
+    with contextlib.suppress(records.DamagedRecord):
+        if (record := read(endpoint_dir, name)) is not None:
+            return int(record.get("version", 0))
+    return 0
 
 
 def _write(endpoint_dir: Path, name: str, **fields: Any) -> None:
     path = record_path(endpoint_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {**(read(endpoint_dir, name) or {}), **fields})
+    try:
+        kept = read(endpoint_dir, name) or {}
+    except records.DamagedRecord:  # written anew: what this write says is what is known
+        kept = {}
+    write_json(path, {**kept, **fields})
 
 
 def start(endpoint_dir: Path, deployment: DeploymentState, *, creating: bool) -> subprocess.Popen[bytes]:
@@ -73,7 +90,10 @@ def start(endpoint_dir: Path, deployment: DeploymentState, *, creating: bool) ->
 
 def current(endpoint_dir: Path, name: str) -> tuple[ProvisioningState, str | None] | None:
     """The deployment's provisioning state and error; a process that died without a word is a failure."""
-    record = read(endpoint_dir, name)
+    try:
+        record = read(endpoint_dir, name)
+    except records.DamagedRecord as exc:
+        return ProvisioningState.FAILED, str(exc)
     if record is None:
         return None
     state = ProvisioningState(record["state"])
@@ -81,7 +101,7 @@ def current(endpoint_dir: Path, name: str) -> tuple[ProvisioningState, str | Non
         record = read(endpoint_dir, name) or record  # it may have finished between the two reads
         state = ProvisioningState(record["state"])
         if not state.is_terminal():
-            log = _log_tail(endpoint_dir, name, record["version"])
+            log = _log_tail(endpoint_dir, name, record.get("version", 0))
             _write(endpoint_dir, name, state=ProvisioningState.FAILED.value,
                    error=f"the provisioning process exited without a result; log tail:\n{log}")
             record = read(endpoint_dir, name) or record
@@ -90,8 +110,12 @@ def current(endpoint_dir: Path, name: str) -> tuple[ProvisioningState, str | Non
 
 
 def stop(endpoint_dir: Path, name: str) -> bool:
-    """Stop a provisioning still under way (the deployment is canceled); False when none was."""
-    record = read(endpoint_dir, name)
+    """Stop a provisioning still under way (the deployment is canceled); False when none was (or none is known:
+    its record cannot be read)."""
+    try:
+        record = read(endpoint_dir, name)
+    except records.DamagedRecord:
+        return False
     if record is None or ProvisioningState(record["state"]).is_terminal() or not record.get("pid"):
         return False
     terminate_group(record["pid"], None, 5)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
-from mlrunway.local.files import read_json, write_json
+from mlrunway.local.files import write_json
+from mlrunway.local.records import read
 
 STATE_FILE = "endpoint.json"
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
@@ -88,7 +89,8 @@ class EndpointState:
 
     @classmethod
     def load(cls, folder: Path) -> EndpointState:
-        data: dict[str, Any] = read_json(folder / STATE_FILE)
+        data = read(folder / STATE_FILE, "restore it, or delete the endpoint (its server is found and stopped without "
+                                         "the record)")
         data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
         return cls(**data)
 

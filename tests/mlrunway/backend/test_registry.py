@@ -26,6 +26,9 @@ def test_the_supervisor_knows_the_terminal_statuses_without_importing_them():
     from mlrunway.local.supervisor import TERMINAL
 
     assert TERMINAL == {s.value for s in JobStatus if s.is_terminal()}
+    from mlrunway.local.records import JOB_STATES
+
+    assert set(JOB_STATES) == {s.value for s in JobStatus}  # what a status.json may hold, checked without them
 
 
 def test_backends_are_found_by_connection_type_in_the_entry_point_group():

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow
 
 DAMAGE = {
     "job-empty-object": ("job.json", {}, "has no 'name'"),
-    "job-a-list": ("job.json", [], "holds list, not an object"),
+    "job-a-list": ("job.json", [], "holds array, not an object"),
     "job-odd-kind": ("job.json", "kind", "kind 'pipeline' is not one of command, sweep"),
-    "status-a-list": ("status.json", [], "holds list, not an object"),
+    "status-a-list": ("status.json", [], "holds array, not an object"),
     "status-unknown": ("status.json", {"status": "Exploded"}, "status 'Exploded' is not one of"),
     "status-number": ("status.json", {"status": 3}, "'status' is int, not str"),
 }
@@ -52,9 +52,9 @@ def test_a_record_of_the_wrong_shape_reads_as_a_failed_job_and_stops_nothing_els
 
 
 @pytest.mark.parametrize(("content", "problem"), [
-    ("{}", "has no 'name'"), ("[]", "holds list, not an object"), ('{"name": "m", "version": 2, "path": "p", '
+    ("{}", "has no 'name'"), ("[]", "holds array, not an object"), ('{"name": "m", "version": 2, "path": "p", '
                                                                    '"color": 1}', "has 'color', no field"),
-    ('{"name": "other", "version": 7, "path": "p"}', "names other:7, in the folder of m:2"), ("{trunc", "cannot be read"),
+    ('{"name": "other", "version": 7, "path": "p"}', "names other:7, in the folder of m:2"), ("{trunc", "does not parse"),
 ])
 def test_a_damaged_model_version_is_listed_never_served_and_the_next_is_numbered_past_it(workspace, tmp_path, content,
                                                                                        problem):
@@ -123,3 +123,51 @@ def _damaged_endpoint_is_listed_and_deleted(backend, workspace, tmp_path, capsys
         probe.bind(("127.0.0.1", state.port))
         probe.listen()
     assert backend.endpoints.delete("healthy-ep")
+
+
+def test_a_running_jobs_garbled_status_keeps_its_outcome_and_a_cancel_answers_as_get(workspace, tmp_path):
+    """Before: the supervisor crashed on its own garbled status.json (its outcome lost, the file left garbled), and
+    cancel() on it raised a raw JSONDecodeError."""
+    import time
+
+    backend = LocalBackend.at(workspace.root)
+    code = write_script(tmp_path / "code", "import time\ntime.sleep(1.5)\nprint('done')\n")
+    for name in ("garbled", "canceled"):
+        backend.jobs.submit(name, CommandJobSpec(code=str(code), command="python script.py"))
+    for name in ("garbled", "canceled"):
+        while backend.jobs.get(name).status is not JobStatus.RUNNING:
+            time.sleep(0.05)
+        (workspace.job_dir(name) / "status.json").write_text('{"status": "Runn')
+    read = backend.jobs.get("canceled")
+    assert read.damaged and read.error.startswith(f"damaged record {workspace.job_dir('canceled') / 'status.json'}")
+    assert backend.jobs.cancel("canceled") == read  # never a raw JSONDecodeError
+    deadline = time.monotonic() + 30
+    while (job := backend.jobs.get("garbled")).damaged and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.status is JobStatus.COMPLETED and job.exit_code == 0 and not job.damaged, job  # its outcome won
+    assert job.mlflow_run_id  # what the supervisor knew before the file was garbled is written back with it
+    deadline = time.monotonic() + 30
+    while (left := backend.jobs.get("canceled")).damaged and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left.status is JobStatus.COMPLETED  # the canceled job ran on: a cancel of a damaged record acts on nothing
+
+
+def test_a_sweep_record_without_its_fields_reads_as_damaged_not_as_a_sweep_with_no_trials(workspace, tmp_path):
+    from mlrunway.local.records import DamagedRecord
+    from mlrunway.local.sweep_controller import recorded
+    from mlrunway.specs import Choice, Objective, SweepLimits, SweepSpec
+
+    backend = LocalBackend.at(workspace.root)
+    code = write_script(tmp_path / "code", "import mlflow\nmlflow.log_metric('acc', 0.5)\n")
+    backend.jobs.submit_sweep("swept", SweepSpec(
+        trial=CommandJobSpec(code=str(code), command="python script.py --x ${{inputs.x}}", inputs={"x": 1}),
+        search_space={"x": Choice(values=[1])}, sampling_algorithm="grid",
+        objective=Objective(primary_metric="acc", goal="maximize"), limits=SweepLimits(max_total_trials=1)))
+    assert backend.jobs.wait("swept", poll_s=0.1).status is JobStatus.COMPLETED
+    record = workspace.job_dir("swept") / "outputs" / "sweep.json"
+    record.write_text('{"format_version": 1}')
+    result = backend.jobs.sweep_result("swept")  # before: Completed, no trials, no error
+    assert result.status is JobStatus.FAILED and not result.trials
+    assert result.error.startswith(f"damaged record {record}: has no 'trials'; restore it, or cancel the sweep")
+    with pytest.raises(DamagedRecord, match="has no 'trials'"):
+        recorded(record)  # a controller started again on it stops, naming it, rather than sweep again from nothing

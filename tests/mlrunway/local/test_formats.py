@@ -59,6 +59,11 @@ def test_a_workspace_written_by_0_1_0_is_migrated_once_and_reads_as_it_did(old):
     state = EndpointState.load(old / "endpoints" / "old-ep")
     assert state.traffic == {"blue": 100} and state.deployments["blue"].model == "old:1"
     assert provision.read(old / "endpoints" / "old-ep", "blue")["state"] == "Succeeded"
+    # Every record passes this release's shape checks (mlrunway.local.records): none reads as damaged.
+    assert not any(job.damaged for job in jobs.values()) and not any(m.damaged for m in backend.models.list())
+    assert not any(e.damaged for e in backend.endpoints.list())
+    assert backend.jobs.sweep_result("old-0123abcd-sweep").error is None
+    assert "damaged" not in (backend.endpoints.get_deployment("old-ep", "blue").error or "")  # its server is gone
     # Opened again (another worker, the next task): nothing is rewritten.
     stamps = {path: path.stat().st_mtime_ns for path in state_files(old)}
     LocalBackend.at(old)
