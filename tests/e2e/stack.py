@@ -95,6 +95,24 @@ class AirflowStack:
         self.procs[name] = subprocess.Popen([str(BIN / "airflow"), *args], env={**self.env, **(env or {})},
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
+    def token(self) -> str:
+        """A JWT from the simple auth manager, as the UI's sign-in gets one."""
+        import json
+
+        request = urllib.request.Request(self.base_url + "/auth/token", method="POST", headers={
+            "Content-Type": "application/json"}, data=json.dumps({"username": "admin", "password": self.password}).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(json.loads(response.read())["access_token"])
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` to the REST API at ``path``, signed in as admin; its answer."""
+        import json
+
+        request = urllib.request.Request(self.base_url + path, method="POST", data=json.dumps(body).encode(), headers={
+            "Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
     def log(self, name: str) -> str:
         return (self.home / f"{name}.log").read_text(errors="replace")
 

@@ -60,14 +60,6 @@ def api(stack: AirflowStack, token: str, path: str) -> dict:
         return json.loads(response.read())
 
 
-def token(stack: AirflowStack) -> str:
-    """A JWT from the simple auth manager, as the UI's sign-in gets one."""
-    request = urllib.request.Request(stack.base_url + "/auth/token", method="POST", headers={
-        "Content-Type": "application/json"}, data=json.dumps({"username": "admin", "password": stack.password}).encode())
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())["access_token"]
-
-
 def text(stack: AirflowStack, jwt: str, path: str) -> str:
     request = urllib.request.Request(stack.base_url + path, headers={"Authorization": f"Bearer {jwt}"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -82,7 +74,7 @@ def test_a_triggered_run_on_celery_workers_and_its_pages(database, broker, digit
         "MLRUNWAY_DEFER_AFTER_S": "2"})  # the sweep defers (the demo's ends within the default 20 s)
     try:
         stack.up(workers=2)
-        jwt = token(stack)
+        jwt = stack.token()
         wait_parsed(database, DAG)  # the dag-processor's first parse
         request = urllib.request.Request(f"{stack.base_url}/api/v2/dags/{DAG}/dagRuns", method="POST", headers={
             "Authorization": f"Bearer {jwt}", "Content-Type": "application/json"},
