@@ -5,11 +5,14 @@ api-server and a Celery worker as separate processes, tests/e2e/stack.py).
 - the triggerer SIGKILLed while it holds the sweep's trigger, then started again: a new triggerer takes the trigger
   over once the dead one's heartbeat is stale, and the task resumes;
 - the scheduler SIGKILLed while the sweep is deferred, then started again: the trigger fires meanwhile, and the new
-  scheduler queues the resumed task.
+  scheduler queues the resumed task;
+- the Celery worker running a stable endpoint's deploy task SIGKILLed mid-rollout (the challenger at 50%), then the
+  task cleared.
 
-Each run must end true: the run succeeds, the workspace holds one sweep and its trials (no duplicate submitted by
-a resumed or retried try), every job ended, and nothing is left running (the per-run endpoint deleted). Airflow's
-timeouts are set low through AIRFLOW__ variables so each runs in a few minutes (make test-long, outside CI).
+Each run must end true: a sweep's run succeeds with one sweep and its trials (no duplicate submitted by a resumed
+or retried try), every job ended, nothing left running (the per-run endpoint deleted); the killed rollout changes
+no production record, its cleared try promotes, and one deployment serves. Airflow's timeouts are set low through
+AIRFLOW__ variables so each runs in minutes (1.5 to 2.5 each here; make test-long, outside CI).
 """
 
 from __future__ import annotations
@@ -120,12 +123,26 @@ def deploy_state(database: str, run_id: str) -> str | None:
     return rows[0][0] if rows else None
 
 
+def kill_worker(stack: AirflowStack, name: str) -> None:
+    """SIGKILL a Celery worker and every process under it (its task processes included, whatever group they are
+    in), as a machine's death would."""
+    import psutil
+
+    worker = psutil.Process(stack.procs[name].pid)
+    doomed = [worker, *worker.children(recursive=True)]
+    for proc in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(doomed, timeout=10)
+    stack.procs[name].wait()
+
+
 def test_a_deploy_worker_killed_mid_rollout_then_the_task_cleared_ends_true(database, broker, digits, onnx_model,
                                                                             tmp_path):
     """The Celery worker running deploy_blue is SIGKILLed while the task runs between two steps of the staged rollout
     (version 2 at 50% beside version 1); the task fails (no retries) and its cleanup puts production back; then the
     task is cleared, and the new try rolls version 2 out. Production is unchanged until a decision records it."""
-    from tests.production.test_stable_endpoint_local import perturbed
+    from tests.production.test_stable_endpoint_local import perturbed, steady_load
 
     workspace = tmp_path / "ws"
     local = LocalBackend.at(workspace)
@@ -143,30 +160,31 @@ def test_a_deploy_worker_killed_mid_rollout_then_the_task_cleared_ends_true(data
         wait_parsed(database, DEPLOY_DAG)
         stack.cli("dags", "trigger", DEPLOY_DAG, "--run-id", "create", "--conf", json.dumps({**conf, "model_version": 1}))
         wait_until("version 1 created", lambda: run_states(database, DEPLOY_DAG).get("create") == "success", 600)
-        stack.cli("dags", "trigger", DEPLOY_DAG, "--run-id", "promote", "--conf", json.dumps({**conf, "model_version": 2}))
-        deadline = time.monotonic() + 600
-        while caught is None and time.monotonic() < deadline:  # the task running, the challenger taking traffic
-            traffic = local.endpoints.get(ENDPOINT).traffic
-            if deploy_state(database, "promote") == "running" and len([t for t in traffic.values() if t]) == 2:
-                caught = dict(traffic)
-                os.killpg(stack.procs["worker-a"].pid, signal.SIGKILL)
-                stack.procs["worker-a"].wait()
-            assert run_states(database, DEPLOY_DAG).get("promote") != "success", "the rollout ended uncaught"
-            time.sleep(0.1)
-        assert caught, "the task was never caught running mid-rollout"
-        assert local.models.alias("digits", "production").version == 1  # no decision yet: production unchanged
-        stack.start("worker-b", "celery", "worker", "--celery-hostname", "worker-b@%h", env={
-            "MLRUNWAY_TEST_WORKER": "worker-b", "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.name"})
-        wait_until("the killed try failed and its run ended", lambda: run_states(database, DEPLOY_DAG).get("promote")
-                   in ("success", "failed"), 600)
-        failed_run = run_states(database, DEPLOY_DAG)["promote"]
-        after_failure = (local.models.alias("digits", "production").version, local.endpoints.get(ENDPOINT).traffic)
-        stack.post(f"/api/v2/dags/{DEPLOY_DAG}/clearTaskInstances", {
-            "dry_run": False, "dag_run_id": "promote", "task_ids": ["deploy_blue"], "only_failed": False,
-            "include_downstream": True, "reset_dag_runs": True})
-        wait_until("the cleared run ended", lambda: run_states(database, DEPLOY_DAG).get("promote")
-                   in ("success", "failed") and deploy_state(database, "promote") in ("success", "failed"), 600)
-        final_run = run_states(database, DEPLOY_DAG)["promote"]
+        with steady_load(local, limit_s=900):  # every window of the rollout has live evidence, as production's has
+            stack.cli("dags", "trigger", DEPLOY_DAG, "--run-id", "promote", "--conf",
+                      json.dumps({**conf, "model_version": 2}))
+            deadline = time.monotonic() + 600
+            while caught is None and time.monotonic() < deadline:  # the task running, the challenger taking traffic
+                traffic = local.endpoints.get(ENDPOINT).traffic
+                if deploy_state(database, "promote") == "running" and len([t for t in traffic.values() if t]) == 2:
+                    caught = dict(traffic)
+                    kill_worker(stack, "worker-a")
+                assert run_states(database, DEPLOY_DAG).get("promote") != "success", "the rollout ended uncaught"
+                time.sleep(0.1)
+            assert caught, "the task was never caught running mid-rollout"
+            assert local.models.alias("digits", "production").version == 1  # no decision yet: production unchanged
+            stack.start("worker-b", "celery", "worker", "--celery-hostname", "worker-b@%h", env={
+                "MLRUNWAY_TEST_WORKER": "worker-b", "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_hostname.name"})
+            wait_until("the killed try failed and its run ended",
+                       lambda: run_states(database, DEPLOY_DAG).get("promote") in ("success", "failed"), 600)
+            failed_run = run_states(database, DEPLOY_DAG)["promote"]
+            after_failure = (local.models.alias("digits", "production").version, local.endpoints.get(ENDPOINT).traffic)
+            stack.post(f"/api/v2/dags/{DEPLOY_DAG}/clearTaskInstances", {
+                "dry_run": False, "dag_run_id": "promote", "task_ids": ["deploy_blue"], "only_failed": False,
+                "include_downstream": True, "reset_dag_runs": True})
+            wait_until("the cleared run ended", lambda: run_states(database, DEPLOY_DAG).get("promote") in (
+                "success", "failed") and deploy_state(database, "promote") in ("success", "failed"), 600)
+            final_run = run_states(database, DEPLOY_DAG)["promote"]
     finally:
         stack.down()
     try:
