@@ -48,6 +48,7 @@ SWEEP_TIMEOUT_MARGIN_S = 120.0
 # A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
 # stopped or frozen.
 CANCEL_ANSWER_S = 10.0
+TOKEN_FILE = "token"  # a copy of job.json's token
 WAIT_WATCH_S = 0.02
 SUPERVISOR_EXIT_S = 5.0
 
@@ -215,6 +216,11 @@ class LocalJobs(Jobs):
                "argv": argv, "kill_grace_s": self.kill_grace_s, "cancel_look_s": CANCEL_LOOK_S,
                "token": secrets.token_hex(16), **extra}
         write_json(staging / "job.json", job)
+        # A copy of the token in a file of its own: a cancel finds the job's processes by it even when job.json is
+        # damaged (a trial's supervisor, forked from the fork server, has no command line that names its job).
+        token_copy = staging / TOKEN_FILE
+        token_copy.write_text(job["token"])
+        token_copy.chmod(0o600)
         write_json(staging / "status.json", {"status": "Queued", "created": time.time()})
         try:
             staging.rename(final)
@@ -299,7 +305,8 @@ class LocalJobs(Jobs):
         state = JobState(self.workspace.job_dir(name))
         deadline = time.monotonic() + self.kill_grace_s + 30
         info = self.get(name)
-        if info.damaged:  # a record of the wrong shape: nothing to act on, it answers as get() does
+        if info.damaged:  # its record cannot say how it stands: its processes are stopped, and it reads as get() does
+            self._stop_damaged(state)
             return info
         if info.kind == "sweep" and info.status is JobStatus.FAILED:
             self._cancel_resumable(state, reason)
@@ -325,6 +332,17 @@ class LocalJobs(Jobs):
         while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         return self.get(name)
+
+    @staticmethod
+    def _stop_damaged(state: JobState) -> None:
+        """Stop what runs of a job whose record is damaged: found by the copy of its token (:data:`TOKEN_FILE`);
+        a job submitted before the copy was kept has nothing to find its processes by."""
+        try:
+            token = (state.dir / TOKEN_FILE).read_text().strip()
+        except OSError:
+            return
+        if stopped := kill_marked(token):
+            log.warning("Job %s: its record is damaged; its %d process(es) were stopped", state.dir.name, stopped)
 
     def _cancel_resumable(self, state: JobState, reason: str) -> None:
         """A sweep whose controller died is Failed but resumable: ``recover`` (the CLI, any retry) would start a
