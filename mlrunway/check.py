@@ -11,10 +11,13 @@ from mlrunway.errors import SpecError
 
 # Azure ML job and experiment names: letters, digits, '-' and '_', starting with a letter or digit.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+# Azure ML model names: letters, digits, '-', '_' and '.', starting with a letter or digit (never '..').
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 # Azure ML online endpoint and deployment names: 3 to 32 characters, a letter first, no hyphen last.
 _ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
 
-__all__ = ["endpoint_name", "fail", "job_name", "number", "one_of", "optional_seconds", "positive_int"]
+__all__ = ["endpoint_name", "fail", "job_name", "model_name", "model_version", "number", "one_of", "optional_seconds",
+           "positive_int"]
 
 
 def fail(field: str, problem: str, fix: str) -> SpecError:
@@ -30,6 +33,21 @@ def job_name(field: str, value: str) -> str:
             "use 1 to 255 letters, digits, '-' or '_', starting with a letter or digit",
         )
     return value
+
+
+def model_name(field: str, value: str) -> str:
+    if not isinstance(value, str) or not _MODEL_NAME.match(value):
+        raise fail(field, f"{value!r} is not a valid model name",
+                   "use 1 to 255 letters, digits, '-', '_' or '.', starting with a letter or digit")
+    return value
+
+
+def model_version(field: str, value: object) -> int:
+    """A version number as a user or a URL may give it: 3 or "3"."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())) \
+            or int(value) < 1:
+        raise fail(field, f"{value!r} is not a version number", "pass a whole number >= 1 (or 'latest' where allowed)")
+    return int(value)
 
 
 def endpoint_name(name: str, field: str = "endpoint.name") -> str:

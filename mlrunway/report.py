@@ -226,9 +226,21 @@ def render_html(report: SweepReport, png: bytes) -> str:
     if live:  # the page follows the sweep: the browser asks again, and the live report is built anew
         sections.insert(1, f'<p class="meta" id="live">The sweep is running: this page refreshes every '
                            f"{LIVE_REFRESH_S} s.</p>")
-    refresh = f'<meta http-equiv="refresh" content="{LIVE_REFRESH_S}">' if live else ""
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\">{refresh}<title>{e(report.sweep)}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(sections)}</body></html>")
+    return f"{page_head(report.sweep, LIVE_REFRESH_S if live else None)}<body>{''.join(sections)}</body></html>"
+
+
+# What a page of mlrunway may load and run: no script at all (a value that slipped its escaping stays inert), its own
+# inline style, pictures inline; nothing else. The plugin sends it as a header too (mlrunway.airflow.ui).
+CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "object-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+def page_head(title: str, refresh_s: int | None = None) -> str:
+    """The start of every page mlrunway writes or serves, up to ``<body>``: its policy (:data:`CSP`), title and style;
+    ``refresh_s``: the browser asks again that often (a page of something still running)."""
+    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
+    return (f'<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+            f'content="{CSP}">{refresh}<title>{html.escape(title)}</title><style>{CSS}</style></head>')
 
 
 LIVE_REFRESH_S = 5  # a running sweep's report page asks again this often
@@ -255,8 +267,9 @@ def _run_link(job: str) -> str:
 
 
 def _version_link(model: dict[str, Any]) -> str:
-    return (f'<a class="version" href="model/{quote(model["name"], safe="")}/{model["version"]}">'
-            f"{html.escape(model['name'])}:{model['version']}</a>")
+    name, version = str(model["name"]), str(model["version"])
+    return (f'<a class="version" href="model/{quote(name, safe="")}/{quote(version, safe="")}">'
+            f"{html.escape(name)}:{html.escape(version)}</a>")
 
 
 def _onnx_html(onnx: dict[str, Any] | None) -> str:
@@ -276,8 +289,9 @@ def _onnx_html(onnx: dict[str, Any] | None) -> str:
                       else "not a classifier"))
     card = ""
     if onnx.get("tags", {}).get("mlrunway.model_card"):  # the card's page beside this report's (the UI plugin's)
-        card = (f' <a id="model-card" href="card/{quote(onnx["name"], safe="")}/{onnx["version"]}">Model card</a>')
-    return (f"<p><b>{_version_link(onnx)}</b>, opset {onnx['properties'].get('opset', '?')}: "
+        card = (f' <a id="model-card" href="card/{quote(str(onnx["name"]), safe="")}/{quote(str(onnx["version"]), safe="")}">'
+                "Model card</a>")
+    return (f"<p><b>{_version_link(onnx)}</b>, opset {html.escape(str(onnx['properties'].get('opset', '?')))}: "
             f"{html.escape(figures)}{card}</p>")
 
 

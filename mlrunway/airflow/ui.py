@@ -25,13 +25,16 @@ dependency: plugin apps are not protected by default.
 from __future__ import annotations
 
 import html
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from mlrunway import check
 from mlrunway.backend.protocol import Artifacts, Backend, Studio
 from mlrunway.errors import MlrunwayError, NotFound
 
@@ -58,25 +61,77 @@ def _backend(conn_id: str) -> Backend:
         raise HTTPException(404, f"connection {conn_id!r}: {exc}") from exc
 
 
-NAV = ('<nav class="meta" id="nav"><a href="/">Airflow</a> &middot; <a href="javascript:history.back()">back</a>'
-       "</nav>")
+_CAME_FROM: ContextVar[str | None] = ContextVar("came_from", default=None)
+
+
+@app.middleware("http")
+async def _policy(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """Every answer of the plugin carries mlrunway's Content-Security-Policy (no script runs on its pages); the page
+    the reader came from, when it is of this server, is kept for the nav's way back."""
+    from mlrunway.report import CSP
+
+    referer = urlsplit(request.headers.get("referer", ""))
+    _CAME_FROM.set(referer.geturl() if referer.scheme in ("http", "https") and referer.netloc == request.url.netloc
+                   else None)
+    response = await call_next(request)
+    response.headers["Content-Security-Policy"] = CSP
+    return response
+
+
+def _nav() -> str:
+    """The way back: to Airflow, and to the page the reader came from (a link, not a script: the policy runs none)."""
+    came_from = _CAME_FROM.get()
+    back = f' &middot; <a id="back" href="{html.escape(came_from)}">back</a>' if came_from else ""
+    return f'<nav class="meta" id="nav"><a href="/">Airflow</a>{back}</nav>'
 
 
 def _page(title: str, body: str, status: int = 200, refresh_s: int | None = None) -> HTMLResponse:
-    from mlrunway.report import CSS
+    from mlrunway.report import page_head
 
-    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
-    return HTMLResponse(f"<!doctype html><html><head><meta charset=\"utf-8\">{refresh}<title>{html.escape(title)}"
-                        f"</title><style>{CSS}</style></head><body>{NAV}{body}</body></html>", status_code=status)
+    return HTMLResponse(f"{page_head(title, refresh_s)}<body>{_nav()}{body}</body></html>", status_code=status)
 
 
 def _with_nav(page: str) -> HTMLResponse:
     """A page built elsewhere (a report, a model card: self-contained files), with the way back on top."""
-    return HTMLResponse(page.replace("<body>", f"<body>{NAV}", 1))
+    return HTMLResponse(page.replace("<body>", f"<body>{_nav()}", 1))
 
 
 def _file(path: Path) -> HTMLResponse:
     return _with_nav(path.read_text(encoding="utf-8"))
+
+
+def _inside(root: str | Path, *parts: str) -> Path:
+    """``root/parts...`` resolved, when it stays inside ``root``; a 404 naming the path otherwise (a ``..``
+    segment, a link out): the pages serve files of the reports folder and nothing else."""
+    base = Path(root).resolve()
+    path = base.joinpath(*parts).resolve()
+    if not path.is_relative_to(base):
+        raise HTTPException(404, f"{'/'.join(parts)} is not a page of the reports folder: open a report from its "
+                                 "task's link")
+    return path
+
+
+def _named(kind: Callable[[str, str], Any], field: str, value: str) -> Any:
+    """``value`` of a URL, checked as the name it must be (a job's, a model's, a version number); a 404 page
+    naming the field and what it takes otherwise."""
+    try:
+        return kind(field, value)
+    except MlrunwayError as exc:
+        raise HTTPException(404, str(exc)) from exc
+
+
+@app.exception_handler(MlrunwayError)
+def _refused_page(request: Request, exc: MlrunwayError) -> HTMLResponse:
+    """What a backend refused or could not read (a damaged record, a name that is not one): its words, as a page."""
+    return _error_page(request, HTTPException(404 if isinstance(exc, NotFound) else 400, str(exc)))
+
+
+@app.exception_handler(Exception)
+def _broken_page(request: Request, exc: Exception) -> HTMLResponse:
+    """Anything else (a report file that cannot be read, a bug): a 500 page that says what to do, never a bare
+    ``Internal Server Error``; the traceback is in the API server's log."""
+    return _error_page(request, HTTPException(500, f"this page could not be made ({type(exc).__name__}); the "
+                                                   "Airflow API server's log has the details"))
 
 
 @app.exception_handler(HTTPException)
@@ -84,7 +139,8 @@ def _error_page(request: Request, exc: HTTPException) -> HTMLResponse:
     """An error as a page: its status, what it means, and the way back (a 401 also says where to sign in)."""
     what = {401: "Sign in to Airflow first (<a href=\"/\">Airflow</a>), then open this page again.",
             403: "Your Airflow user may not read DAG runs.",
-            404: "Nothing here: the run may not have reached this step, or its cleanup removed it."}
+            404: "Nothing here: the run may not have reached this step, or its cleanup removed it.",
+            500: "Try again; if it persists, read the API server's log and file it with what it says."}
     hint = what.get(exc.status_code, "")
     body = (f"<h1>{exc.status_code}</h1><p class=\"error\" id=\"error\">{html.escape(str(exc.detail))}</p>"
             f"<p>{hint}</p>")
@@ -99,10 +155,11 @@ def sweep_report(conn_id: str, sweep: str) -> Any:
     from mlrunway.backend.naming import RunNames, endpoint_salt
     from mlrunway.report import collect, plot_curves, render_html, saved_report
 
+    _named(check.job_name, "sweep", sweep)
     backend = _backend(conn_id)
     saved = saved_report(sweep, backend.reports)
     if saved is not None:
-        return _file(saved)
+        return _file(_inside(backend.reports, str(saved.relative_to(backend.reports))))
     try:
         report = collect(backend, RunNames.of_sweep(sweep, endpoint_salt(backend)))
     except (NotFound, MlrunwayError) as exc:
@@ -143,6 +200,7 @@ def _backend_without_studio(conn_id: str, elsewhere: str) -> Backend:
 @app.get("/report/{conn_id}/run/{job}", dependencies=[can_read_runs()])
 def report_run(conn_id: str, job: str) -> Any:
     """A report's trial (or the chosen model's source job): its MLflow run here, or its studio page."""
+    _named(check.job_name, "job", job)
     backend = _backend(conn_id)
     if isinstance(backend, Studio):
         return RedirectResponse(backend.link("job", job))
@@ -152,6 +210,8 @@ def report_run(conn_id: str, job: str) -> Any:
 @app.get("/report/{conn_id}/model/{name}/{version}", dependencies=[can_read_runs()])
 def model_version(conn_id: str, name: str, version: str) -> Any:
     """A registered version: where it came from, its properties, tags and aliases; or its studio page."""
+    _named(check.model_name, "model", name)
+    _named(check.model_version, "version", version)
     backend = _backend(conn_id)
     if isinstance(backend, Studio):
         return RedirectResponse(backend.link("model", name, version))
@@ -185,6 +245,7 @@ def _mlflow_ui(backend: Backend) -> str:
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def mlflow_run(conn_id: str, job: str) -> Any:
+    _named(check.job_name, "job", job)
     return _mlflow_page(_backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page"),
                         job)
 
@@ -230,6 +291,7 @@ def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> bytes:
 
 @app.get("/endpoint/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def endpoint(conn_id: str, name: str) -> Any:
+    _named(lambda field, value: check.endpoint_name(value, field), "endpoint", name)
     backend = _backend_without_studio(conn_id, "Azure ML endpoints are on their studio page")
     try:
         info = backend.endpoints.get(name)
@@ -264,7 +326,8 @@ def monitoring_at(conn_id: str, name: str, stamp: str) -> Any:
 def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
     import re
 
-    folder = Path(_backend(conn_id).reports) / "monitor" / name
+    _named(lambda field, value: check.endpoint_name(value, field), "endpoint", name)
+    folder = _inside(_backend(conn_id).reports, "monitor", name)
     if not re.fullmatch(r"latest|\d{8}T\d{6}Z", stamp) or not (folder / f"{stamp}.html").is_file():
         raise HTTPException(404, f"endpoint {name} has no monitoring report {stamp}: the monitor_endpoint DAG "
                                  "writes one each time it runs")
@@ -277,10 +340,12 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def model_card(conn_id: str, name: str, version: str) -> Any:
-    from mlrunway.production.card import card_page
+    from mlrunway.production.card import FOLDER, HTML_FILE
 
-    page = card_page(_backend(conn_id).reports, name, version)
-    if page is None:
+    _named(check.model_name, "model", name)
+    version = str(_named(check.model_version, "version", version))
+    page = _inside(_backend(conn_id).reports, FOLDER, name, version, HTML_FILE)
+    if not page.is_file():
         raise HTTPException(404, f"{name}:{version} has no model card: a card is written when a version reaches an "
                                  "endpoint")
     return _file(page)

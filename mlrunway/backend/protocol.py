@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import abc
 import builtins
+import functools
+import inspect
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from mlrunway import check
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -73,11 +76,51 @@ class Capabilities:
     transient_outage_s: float = 0.0
 
 
-class Jobs(abc.ABC):
+class _NamesChecked:
+    """Every public method a backend's jobs, models or endpoints define checks the names it is given before it acts
+    (a name becomes a folder, a URL path, a key): ``get("../../other/jobs/victim")`` is refused naming the field,
+    never read. Declared once here for every backend, the shipped ones and a team's own: each subclass's public
+    methods are wrapped as the class is made, by the name of their parameters (:meth:`name_checks`)."""
+
+    @classmethod
+    def name_checks(cls, parameters: builtins.list[str]) -> dict[str, Callable[[str], str]]:
+        """The check of each of ``parameters`` (a method's) that holds a name."""
+        return {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for attr, method in builtins.list(vars(cls).items()):
+            if attr.startswith("_") or not inspect.isfunction(method) or hasattr(method, "__names_checked__"):
+                continue
+            checks = cls.name_checks(builtins.list(inspect.signature(method).parameters))
+            if checks:
+                setattr(cls, attr, _checking(method, checks))
+
+
+def _checking(method: Callable[..., Any], checks: dict[str, Callable[[str], str]]) -> Callable[..., Any]:
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        given = signature.bind_partial(*args, **kwargs).arguments
+        for parameter, check_name in checks.items():
+            if given.get(parameter) is not None:  # an optional name left out (a deployment, a model filter)
+                check_name(given[parameter])
+        return method(*args, **kwargs)
+
+    checked.__names_checked__ = True  # type: ignore[attr-defined]
+    return checked
+
+
+class Jobs(_NamesChecked, abc.ABC):
     """Named command jobs and sweeps. ``submit`` under a name that exists returns that job (idempotent).
 
     :cvar wait_poll_s: ``wait``'s default time between two polls.
     """
+
+    @classmethod
+    def name_checks(cls, parameters: builtins.list[str]) -> dict[str, Callable[[str], str]]:
+        return {p: functools.partial(check.job_name, "job.name") for p in parameters if p in ("name", "job_name")}
 
     wait_poll_s: float = 1.0
 
@@ -142,8 +185,12 @@ class Jobs(abc.ABC):
         time.sleep(seconds)
 
 
-class Models(abc.ABC):
+class Models(_NamesChecked, abc.ABC):
     """The model registry: versions 1, 2, 3... of each name, immutable once registered; tags are mutable."""
+
+    @classmethod
+    def name_checks(cls, parameters: builtins.list[str]) -> dict[str, Callable[[str], str]]:
+        return {"name": functools.partial(check.model_name, "model.name")} if "name" in parameters else {}
 
     ALIAS_TAG = "mlrunway.alias.{}"  # a version's tag; its value is when the alias was given (the newest holder wins)
 
@@ -180,11 +227,20 @@ class Models(abc.ABC):
         return max(holders, key=lambda m: m.tags[tag]) if holders else None
 
 
-class Endpoints(abc.ABC):
+class Endpoints(_NamesChecked, abc.ABC):
     """Online endpoints (key or token auth), their deployments and traffic. ``begin_*`` return without waiting.
 
     :cvar provision_poll_s: between two reads of an endpoint or a deployment being provisioned.
     """
+
+    @classmethod
+    def name_checks(cls, parameters: builtins.list[str]) -> dict[str, Callable[[str], str]]:
+        # ``name`` beside ``endpoint`` is a deployment's (get_deployment(endpoint, name)).
+        deployment = functools.partial(check.endpoint_name, field="deployment.name")
+        checks: dict[str, Callable[[str], str]] = {
+            "endpoint": check.endpoint_name, "deployment": deployment,
+            "name": deployment if "endpoint" in parameters else check.endpoint_name}
+        return {p: checks[p] for p in parameters if p in checks}
 
     provision_poll_s: float = 5.0
 

@@ -14,7 +14,6 @@ import builtins
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -35,7 +34,6 @@ from mlrunway.local.workspace import Workspace
 log = logging.getLogger(__name__)
 
 ALIAS_LOG = "aliases.jsonl"  # models/<name>/: every alias given, {"alias", "version", "at"} a line (prune reads it)
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 
 
 def resolve_inside(base: str | Path, path: str | Path, field_name: str = "model.path") -> Path:
@@ -68,10 +66,8 @@ class LocalModels(Models):
         tags: dict[str, str] | None = None, properties: dict[str, Any] | None = None, description: str = "",
     ) -> ModelVersion:
         """Copy ``path`` (a file or folder; inside ``base`` when given) as the next version of ``name``."""
-        if not isinstance(name, str) or not _MODEL_NAME.match(name):
-            raise check.fail("model.name", f"{name!r} is not a valid model name", "use letters, digits, '-', '_' or '.'")
         source = resolve_inside(base, path) if base is not None else resolve_inside(Path(path).resolve().parent, Path(path).name)
-        folder = self.workspace.models / name
+        folder = self.workspace.model_dir(name)
         folder.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=folder, prefix=".new."))
         try:
@@ -101,6 +97,8 @@ class LocalModels(Models):
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:
         """One version, or the latest one not archived when ``version`` is None or 'latest'."""
         versions = self._versions(name)
+        if version is not None and version != "latest":
+            version = check.model_version("model.version", version)
         if version is None or version == "latest":
             read = [self._read(name, v) for v in versions]
             live = [m.version for m in read if not m.archived and not m.damaged]
@@ -128,8 +126,8 @@ class LocalModels(Models):
     def archive(self, name: str, version: int) -> ModelVersion:
         """Hide a version from 'latest' (Azure's archive); its files stay."""
         model = usable(self.get(name, version))
-        folder = self.workspace.models / name / str(model.version)
-        with locked(self.workspace.models / name / ".lock"):
+        folder = self.workspace.model_dir(name) / str(model.version)
+        with locked(self.workspace.model_dir(name) / ".lock"):
             self._sync(name)
             write_json(folder / "model.json", {**model.to_dict(), "archived": True})
             archived = self._read(name, model.version)
@@ -139,13 +137,13 @@ class LocalModels(Models):
     def update_tags(self, name: str, version: int, tags: dict[str, str | None]) -> ModelVersion:
         """Set (or, with None, remove) tags of a version: tags are mutable, as on Azure; files never are."""
         model = usable(self.get(name, version))
-        with locked(self.workspace.models / name / ".lock"):
+        with locked(self.workspace.model_dir(name) / ".lock"):
             self._sync(name)
             merged = {**self._read(name, model.version).tags, **{k: v for k, v in tags.items() if v is not None}}
             removed = {k for k, v in tags.items() if v is None}
             for key in removed:
                 merged.pop(key, None)
-            write_json(self.workspace.models / name / str(model.version) / "model.json",
+            write_json(self.workspace.model_dir(name) / str(model.version) / "model.json",
                        {**self._read(name, model.version).to_dict(), "tags": merged})
             updated = self._read(name, model.version)
             self._mirror(updated, lambda: mlflow_registry.update_tags(self.workspace, updated, removed))
@@ -154,10 +152,10 @@ class LocalModels(Models):
     def set_alias(self, name: str, version: int, alias: str) -> None:
         """Give ``alias`` to one version of ``name`` in MLflow's registry, which takes it from any other at once."""
         model = self.get(name, version)
-        with locked(self.workspace.models / name / ".lock"):
+        with locked(self.workspace.model_dir(name) / ".lock"):
             self._sync(name)
             mlflow_registry.client(self.workspace).set_registered_model_alias(name, alias, str(model.version))
-            with open(self.workspace.models / name / ALIAS_LOG, "a") as history:
+            with open(self.workspace.model_dir(name) / ALIAS_LOG, "a") as history:
                 history.write(json.dumps({"alias": alias, "version": model.version, "at": time.time()}) + "\n")
 
     def alias(self, name: str, alias: str) -> ModelVersion | None:
@@ -167,7 +165,7 @@ class LocalModels(Models):
         if not self._versions(name):
             return None
         if name not in self._synced:
-            with locked(self.workspace.models / name / ".lock"):
+            with locked(self.workspace.model_dir(name) / ".lock"):
                 self._sync(name)
         try:
             holder = mlflow_registry.client(self.workspace).get_model_version_by_alias(name, alias)
@@ -182,7 +180,7 @@ class LocalModels(Models):
         read of a model does by itself (a workspace written before the mirror; a registration cut short)."""
         names = [name] if name else sorted(p.name for p in self.workspace.models.glob("*") if p.is_dir())
         for each in names:
-            with locked(self.workspace.models / each / ".lock"):
+            with locked(self.workspace.model_dir(each) / ".lock"):
                 self._sync(each, force=True)
 
     def _sync(self, name: str, *, force: bool = False) -> None:
@@ -203,13 +201,13 @@ class LocalModels(Models):
                         model.name, model.version, exc)
 
     def _versions(self, name: str) -> builtins.list[int]:
-        folder = self.workspace.models / name
+        folder = self.workspace.model_dir(name)
         if not folder.is_dir():
             return []
         return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
     def _read(self, name: str, version: int) -> ModelVersion:
-        return read_version(self.workspace.models / name / str(version), name, version)
+        return read_version(self.workspace.model_dir(name) / str(version), name, version)
 
 
 def usable(model: ModelVersion) -> ModelVersion:

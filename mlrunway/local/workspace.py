@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from mlrunway import check
+
 DEFAULT_ROOT_ENV = "MLRUNWAY_WORKSPACE"
 
 
@@ -43,4 +45,9 @@ class Workspace(NamedTuple):
         return f"sqlite:///{self.root / 'mlflow.db'}"
 
     def job_dir(self, name: str) -> Path:
-        return self.jobs / name
+        """A job's folder; a name that is not a job name (``..``, a slash) is refused before any path is made."""
+        return self.jobs / check.job_name("job.name", name)
+
+    def model_dir(self, name: str) -> Path:
+        """A model's folder; a name that is not a model name is refused before any path is made."""
+        return self.models / check.model_name("model.name", name)

@@ -170,7 +170,7 @@ def render_markdown(card: ModelCard) -> str:
 
 
 def render_html(card: ModelCard) -> str:
-    from mlrunway.report import CSS
+    from mlrunway.report import page_head
 
     e = html.escape
     body = [f"<h1>Model card: {e(card.model)}</h1>"]
@@ -183,8 +183,7 @@ def render_html(card: ModelCard) -> str:
         elif empty:
             body.append(f"<p>{e(empty)}</p>")
     body.append(f'<p class="meta">Updated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(card.updated))}.</p>')
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Model card {e(card.model)}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return f"{page_head(f'Model card {card.model}')}<body>{''.join(body)}</body></html>"
 
 
 def _source(backend: Backend, model: str) -> Any:

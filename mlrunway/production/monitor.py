@@ -225,13 +225,12 @@ def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: l
 def save(report: MonitorReport, folder: str | Path) -> Path:
     """Write ``<folder>/<endpoint>/<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*``;
     return the page."""
-    from mlrunway.report import CSS
+    from mlrunway.report import page_head
 
     out = Path(folder) / report.endpoint
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.end))
-    page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Monitor {html.escape(report.endpoint)}</title>"
-            f"<style>{CSS}</style></head><body>{_body(report)}</body></html>")
+    page = f"{page_head(f'Monitor {report.endpoint}')}<body>{_body(report)}</body></html>"
     for name in (stamp, "latest"):
         (out / f"{name}.json").write_text(json.dumps(report.to_dict(), indent=1))
         (out / f"{name}.html").write_text(page, encoding="utf-8")

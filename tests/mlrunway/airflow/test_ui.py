@@ -66,7 +66,7 @@ def test_a_run_without_a_sweep_is_a_404_that_says_why(client):
     page = client.get("/report/mlrunway_test/digits-89abcdef-sweep")
     assert page.status_code == 404 and "sweep 'digits-89abcdef-sweep' does not exist" in html.unescape(page.text)
     assert page.headers["content-type"].startswith("text/html") and 'id="error"' in page.text
-    assert '<a href="/">Airflow</a>' in page.text and "history.back()" in page.text  # an error page leads back
+    assert '<a href="/">Airflow</a>' in page.text and "javascript:" not in page.text  # an error page leads back
     assert client.get("/report/no_such_conn/digits-89abcdef-sweep").status_code == 404
     assert client.get("/endpoint/mlrunway_test/digits-89abcdef").status_code == 404
 
@@ -154,3 +154,28 @@ def test_the_monitoring_page_shows_the_latest_report_and_lists_the_earlier_ones(
     missing = client.get("/monitor/mlrunway_test/other-prod")
     assert missing.status_code == 404 and "monitor_endpoint DAG" in missing.text
     assert client.get("/monitor/mlrunway_test/digits-prod/..%2Flatest").status_code == 404
+
+
+def test_routes_stay_inside_the_reports_folder_and_every_failure_is_a_page(client, tmp_path):
+    """Before: /report/<conn>/card/../.. served the workspace's card.html, /report/<conn>/.. its report.html, and
+    /endpoint/<conn>/.. or a version that is not a number were plain-text 500s. (%2E%2E: a client resolves a
+    literal ``..`` before sending; the server decodes it into the path parameter.)"""
+    reports = tmp_path / "ws" / "reports"
+    save(report(), reports / SWEEP)
+    (tmp_path / "ws" / "report.html").write_text("<html><body>outside the reports folder</body></html>")
+    (tmp_path / "ws" / "card.html").write_text("<html><body>outside the reports folder</body></html>")
+    for path, words in (("/report/mlrunway_test/%2E%2E", "sweep: '..' is not a valid name"),
+                        ("/report/mlrunway_test/card/%2E%2E/%2E%2E", "model: '..' is not a valid model name"),
+                        ("/report/mlrunway_test/card/digits/%2E%2E", "version: '..' is not a version number"),
+                        ("/endpoint/mlrunway_test/%2E%2E", "endpoint: '..' is not a valid endpoint name"),
+                        ("/monitor/mlrunway_test/%2E%2E", "endpoint: '..' is not a valid endpoint name"),
+                        ("/mlflow/mlrunway_test/%2E%2E", "job: '..' is not a valid name"),
+                        ("/report/mlrunway_test/model/digits/abc", "version: 'abc' is not a version number")):
+        page = client.get(path)
+        assert page.status_code == 404 and 'id="error"' in page.text, (path, page.status_code, page.text[:300])
+        assert words in html.unescape(page.text) and "outside the reports folder" not in page.text, path
+    (reports / SWEEP / "report.html").write_bytes(b"\xff\xfe damaged")  # a file that cannot be read as a page
+    as_served = TestClient(client.app, cookies=client.cookies, raise_server_exceptions=False)  # as uvicorn answers
+    broken = as_served.get(f"/report/mlrunway_test/{SWEEP}")
+    assert broken.status_code == 500 and 'id="error"' in broken.text and "API server's log" in broken.text
+    assert broken.headers["content-type"].startswith("text/html")
