@@ -12,8 +12,10 @@ from mlrunway.deploy.blue import promote_blue
 from mlrunway.production import stable
 from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO
+from tests.mlrunway.azure import fake_azureml
 from tests.mlrunway.azure.fake_azureml import (
     RESOURCE_GROUP,
+    SPEC,
     SUBSCRIPTION,
     WORKSPACE,
     FakeAzureML,
@@ -28,11 +30,36 @@ CONNECTION = {"subscription_id": SUBSCRIPTION, "resource_group": RESOURCE_GROUP,
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeAzureML:
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The service. A test whose requests reached a route the fake holds to no contract errors at teardown,
+    naming each: a backend that retries or swallows the fake's named 500 would otherwise hide it. A test that
+    provokes one on purpose takes it with ``fake.take_no_schema()``."""
     service = FakeAzureML(tmp_path / "service")
     (tmp_path / "service").mkdir()
     route_blob_storage(service, monkeypatch)
-    return service
+    yield service
+    assert not service.no_schema, "\n".join(service.no_schema)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def arm_routes_have_schemas():
+    """The session's Azure tests, taken together: every ARM request the fakes answered fitted a spec operation of
+    its api-version (``fake_azureml.SEEN_ARM_ROUTES``), and none was left refused for want of one (``NO_SCHEMA``).
+    ``pytest_terminal_summary`` lists the routes with ``-v``."""
+    yield
+    seen = fake_azureml.SEEN_ARM_ROUTES
+    unschemed = [f"{m} {t} at {v}" for m, t, v in seen if SPEC.route(m, t, v) != t] + fake_azureml.NO_SCHEMA
+    assert not unschemed, "ARM requests without a schema:\n" + "\n".join(unschemed)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """With ``-v``: every ARM route the Azure fake served this session, its api-version and how many requests."""
+    seen = fake_azureml.SEEN_ARM_ROUTES
+    if not seen or config.get_verbosity() < 1:
+        return
+    terminalreporter.write_sep("-", f"ARM routes the Azure fake served, each with a schema: {len(seen)}")
+    for (method, template, version), count in sorted(seen.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        terminalreporter.write_line(f"{method:6} {version:18} {count:5}  .../{template.rsplit('/providers/', 1)[1]}")
 
 
 @pytest.fixture

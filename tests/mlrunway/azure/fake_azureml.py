@@ -4,7 +4,9 @@ It answers the REST calls azure-ai-ml makes with the documented shapes of the Az
 (codes, datastores, jobs, models, environments, online endpoints and deployments, schedules such as a model
 monitor's, with long-running operations that poll), Run History (child runs of a sweep, run details), MLflow
 tracking (runs/get, metrics/get-history), blob storage (uploads and downloads of code and models) and the scoring
-URI. It keeps every request in ``requests`` so tests assert on what the SDK sent.
+URI. It keeps every request in ``requests`` so tests assert on what the SDK sent. An ARM request whose route and
+api-version no spec file under ``spec/`` has, or a data-plane request on no ``DATA_PLANE`` entry, gets a 500 naming
+it: the fake answers only what it can hold to a contract.
 
 What the service does on its own is scripted: a job goes Queued → Running → its final status over a few GETs;
 a sweep's children and their metric histories come from ``sweep_trials``; a trial's ``./outputs`` come from
@@ -57,6 +59,48 @@ OPERATIONS = (f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.MachineLearnin
 METRIC_AGGREGATIONS = {"RequestsPerMinute": {"Average", "Minimum", "Maximum"},
                        "RequestLatency_P99": {"Average", "Minimum", "Maximum"}}
 SPEC = SpecValidator()
+# Every ARM request is answered only if a spec file of its api-version has its route (``spec/``): ``SEEN_ARM_ROUTES``
+# counts, across the test session, each (method, path template, api-version) the fake served, and ``NO_SCHEMA``
+# keeps each request it refused for want of one. The exceptions are the URLs the service itself hands out to poll
+# a long-running operation: the spec declares them only as Location / Azure-AsyncOperation headers (its examples
+# show ``.../locations/{region}/mfeOperationResults/{id}``, e.g. 2023-08-01-preview
+# examples/Workspace/ServerlessEndpoint/delete.json), not as paths; their shape is ARM's async-operation contract.
+ARM_POLLING = re.compile(r"/subscriptions/[^/]+/providers/Microsoft\.MachineLearningServices/locations/[^/]+/"
+                         r"mfeOperation(?:sStatus|Results)/[^/]+", re.IGNORECASE)
+SEEN_ARM_ROUTES: dict[tuple[str, str, str], int] = {}
+NO_SCHEMA: list[str] = []
+# The data-plane routes the fake answers off ARM, none with a REST spec this folder could hold: each is here with
+# why, and a request off ARM that matches none is refused as one with no schema.
+DATA_PLANE: dict[str, tuple[str, str]] = {
+    "workspace discovery": (
+        rf"{re.escape(API_HOST)}/discovery",
+        "the workspace's discoveryUrl (Workspaces_Get): the document naming its regional services; no spec "
+        "describes it, mlrunway reads only its 'history' host (mlrunway/azure/rest.py)"),
+    "Run History": (
+        rf"{re.escape(API_HOST)}/history/v1\.0/.+",
+        "Azure ML's run history (a run's details and error, a sweep's child runs): a workspace data-plane service "
+        "with no public REST spec in azure-rest-api-specs; read by mlrunway/azure/rest.py, not by the SDK's ARM "
+        "clients"),
+    "MLflow tracking": (
+        rf"{re.escape(API_HOST)}/mlflow/v1\.0/.+/api/2\.0/mlflow/.+",
+        "the workspace's MLflow tracking server (runs/get, metrics/get-history): MLflow's own REST API, documented "
+        "by MLflow (mlflow.org/docs/latest/rest-api.html) but not an Azure REST spec"),
+    "Blob Storage": (
+        rf"{re.escape(BLOB_HOST)}/.+",
+        "uploads, downloads, listings, leases and metadata of the workspace's storage account: Azure Storage's "
+        "data plane, whose bodies are the bytes and XML of the Blob service, not the JSON these spec files "
+        "describe; fake_blob_lease.py follows the Blob service's documented headers and errors instead"),
+    "scoring URI": (
+        rf"[a-z0-9-]+\.{re.escape(REGION)}\.inference\.ml\.azure\.com/score",
+        "an online endpoint's scoringUri: its body is whatever the deployment's score.py takes, so the only "
+        "contract is the user's script, which the fake runs"),
+}
+# Asset paths never change (the service answers UserError "Asset paths cannot be updated.": azure-ai-ml matches
+# that text, ``_artifacts/_constants.py:21`` ASSET_PATH_ERROR, for models ``operations/_model_operations.py:292``,
+# data ``_data_operations.py:442`` and code ``_code_operations.py:211``, and raises AssetPathException, "an attempt
+# ... to update the path of an existing asset. Asset paths are immutable", ``exceptions.py:436``). The field that
+# holds each kind's path, by its spec definition (ModelVersion, DataVersionBase, CodeVersion).
+ASSET_PATHS = {"models": "modelUri", "data": "dataUri", "codes": "codeUri"}
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
              "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments",
              "schedules": "schedules"}
@@ -199,6 +243,9 @@ class FakeAzureML(HttpTransport):
         self.storage_log: list[str] = ["Downloading model files", "Model files downloaded"]
         self.requests: list[Recorded] = []
         self.refused: list[tuple[str, str, list[str]]] = []  # (method, path, problems) of every body refused
+        self.no_schema: list[str] = []  # the named 500 of each request no spec file or allow-list entry covers
+        self.arm_routes: set[tuple[str, str, str]] = set()  # (method, path template, api-version) served
+        self.asset_paths: dict[str, str] = {}  # asset version path (lower case) -> the path its creation sent
         self.resources: dict[str, dict[str, Any]] = {}  # ARM path (lower case) -> resource body
         # Online endpoint names are unique in the region, across workspaces: name (lower case) -> the workspace
         # holding it (this one's WS_PATH, or another's a test sets).
@@ -319,6 +366,8 @@ class FakeAzureML(HttpTransport):
         recorded = Recorded(request.method, url.netloc, unquote(url.path),
                             {k: v[0] for k, v in parse_qs(url.query).items()}, dict(request.headers), body)
         self.requests.append(recorded)
+        if (unknown := self._unschemed(request, recorded)) is not None:
+            return unknown
         if (refused := self._validate(request, recorded)) is not None:
             return refused
         if recorded.host == BLOB_HOST and (leased := self.leases.handle(request, recorded, self.blobs)) is not None:
@@ -328,16 +377,48 @@ class FakeAzureML(HttpTransport):
                 return handler(request, recorded, **match.groupdict())
         return _error(request, 404, "NoRoute", f"the fake has no route for {request.method} {request.url}")
 
+    def _unschemed(self, request: Any, recorded: Recorded) -> HttpResponseImpl | None:
+        """The fake's own 500, naming the route, for a request it cannot hold to a contract: an ARM route and
+        api-version no spec file has, or a data-plane route on no allow-list entry. It carries
+        ``x-ms-retry-after-ms``: azure-core retries a 500 ten times with a backoff of minutes in all, and the test
+        should fail on the message, not wait for it. Each ARM route served is counted in ``SEEN_ARM_ROUTES``."""
+        version = recorded.query.get("api-version", "")
+        if recorded.host == ARM:
+            if ARM_POLLING.fullmatch(recorded.path):
+                return None
+            route = SPEC.route(recorded.method, recorded.path, version)
+            if route is not None:
+                key = (recorded.method, route, version)
+                SEEN_ARM_ROUTES[key] = SEEN_ARM_ROUTES.get(key, 0) + 1
+                self.arm_routes.add(key)
+                return None
+            what = (f"the fake has no schema for {recorded.method} {recorded.path} at api-version "
+                    f"{version or '(none)'}: add one to tests/mlrunway/azure/spec")
+        elif any(re.fullmatch(pattern, f"{recorded.host}{recorded.path}") for pattern, _ in DATA_PLANE.values()):
+            return None
+        else:
+            what = (f"the fake has no schema for {recorded.method} {recorded.host}{recorded.path}, which is on no "
+                    "data-plane allow-list: add a spec to tests/mlrunway/azure/spec, or an entry with its reason to "
+                    "DATA_PLANE in fake_azureml.py")
+        if what not in self.no_schema:
+            self.no_schema.append(what)
+            NO_SCHEMA.append(what)
+        return _response(request, 500, {"error": {"code": "NoSchema", "message": what}}, {"x-ms-retry-after-ms": "1"})
+
     def _validate(self, request: Any, recorded: Recorded) -> HttpResponseImpl | None:
         """The service's 400 for a body its api-version's definitions refuse (``spec_validator``), and for what
         the service refuses beyond them: traffic not summing to 100 (or 0), mirror traffic over 50, a changed
-        identity (the docs call it immutable) or create-only field (``x-ms-mutability`` without update)."""
+        identity (the docs call it immutable) or create-only field (``x-ms-mutability`` without update), and a new
+        path for an existing model, data or code version (``ASSET_PATHS``: the service's own error text)."""
         if recorded.host != ARM or recorded.method not in ("PUT", "PATCH", "POST") or not recorded.body:
             return None
         version, body = recorded.query.get("api-version", ""), recorded.json()
         problems = SPEC.check_request(recorded.method, recorded.path, version, body)
         if recorded.method == "PUT" and isinstance(body, dict) and SPEC.operation("PUT", recorded.path, version):
             problems += self._refused_change(recorded, version, body)
+        if not problems and (changed := self._asset_path_changed(recorded, body)) is not None:
+            self.refused.append((recorded.method, recorded.path, [changed]))
+            return _error(request, 400, "UserError", "Asset paths cannot be updated.")  # ASSET_PATHS: the SDK's text
         if not problems:
             return None
         self.refused.append((recorded.method, recorded.path, problems))
@@ -360,13 +441,47 @@ class FakeAzureML(HttpTransport):
         if "identity" in stored and (body.get("identity") or {}).get("type") != stored["identity"].get("type"):
             problems.append(f"identity: the {stored['identity'].get('type')} identity of {recorded.path.rsplit('/', 1)[1]} "
                             f"cannot be changed to {(body.get('identity') or {}).get('type')}")
+        asset_path = self._asset_kind(recorded.path)
         for field in SPEC.create_only_fields(recorded.method, recorded.path, version, body):
+            if asset_path and field == f"properties.{ASSET_PATHS[asset_path]}":
+                continue  # the service's own answer for an asset path: _asset_path_changed
             if field.count(".") == 1 and _at(body, field) != _at(stored, field):  # a whole top-level property
                 problems.append(f"{field}: cannot be changed after creation ({_at(stored, field)!r} -> "
                                 f"{_at(body, field)!r})")
         return problems
 
+    @staticmethod
+    def _asset_kind(path: str) -> str | None:
+        """``models``, ``data`` or ``codes`` for the path of an asset version, else None."""
+        found = re.fullmatch(rf"{re.escape(WS_PATH)}/(models|data|codes)/[^/]+/versions/[^/]+", path, re.IGNORECASE)
+        return found[1].lower() if found else None
+
+    def _asset_path_changed(self, recorded: Recorded, body: Any) -> str | None:
+        """Why a PUT of an existing asset version is refused for a new path (``ASSET_PATHS``), else None. The path
+        it was created with counts as unchanged even where the fake stored it rewritten (``rewrite_model_uris``)."""
+        kind = self._asset_kind(recorded.path) if recorded.method == "PUT" and isinstance(body, dict) else None
+        if kind is None:
+            return None
+        field, key = ASSET_PATHS[kind], recorded.path.lower()
+        sent = (body.get("properties") or {}).get(field)
+        stored = self.resources.get(key)
+        if stored is None:
+            self.asset_paths[key] = sent
+            return None
+        if sent in (stored["properties"].get(field), self.asset_paths.get(key)):
+            return None
+        return (f"properties.{field}: {recorded.path.rsplit('/', 3)[1]} version {recorded.path.rsplit('/', 1)[1]} "
+                f"is at {stored['properties'].get(field)!r} and cannot move to {sent!r}: register a new version")
+
     # -- what the tests ask ------------------------------------------------------------------------
+    def take_no_schema(self) -> list[str]:
+        """The named 500s this fake answered, taken off it and off the session's record (``NO_SCHEMA``): for a
+        test that provokes them on purpose, once it has checked them."""
+        taken, self.no_schema = self.no_schema, []
+        for what in taken:
+            NO_SCHEMA.remove(what)
+        return taken
+
     def sent(self, method: str, path_pattern: str) -> list[Recorded]:
         """Requests with this method whose host+path matches the pattern (a regular expression)."""
         pattern = re.compile(path_pattern)
