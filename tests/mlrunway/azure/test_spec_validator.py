@@ -288,3 +288,103 @@ def test_create_only_fields_include_the_instance_type_not_the_tags(validator):
     assert "properties.instanceType" in fields and "location" in fields
     assert not any(f.startswith("tags") or f.startswith("sku") for f in fields)
     assert validator.create_only_fields("PUT", ENDPOINT, ENDPOINTS_API, endpoint_body()) == ["location"]
+
+
+# -- the asset, datastore, workspace and metrics routes (issue 58) ---------------------------------------------------
+MODELS_API, ASSETS_API, CODES_API, DATASTORES_API, METRICS_API = (
+    "2023-08-01-preview", "2023-04-01-preview", "2023-04-01", "2024-10-01-preview", "2024-02-01")
+STORE = "azureml://datastores/workspaceblobstore/paths"
+
+
+def asset_body(kind: str) -> dict[str, Any]:
+    """The body each asset's operations PUT, from the entity's own ``_to_rest_object``."""
+    from azure.ai.ml.entities import Data, Environment, Model
+    from azure.ai.ml.entities._assets._artifacts.code import Code
+
+    if kind == "model":
+        asset: Any = Model(name="digits", version="1", path=f"{STORE}/models/a/", type="custom_model",
+                           tags={"mlrunway": "1"}, properties={"run": "sweep-1"}, description="digits")
+    elif kind == "data":
+        asset = Data(name="inputs", version="1", type="uri_folder", path=f"{STORE}/d/", tags={"mlrunway": "1"})
+    elif kind == "environment":
+        asset = Environment(name="scoring", version="1", image="mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04",
+                            conda_file={"dependencies": ["python=3.11"]})
+    else:
+        asset = Code(name="c0de", version="1", path=f"{STORE}/LocalUpload/c0de/")
+        asset._hash_sha256 = "0" * 64  # set by the SDK when it hashes a local snapshot; it adds hash_version then
+    return wire(asset._to_rest_object())
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "version", "operation_id"),
+    [
+        pytest.param("PUT", f"{WS}/models/digits/versions/1", MODELS_API, "ModelVersions_CreateOrUpdate", id="model"),
+        pytest.param("GET", f"{WS}/computes/gpu-cluster", MODELS_API, "Compute_Get", id="compute"),
+        pytest.param("PUT", f"{WS}/data/inputs/versions/1", ASSETS_API, "DataVersions_CreateOrUpdate", id="data"),
+        pytest.param("PUT", f"{WS}/codes/c0de/versions/1", CODES_API, "CodeVersions_CreateOrUpdate", id="code"),
+        pytest.param("GET", WS, DATASTORES_API, "Workspaces_Get", id="workspace"),
+        pytest.param("POST", f"{WS}/datastores/workspaceblobstore/listSecrets", DATASTORES_API,
+                     "Datastores_ListSecrets", id="list-secrets"),
+        pytest.param("GET", f"{ENDPOINT}/providers/Microsoft.Insights/metrics", METRICS_API, "Metrics_List",
+                     id="metrics-resource-uri-spans-segments"),
+    ],
+)
+def test_the_new_routes_are_found(validator, method, path, version, operation_id):
+    assert validator.operation(method, path, version)["operationId"] == operation_id
+
+
+def test_route_is_the_template_or_none(validator):
+    assert validator.route("GET", f"{ENDPOINT}/providers/Microsoft.Insights/metrics", METRICS_API) == \
+        "/{resourceUri}/providers/Microsoft.Insights/metrics"
+    assert validator.route("GET", f"{ENDPOINT}/providers/Microsoft.Insights/metrics", ENDPOINTS_API) is None
+    assert validator.route("GET", "/providers/Microsoft.Insights/metrics", METRICS_API) is None  # no resource
+    assert validator.route("GET", f"{WS}/environments/scoring/versions/1", ASSETS_API) is None  # only its PUT kept
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "version"),
+    [
+        pytest.param("model", f"{WS}/models/digits/versions/1", MODELS_API, id="model-version"),
+        pytest.param("data", f"{WS}/data/inputs/versions/1", ASSETS_API, id="data-version"),
+        pytest.param("environment", f"{WS}/environments/scoring/versions/1", ASSETS_API, id="environment-version"),
+        pytest.param("code", f"{WS}/codes/c0de/versions/1", CODES_API, id="code-version"),
+    ],
+)
+def test_sdk_asset_bodies_are_valid_for_the_version_the_sdk_sends_them_with(validator, kind, path, version):
+    assert validator.check_request("PUT", path, version, asset_body(kind)) == []
+
+
+def test_the_code_hash_version_the_sdk_sends_as_a_number_passes_and_nothing_else_of_its_kind(validator):
+    path = f"{WS}/codes/c0de/versions/1"
+    body = asset_body("code")
+    assert body["properties"]["properties"]["hash_version"] == 202208
+    assert validator.check_request("PUT", path, CODES_API, changed(body, "properties.properties.team", 1)) == [
+        "properties.properties.team: 1 is not a string"]
+    assert validator.check_request("PUT", path, CODES_API, changed(body, "properties.tags.team", 1)) == [
+        "properties.tags.team: 1 is not a string"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "version", "field", "value", "problem"),
+    [
+        pytest.param("model", f"{WS}/models/digits/versions/1", MODELS_API, "properties.flavour", {},
+                     "properties.flavour: unknown field, not in ModelVersion", id="model-unknown-field"),
+        pytest.param("data", f"{WS}/data/inputs/versions/1", ASSETS_API, "properties.dataType", "uri_thing",
+                     "properties.dataType: 'uri_thing' is not one of uri_folder, mltable, uri_file",
+                     id="data-type"),
+        pytest.param("data", f"{WS}/data/inputs/versions/1", ASSETS_API, "properties.dataUri", "/",
+                     "properties.dataUri: '/' does not match the pattern [a-zA-Z0-9_]", id="data-uri-pattern"),
+        pytest.param("environment", f"{WS}/environments/scoring/versions/1", ASSETS_API, "properties.osType",
+                     "Solaris", "properties.osType: 'Solaris' is not one of Linux, Windows", id="environment-os"),
+    ],
+)
+def test_asset_problems_name_the_field(validator, kind, path, version, field, value, problem):
+    assert validator.check_request("PUT", path, version, changed(asset_body(kind), field, value)) == [problem]
+
+
+def test_the_datastore_secrets_body_is_secret_expiry_and_optional(validator):
+    path = f"{WS}/datastores/workspaceblobstore/listSecrets"
+    assert validator.check_request("POST", path, DATASTORES_API, None) == []
+    assert validator.check_request("POST", path, DATASTORES_API, {"expireAfterHours": 2}) == []
+    assert validator.check_request("POST", path, DATASTORES_API, {"expiresAfter": "PT2H"}) == [
+        "expiresAfter: unknown field, not in SecretExpiry"]
