@@ -1,22 +1,35 @@
-# `make test` and `make demo` do their own set-up on a fresh machine: a virtualenv, torch==2.13.0 (CPU) first so
-# that nothing pulls a CUDA build, then the project.
+# `make test` and `make demo` do their own set-up on a fresh machine: a virtualenv, torch (constraints.txt's, from
+# PyTorch's CPU index) first so that nothing pulls a CUDA build, then the project at constraints.txt's versions.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+HASH := $(shell cat pyproject.toml constraints.txt tests/fake_backend/pyproject.toml | cksum | cut -d' ' -f1)
+# What the demo and the UI need (the base, [local], [azure] and Airflow); then the test tools too.
+DEMO_STAMP := $(VENV)/.demo-$(HASH)
+STAMP := $(VENV)/.installed-$(HASH)
 
 AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False MLRUNWAY_WORKSPACE=$(CURDIR)/.workspace
 DEMO_CONF ?= {}
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 
-.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-long bench-quick bench-readme clean
+.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-long bench-quick bench-readme clean constraints
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml tests/fake_backend/pyproject.toml
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,airflow,azure]"
+	# torch first, from PyTorch's CPU index (a bare torch range on PyPI pulls the CUDA build, several GB).
+	$(PY) -m pip install -q --disable-pip-version-check --retries 1 --timeout 20 --index-url $(TORCH_INDEX_URL) \
+		"torch==$(TORCH_VERSION)"
+	# The base with the extras the demo needs, at the versions of constraints.txt.
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow]"
+	rm -f $(VENV)/.demo-*
+	touch $@
+
+$(STAMP): $(DEMO_STAMP) tests/fake_backend/pyproject.toml
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow,test]"
 	# The fake backend as a connection type, for the tests only (tests/fake_backend/pyproject.toml).
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./tests/fake_backend
 	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).
@@ -32,6 +45,12 @@ check: $(STAMP)
 	$(PY) -m ruff check mlrunway operators dags plugins training examples tests bench
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
+
+# After an upgrade the suite passed on: the environment's versions become the constraints (the project itself and
+# the tests' fake backend left out; torch without its local build tag).
+constraints: $(STAMP)
+	{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --disable-pip-version-check | grep -v -e '^-e ' -e '@ file:' \
+		| sed 's/^torch==\([0-9.]*\)+.*/torch==\1/'; } > constraints.new && mv constraints.new constraints.txt
 
 test: check
 	$(PY) -m pytest
@@ -62,7 +81,7 @@ FUZZ_EXAMPLES ?= 5000
 fuzz-long: $(STAMP)
 	MLRUNWAY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/chaos/test_endpoint_fuzz.py -k generated
 
-data: $(STAMP)
+data: $(DEMO_STAMP)
 	$(PY) -m mlrunway.data data/digits
 
 # The Airflow UI on this machine: airflow standalone (SQLite, LocalExecutor) with the project's DAGs, plugin (its

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from operators import CleanupOperator, DeployBlueOperator
+from mlrunway.operators import CleanupOperator, DeployBlueOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
 P = "{{ params.%s }}"

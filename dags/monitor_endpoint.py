@@ -16,7 +16,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from operators import MonitorEndpointOperator
+from mlrunway.operators import MonitorEndpointOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
 ENDPOINT = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or "digits-prod"

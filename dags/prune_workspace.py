@@ -11,7 +11,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param
 
-from operators import PruneWorkspaceOperator
+from mlrunway.operators import PruneWorkspaceOperator
 
 SCHEDULE = os.environ.get("MLRUNWAY_PRUNE_SCHEDULE", "@weekly")
 

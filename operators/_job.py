@@ -28,7 +28,7 @@ from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobInfo, JobStatus
 from mlrunway.backend.waiting import Outcome
 from mlrunway.errors import JobTimedOut, MlrunwayError, Unavailable, WatchLost
-from operators._base import MlrunwayWaitingOperator
+from mlrunway.operators._base import MlrunwayWaitingOperator
 
 _FINAL: dict[type[BaseException], type[BaseException]] = {}
 

@@ -11,10 +11,10 @@ from mlrunway import lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.errors import JobFailed
+from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.production import stable
 from mlrunway.report import save_run_report
-from operators._base import MlrunwayBaseOperator
 
 
 class CleanupOperator(MlrunwayBaseOperator):

@@ -17,9 +17,9 @@ from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError, MlrunwayError, NotFound
+from mlrunway.operators._base import MlrunwayWaitingOperator
 from mlrunway.production import card, stable
 from mlrunway.production.rollout import RolloutPolicy
-from operators._base import MlrunwayWaitingOperator
 
 
 class DeployBlueOperator(MlrunwayWaitingOperator):

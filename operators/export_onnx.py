@@ -8,7 +8,7 @@ from airflow.sdk import Context
 
 from mlrunway import lineage
 from mlrunway.onnx_export import DEFAULT_OPSET, ParityReport, export_registered
-from operators._base import MlrunwayBaseOperator
+from mlrunway.operators._base import MlrunwayBaseOperator
 
 
 class ExportOnnxOperator(MlrunwayBaseOperator):
@@ -40,7 +40,8 @@ class ExportOnnxOperator(MlrunwayBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         model, parity = export_registered(self.backend.models, self.model_name, int(self.model_version),
                                           data_dir=self.data_dir, opset=self.opset, atol=self.atol, rtol=self.rtol,
-                                          inputs_file=self.inputs_file or None)
+                                          inputs_file=self.inputs_file or None,
+                                          trainer_torch=self.backend.capabilities.trainer_torch)
         self.link(context, "model", model.name, model.version)
         self.log.info("Exported %s:%s to %s:%s; parity: %s", self.model_name, self.model_version, model.name,
                       model.version, ParityReport.from_dict(parity).summary())

@@ -11,9 +11,9 @@ from mlrunway import check
 from mlrunway.airflow.assets import drift_alias, emit_drift
 from mlrunway.backend.capture import Capture
 from mlrunway.errors import MlrunwayError
+from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.production import monitor
 from mlrunway.production.drift import DriftSettings
-from operators._base import MlrunwayBaseOperator
 
 
 class MonitorEndpointOperator(MlrunwayBaseOperator):

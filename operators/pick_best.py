@@ -7,8 +7,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import lineage
+from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import pick_best
-from operators._base import MlrunwayBaseOperator
 
 
 class PickBestModelOperator(MlrunwayBaseOperator):

@@ -11,12 +11,12 @@ from mlrunway import check
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Rollout
 from mlrunway.errors import SpecError
+from mlrunway.operators._base import MlrunwayBaseOperator
+from mlrunway.operators.sweep import sweep_spec
 from mlrunway.pipeline import check_prefix
 from mlrunway.production import gate
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.specs import SweepSpec, vocabulary
-from operators._base import MlrunwayBaseOperator
-from operators.sweep import sweep_spec
 
 
 def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any], name_prefix: str) -> SweepSpec:

@@ -8,7 +8,7 @@ from airflow.sdk import Context
 
 from mlrunway.backend.retention import Retention, RetentionPolicy
 from mlrunway.errors import NotSupportedOnBackend
-from operators._base import MlrunwayBaseOperator
+from mlrunway.operators._base import MlrunwayBaseOperator
 
 
 class PruneWorkspaceOperator(MlrunwayBaseOperator):

@@ -9,12 +9,12 @@ from airflow.sdk import Context
 from mlrunway import lineage
 from mlrunway.airflow.triggers import SweepTrigger
 from mlrunway.backend.types import JobInfo
+from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import CommandJobSpec, SweepSpec, vocabulary
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
 from mlrunway.sweep.leaderboard import format_leaderboard
 from mlrunway.sweep.progress import TrialWatch
-from operators._job import MlrunwayJobOperator
 
 
 def sweep_spec(*, trial: Any, search_space: Any, objective: Any, sampling_algorithm: Any = "random",

@@ -10,11 +10,11 @@ from airflow.sdk import Context
 from mlrunway import check, lineage
 from mlrunway.backend.types import JobInfo
 from mlrunway.errors import SpecError
+from mlrunway.operators._base import MlrunwayBaseOperator
+from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import check_metrics, check_model_output, require_completed
 from mlrunway.specs import CommandJobSpec
 from mlrunway.specs.vocabulary import JOB_ARGUMENTS, merged_job
-from operators._base import MlrunwayBaseOperator
-from operators._job import MlrunwayJobOperator
 
 
 class TrainModelOperator(MlrunwayJobOperator):

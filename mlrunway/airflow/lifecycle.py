@@ -27,7 +27,7 @@ from airflow.sdk import BaseOperator, Context
 from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import DataCollector
-from operators import (
+from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
     ExportOnnxOperator,
@@ -35,7 +35,7 @@ from operators import (
     SweepOperator,
     TrainModelOperator,
 )
-from operators.preflight import check_production, check_run, check_scoring_script, check_smoke
+from mlrunway.operators.preflight import check_production, check_run, check_scoring_script, check_smoke
 
 SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed", "limits", "early_termination")
 CLEANUP_KEYS = ("keep_endpoint",)  # a deployment's keys that belong to the cleanup task
@@ -68,7 +68,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
     :param job: the training job, as ``azure.ai.ml.command`` takes it (or a template that renders to one); each
         trial of the sweep runs it too, unless ``sweep`` has a ``trial`` of its own.
     :param sweep: ``search_space``, ``objective``, ``sampling_algorithm``, ``seed``, ``limits``,
-        ``early_termination`` (:class:`~operators.SweepOperator`'s arguments).
+        ``early_termination`` (:class:`~mlrunway.operators.SweepOperator`'s arguments).
     :param deployment: DeployBlueOperator's arguments (``code_dir`` defaults to the job's ``code``;
         ``sample_request``, ``endpoint_name``, ``rollout``, ...) and ``keep_endpoint`` for the cleanup.
     :param export: ExportOnnxOperator's arguments (``inputs_file``, ``data_dir``, ``atol``, ``rtol``, ...).

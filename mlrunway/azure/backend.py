@@ -24,6 +24,7 @@ from mlrunway.azure import outputs
 from mlrunway.azure.clouds import CLOUDS, hosts
 from mlrunway.azure.deployments import AzureDeployments
 from mlrunway.azure.endpoints import AzureEndpoints
+from mlrunway.azure.environments import TORCH_VERSION
 from mlrunway.azure.jobs import AzureJobs
 from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.models import AzureModels
@@ -71,7 +72,10 @@ class AzureBackend:
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
                  transient_outage_s: float = TRANSIENT_OUTAGE_S, **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
-        self.capabilities = replace(type(self).capabilities, transient_outage_s=transient_outage_s)
+        # The jobs train with the project's environment's torch, unless a team names its own environment (whose torch
+        # mlrunway cannot know: export then trusts the worker's).
+        self.capabilities = replace(type(self).capabilities, transient_outage_s=transient_outage_s,
+                                    trainer_torch=None if environment else TORCH_VERSION)
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))

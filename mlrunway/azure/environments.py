@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-TORCH_VERSION = "2.13.0"  # the project's torch (pyproject.toml, Makefile); a test keeps the three in step
+TORCH_VERSION = "2.13.0"  # the project's torch (constraints.txt); a test keeps the two in step
 CPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:20260707.v1"
 GPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.4-ubuntu22.04:20260715.v1"
 INFERENCE_IMAGE = "mcr.microsoft.com/azureml/curated/minimal-py311-inference:59"

@@ -74,6 +74,7 @@ class Capabilities:
     rollout_window_s: float = 30.0
     metrics_period_s: float = 0.25
     transient_outage_s: float = 0.0
+    trainer_torch: str | None = None
 
 
 class _NamesChecked:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, cast
 
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import SpecError
+from mlrunway.extras import BACKEND_EXTRAS, require
 
 __all__ = ["GROUP", "LOCAL", "available", "connect"]
 
@@ -40,4 +41,7 @@ def connect(conn_type: str, fields: dict[str, Any], secret: str | None = None) -
     if conn_type not in found:
         raise SpecError(f"connection type {conn_type!r} is not an installed mlrunway backend; use one of "
                         f"{', '.join(sorted(found))} (a backend registers itself in the {GROUP!r} entry-point group)")
+    if conn_type in BACKEND_EXTRAS:  # one of mlrunway's own: its extra, said before anything imports it
+        extra, modules = BACKEND_EXTRAS[conn_type]
+        require(f"the {conn_type} backend", extra, *modules)
     return cast(BackendFactory, found[conn_type].load()).from_connection(fields, secret)

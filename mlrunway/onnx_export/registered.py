@@ -6,6 +6,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from mlrunway.errors import MlrunwayError
+from mlrunway.extras import installed_version, require
 from mlrunway.onnx_export.export import DEFAULT_OPSET, export_onnx
 
 
@@ -21,12 +23,21 @@ class ModelStore(Protocol):
 def export_registered(models: ModelStore, name: str, version: int | str, *, onnx_name: str | None = None,
                       data_dir: str | Path | None = None, opset: int = DEFAULT_OPSET, atol: float | None = None,
                       rtol: float | None = None, min_top1_agreement: float = 1.0,
-                      inputs_file: str | None = None) -> tuple[Any, dict[str, Any]]:
+                      inputs_file: str | None = None, trainer_torch: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Download ``name:version``, export and gate it, register ``onnx_name`` (default ``<name>-onnx``).
 
     Return (the new model version, the parity report as a dict). A failed gate (an output outside
-    ``atol + rtol * |torch|``; None: the default rule, ``ATOL`` and ``RTOL``) registers nothing.
+    ``atol + rtol * |torch|``; None: the default rule, ``ATOL`` and ``RTOL``) registers nothing. ``trainer_torch``:
+    the torch the backend's jobs trained with, where it is not this process's (a backend's
+    ``Capabilities.trainer_torch``); a ``.pt2`` is only promised to load in the torch that wrote it, so this
+    worker's torch must be that one.
     """
+    require("exporting a model to ONNX", "export", "torch", "onnx", "onnxscript", "onnxruntime")
+    here = installed_version("torch")
+    if trainer_torch is not None and here != trainer_torch:
+        raise MlrunwayError(f"export of {name}:{version}: the backend's jobs train with torch {trainer_torch}, this "
+                            f"worker has torch {here}; a .pt2 loads only in the torch that wrote it: install "
+                            f"torch=={trainer_torch} where the export task runs")
     with tempfile.TemporaryDirectory() as scratch:
         source = models.download(name, version, Path(scratch) / "source")
         report = export_onnx(source, Path(scratch) / "onnx", opset=opset, data_dir=data_dir, atol=atol,

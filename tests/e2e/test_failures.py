@@ -104,7 +104,7 @@ def test_a_failure_at_each_stage_is_cleaned_up(stage, airflow_db, small_digits, 
 
 
 def test_killing_the_sweep_task_cancels_the_sweep_and_its_trials(small_digits, tmp_path, monkeypatch):
-    from operators import SweepOperator
+    from mlrunway.operators import SweepOperator
 
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
     op = SweepOperator(task_id="sweep", trial=tutorial_job(str(small_digits), epochs=200), search_space=SPACE,

@@ -32,7 +32,7 @@ import os, sys
 from datetime import datetime
 sys.path.insert(0, {repo!r})
 from airflow.sdk import DAG
-from operators import SweepOperator
+from mlrunway.operators import SweepOperator
 from tests.tutorial import OBJECTIVE, SPACE, bandit, tutorial_job
 
 with DAG(dag_id="sweep_crash", schedule=None, start_date=datetime(2026, 1, 1)) as dag:

@@ -15,7 +15,7 @@ from mlrunway.airflow.triggers import DeploymentTrigger
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import EndpointError
 from mlrunway.local.backend import LocalBackend
-from operators import DeployBlueOperator
+from mlrunway.operators import DeployBlueOperator
 from tests.conftest import REPO
 from tests.mlrunway.airflow.test_triggers import first_event
 

@@ -13,7 +13,7 @@ from airflow.sdk import DAG, Param
 
 from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.errors import SpecError
-from operators import TrainModelOperator
+from mlrunway.operators import TrainModelOperator
 from tests.conftest import REPO
 
 CODE = str(REPO / "examples" / "demand_forecast")
@@ -88,7 +88,7 @@ def test_a_job_rendered_as_text_says_how_to_render_it_as_an_object():
 
 @pytest.mark.parametrize("field", ["trial", "search_space", "objective", "limits"])
 def test_a_sweep_argument_rendered_as_text_says_how_to_render_it_as_an_object(field):
-    from operators.sweep import sweep_spec
+    from mlrunway.operators.sweep import sweep_spec
 
     arguments = {"trial": JOB, **SWEEP, "limits": {"max_total_trials": 4}}
     arguments[field] = str(arguments[field])  # what a template gives when rendered as text

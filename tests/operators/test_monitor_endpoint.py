@@ -17,7 +17,7 @@ import pytest
 from mlrunway.errors import MlrunwayError, SpecError
 from mlrunway.local.serving import capture
 from mlrunway.local.serving.state import DeploymentState, EndpointState
-from operators import MonitorEndpointOperator
+from mlrunway.operators import MonitorEndpointOperator
 from tests.operators.test_operators_on_fake import TaskInstance
 from tests.operators.test_stable_endpoint import Events
 

@@ -31,8 +31,14 @@ from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import STRATEGIES
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, MlrunwayError, NotFound, SpecError
+from mlrunway.operators import (
+    CleanupOperator,
+    DeployBlueOperator,
+    PickBestModelOperator,
+    SweepOperator,
+    TrainModelOperator,
+)
 from mlrunway.specs.sweep import SweepSpec
-from operators import CleanupOperator, DeployBlueOperator, PickBestModelOperator, SweepOperator, TrainModelOperator
 from tests.conftest import REPO
 from tests.mlrunway.airflow.test_triggers import first_event
 from tests.tutorial import OBJECTIVE, SPACE, bandit, tutorial_job
@@ -512,7 +518,7 @@ def test_a_librarys_huge_message_leaves_the_task_a_screen_long(fake, monkeypatch
 def test_a_resumed_task_s_huge_message_is_a_screen_long_too(fake):
     """Whichever method a deferral resumes in (execute_complete, execute_complete), its exceptions are shortened."""
     from mlrunway.errors import SCREEN_CHARS
-    from operators._base import MlrunwayWaitingOperator
+    from mlrunway.operators._base import MlrunwayWaitingOperator
 
     class Resumed(MlrunwayWaitingOperator):
         def later(self, context: Any, event: dict[str, Any]) -> None:
@@ -652,8 +658,8 @@ def test_a_completed_train_whose_log_copy_fails_succeeds_and_says_the_copy_was_s
 
 def test_cleanup_says_a_run_endpoint_is_kept_only_when_it_was_made(fake):
     """Issue 59, 5: a stable-endpoint run (no per-run endpoint) read "endpoint kept"."""
+    from mlrunway.operators.cleanup import cleaned
     from mlrunway.pipeline import cleanup
-    from operators.cleanup import cleaned
 
     assert cleanup(fake, NAMES, delete_endpoint=False)["endpoint_kept"] is False
     assert cleaned(cleanup(fake, NAMES, delete_endpoint=False)).startswith("no endpoint to delete")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlrunway.errors import NotSupportedOnBackend
-from operators import PruneWorkspaceOperator
+from mlrunway.operators import PruneWorkspaceOperator
 from tests.mlrunway.local.test_formats import FIXTURE
 
 CONTEXT = {"dag": SimpleNamespace(dag_id="prune_workspace"), "run_id": "manual__1"}

@@ -11,7 +11,7 @@ from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import JobFailed
 from mlrunway.local.backend import LocalBackend
-from operators import TrainModelOperator
+from mlrunway.operators import TrainModelOperator
 from tests.conftest import write_script
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError
+from mlrunway.operators import CleanupOperator, DeployBlueOperator
 from mlrunway.production import stable
-from operators import CleanupOperator, DeployBlueOperator
 from tests.mlrunway.airflow.test_triggers import first_event
 from tests.operators.test_operators_on_fake import TaskInstance
 

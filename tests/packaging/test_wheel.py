@@ -19,14 +19,13 @@ pytestmark = pytest.mark.slow
 
 def packages_in_tree() -> list[str]:
     found = []
-    for root in ("mlrunway", "operators"):
-        for init in sorted((REPO / root).rglob("__init__.py")):
-            found.append(".".join(init.parent.relative_to(REPO).parts))
+    for init in sorted((REPO / "mlrunway").rglob("__init__.py")):  # the operators too, through mlrunway/operators
+        found.append(".".join(init.parent.relative_to(REPO).parts))
     return found
 
 
 def test_every_folder_of_python_code_is_a_package():
-    for root in ("mlrunway", "operators"):
+    for root in ("mlrunway", "mlrunway/operators"):  # rglob does not follow the link
         for source in (REPO / root).rglob("*.py"):
             assert (source.parent / "__init__.py").is_file(), f"{source.parent} has no __init__.py"
 

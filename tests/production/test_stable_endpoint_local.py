@@ -23,7 +23,7 @@ from mlrunway.airflow.summary import run_results
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local.backend import LocalBackend
 from mlrunway.local.processes import marked, wait_gone
-from operators import CleanupOperator, DeployBlueOperator
+from mlrunway.operators import CleanupOperator, DeployBlueOperator
 from tests.conftest import REPO
 from tests.operators.test_operators_on_fake import TaskInstance
 

@@ -65,7 +65,7 @@ def test_azure_connection_without_a_workspace_names_the_field(monkeypatch):
 def test_every_operator_has_the_links_and_each_backend_its_own(tmp_path):
     from mlrunway.airflow.links import ALL_LINKS, links_for
     from mlrunway.local.backend import LocalBackend
-    from operators import (
+    from mlrunway.operators import (
         CleanupOperator,
         DeployBlueOperator,
         ExportOnnxOperator,

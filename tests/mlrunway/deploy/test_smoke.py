@@ -21,7 +21,7 @@ from mlrunway.deploy.smoke import difference, ignore_keys, match, reference_answ
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.backend import LocalBackend
 from mlrunway.onnx_export.parity import ATOL, RTOL
-from operators import DeployBlueOperator
+from mlrunway.operators import DeployBlueOperator
 from tests.conftest import REPO
 from tests.operators.test_operators_on_fake import TaskInstance
 

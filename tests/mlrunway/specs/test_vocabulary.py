@@ -131,7 +131,7 @@ def test_the_second_examples_jobs_go_through_the_sdks_serializer():
     """dags/demand_forecast.py's job and sweep, rendered as Airflow would, become the REST bodies Azure takes."""
     import sys
 
-    from operators.sweep import sweep_spec
+    from mlrunway.operators.sweep import sweep_spec
     from tests.conftest import REPO
 
     sys.path.insert(0, str(REPO / "dags"))
