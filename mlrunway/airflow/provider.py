@@ -1,6 +1,9 @@
-"""Provider info: registers mlrunway's two connection types and their form fields with Airflow.
+"""Provider info: what mlrunway adds to Airflow (its integrations, operators, hooks, triggers, extra links, plugin)
+and its two connection types with their form fields, in the keys Airflow's own providers fill
+(``airflow/provider_info.schema.json``; a test validates it).
 
-Airflow finds it through the ``apache_airflow_provider`` entry point in pyproject.toml.
+Airflow finds it through the ``apache_airflow_provider`` entry point in pyproject.toml; the version Airflow shows
+is the installed package's.
 """
 
 from __future__ import annotations
@@ -10,12 +13,27 @@ from typing import Any
 _STRING = {"type": ["string", "null"]}
 
 
+INTEGRATIONS = ("Azure Machine Learning", "mlrunway local backend")
+
+
 def get_provider_info() -> dict[str, Any]:
+    every = [{"integration-name": name} for name in INTEGRATIONS]
     return {
         "package-name": "mlrunway",
         "name": "mlrunway",
-        "description": "The PyTorch model lifecycle on Azure ML or the local backend.",
-        "versions": ["0.2.0", "0.1.0"],
+        "description": "The PyTorch model lifecycle (train, sweep, pick the best, export to ONNX, deploy, clean up) "
+                       "as Airflow operators, on Azure ML or the embedded local backend.",
+        "integrations": [
+            {"integration-name": "Azure Machine Learning",
+             "external-doc-url": "https://learn.microsoft.com/azure/machine-learning/", "tags": ["azure", "ml"]},
+            {"integration-name": "mlrunway local backend", "tags": ["ml"]},
+        ],
+        "operators": [{**i, "python-modules": ["mlrunway.operators"]} for i in every],
+        "hooks": [{**i, "python-modules": ["mlrunway.airflow.hook"]} for i in every],
+        "triggers": [{**i, "python-modules": ["mlrunway.airflow.triggers"]} for i in every],
+        "extra-links": [f"mlrunway.airflow.links.{link}" for link in (
+            "StudioLink", "MlflowRunLink", "SweepReportLink", "EndpointLink", "ModelCardLink", "MonitorLink")],
+        "plugins": [{"name": "mlrunway", "plugin-class": "mlrunway.airflow.plugin.MlrunwayPlugin"}],
         "connection-types": [
             {
                 "hook-class-name": "mlrunway.airflow.hook.MlrunwayHook",
@@ -35,7 +53,9 @@ def get_provider_info() -> dict[str, Any]:
                                                  '"capture_days": 30}; empty: these.'},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
-                                       "relabeling": {}, "placeholders": {}},
+                                       "relabeling": {},
+                                       "placeholders": {"workspace": "/opt/airflow/mlrunway-workspace",
+                                                        "capture_max_mb": "1024"}},
             },
             {
                 "hook-class-name": "mlrunway.airflow.hook.AzureMLHook",
@@ -83,7 +103,11 @@ def get_provider_info() -> dict[str, Any]:
                                        "relabeling": {"login": "Client ID",
                                                       "password": "Client secret or certificate password"},
                                        "placeholders": {"login": "a service principal's or a user-assigned "
-                                                                 "identity's; empty: the system-assigned identity"}},
+                                                                 "identity's; empty: the system-assigned identity",
+                                                        "subscription_id": "00000000-0000-0000-0000-000000000000",
+                                                        "resource_group": "my-resource-group",
+                                                        "workspace_name": "my-workspace",
+                                                        "compute": "gpu-cluster"}},
             },
         ],
     }
