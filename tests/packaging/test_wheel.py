@@ -4,6 +4,7 @@ from there (not from the checkout). A package without ``__init__.py`` would be m
 from __future__ import annotations
 
 import configparser
+import re
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +38,16 @@ def test_the_wheel_installs_into_a_fresh_virtualenv_with_every_package(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     packages = packages_in_tree()
     assert {p for p in packages if f"{p.replace('.', '/')}/__init__.py" not in names} == set()
+    # One namespace: the operators are inside mlrunway (real files, not the link), nothing else at the top level.
+    assert {n.split("/")[0] for n in names if not n.startswith("mlrunway-")} == {"mlrunway"}
+    assert "mlrunway/operators/train.py" in names
+    # A light base: nothing heavy and no exact pin outside the extras.
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    base = [line.split(":", 1)[1].strip() for line in metadata.splitlines()
+            if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert base and not [r for r in base if "==" in r], base
+    heavy = ("torch", "onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "pandas", "scikit-learn")
+    assert not [r for r in base if re.split(r"[<>=!~ ;\[]", r)[0].lower() in heavy], base
     # What the wheel registers: the two real backends by connection type; the fake only in the tests' distribution.
     points = configparser.ConfigParser(delimiters=("=",))
     points.read_string(zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
