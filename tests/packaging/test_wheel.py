@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -32,6 +33,9 @@ def test_every_folder_of_python_code_is_a_package():
 
 
 def test_the_wheel_installs_into_a_fresh_virtualenv_with_every_package(tmp_path):
+    # setuptools builds through build/lib and packs whatever it holds: a checkout's stale copy of an earlier layout
+    # (a top-level operators/) would ship beside what the project declares.
+    shutil.rmtree(REPO / "build" / "lib", ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("mlrunway-*.whl")
