@@ -96,7 +96,8 @@ def test_every_airflow_service_shares_the_workspace_and_mounts_existing_paths(co
         for source in mounts:
             if source.startswith("."):
                 assert (REPO / source).is_dir(), f"{name} mounts {source}, which is not in the repository"
-        assert {"./dags", "./plugins", "./operators", "./training"} <= set(mounts)
+        assert {"./dags", "./plugins", "./training"} <= set(mounts)
+        assert "./operators" not in mounts  # they are the image's mlrunway.operators, from the wheel
         assert service["build"]["context"] == "." and (REPO / "Dockerfile").is_file()
 
 
@@ -113,9 +114,14 @@ def test_dockerfile_pins_torch_before_the_project_and_copies_what_exists() -> No
     assert lines[0].startswith("FROM apache/airflow:3.3.2-python3.11")
     installs = [i for i, line in enumerate(lines) if "pip install" in line]
     assert "torch==2.13.0" in lines[installs[0]] and "--index-url" in lines[installs[0]]
-    assert any("/opt/mlrunway/src" in lines[i] for i in installs[1:])
+    # The built wheel with the extras the services need, never the source tree.
+    (wheel,) = [i for i, line in enumerate(lines) if "pip wheel" in line]
+    assert wheel < min(installs) and lines[wheel].split()[-1] == "/tmp/src"
+    project = " ".join(lines[installs[1]:installs[1] + 2])
+    assert '"mlrunway[local,azure] @ file://' in project and "-c /opt/mlrunway/constraints.txt" in project
+    assert not any("/tmp/src" in lines[i] or "/opt/mlrunway/src" in lines[i] for i in installs)
     for line in lines:
-        if line.startswith("COPY"):
+        if line.startswith("COPY") and "--from=" not in line:  # not a file of a build stage
             for source in [p for p in line.split()[1:-1] if not p.startswith("--")]:
                 assert (REPO / source).exists(), f"Dockerfile copies {source}, which does not exist"
 
