@@ -44,7 +44,6 @@ from mlrunway.specs.sweep import SweepSpec
 
 log = logging.getLogger(__name__)
 SWEEP_TIMEOUT_MARGIN_S = 120.0
-# The fields a job's records must hold, with their types: a record without them is damaged (a Failed job naming it).
 # A supervisor sees a cancel at once (woken by a signal) or within CANCEL_LOOK_S; one that has not within this is
 # stopped or frozen.
 CANCEL_ANSWER_S = 10.0
