@@ -62,8 +62,9 @@ test-fast: check
 # chunks of under an hour (each its own process; an interrupted run goes on from tests/chaos/results/soak.json).
 # Exits 1 when an invariant broke; the results file lists each with its fault and seed. Then the tests marked
 # long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog, the README's
-# UI recipe in a browser, the DAG on Celery workers and a backfill under the scheduler), and the damaged state file
-# test's long profile (DAMAGE_EXAMPLES generated damages; 1,000 in the suite).
+# UI recipe in a browser, the DAG on Celery workers and a backfill under the scheduler, Airflow's own faults, the
+# wheel installed in clean virtualenvs as a team installs it), and the damaged state file test's long profile
+# (DAMAGE_EXAMPLES generated damages; 1,000 in the suite).
 SOAK_FAULTS ?= 1000
 DAMAGE_EXAMPLES ?= 20000
 test-long: soak

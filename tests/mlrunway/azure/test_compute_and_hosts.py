@@ -178,3 +178,22 @@ def test_the_model_contract_is_checked_on_azure_through_the_artifact_download(fa
         fake.blobs[f"{prefix}/{file.relative_to(trained_model)}"] = file.read_bytes()
     assert check_model_output(azure, "job-m", model_path) == ["model.pt2", "signature.json"]
     assert not any(azure.cache_dir.iterdir())  # the scratch download is gone
+
+
+def test_an_export_worker_whose_torch_is_not_the_trials_is_refused_naming_both(fake, azure, tmp_path):
+    """A .pt2 is only promised to load in the torch that wrote it: on Azure the trials train with the project's
+    environment's torch, so export on a worker with another refuses before it downloads anything (issue 61, 2)."""
+    from mlrunway.azure.backend import AzureBackend
+    from mlrunway.errors import MlrunwayError
+    from mlrunway.onnx_export import export_registered
+    from tests.mlrunway.azure.fake_azureml import FakeCredential
+
+    assert azure.capabilities.trainer_torch == TORCH_VERSION
+    own = AzureBackend.from_connection({**CONNECTION, "environment": "azureml:team-env:3",
+                                        "cache_dir": str(tmp_path / "own")}, credential=FakeCredential(), transport=fake)
+    assert own.capabilities.trainer_torch is None  # a team's own environment: its torch is not known here
+    sent = len(fake.requests)
+    with pytest.raises(MlrunwayError, match=rf"the backend's jobs train with torch 9\.9\.9, this worker has torch "
+                                            rf"{re.escape(TORCH_VERSION)}.*install torch==9\.9\.9 where the export"):
+        export_registered(azure.models, "digits", 1, trainer_torch="9.9.9")
+    assert len(fake.requests) == sent
