@@ -18,6 +18,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
+from mlrunway.airflow.params import rollout_param
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
 from mlrunway.early_termination import first_stop, policy_from_dict
@@ -255,29 +256,12 @@ PARAMS = {
             "confidence": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1},
             "min_samples": {"type": "integer", "minimum": 1}, "resamples": {"type": "integer", "minimum": 200}},
         dependentRequired={"file": ["metric"], "metric": ["file"]}, additionalProperties=False),
-    "rollout": Param(None, type=["null", "object"], title="Staged rollout", section=PRODUCTION, description=(
-        '{"steps": [10, 50, 100], "window_s": 30, "mirror_percent": 0, "mirror_window_s": 0, '
-        '"max_error_rate_increase": 0.01, "max_p99_ratio": 2.0, "p99_slack_ms": 50, "min_requests": 20, '
-        '"max_extension_s": null, "watch_s": 10, "watch_alpha": 0.01, "shadow_keys": [], "shadow_tolerance": 0, '
-        '"max_disagreement": null}; empty: these defaults. A window with fewer than min_requests challenger '
-        "requests is extended up to max_extension_s (null: one more window_s), then the run ends held. Within each "
+    "rollout": rollout_param(section=PRODUCTION, description=(
+        "A window with fewer than min_requests challenger requests is extended up to max_extension_s (null: one more window_s), then the run ends held. Within each "
         "window, the challenger's errors over the last watch_s seconds are watched and a clearly failing one is "
         "rolled back at once (watch_s 0: at the end only). Locally, the mirror window compares the challenger's "
         'answers with the champion\'s (shadow_keys, e.g. ["label"]; numbers within shadow_tolerance) and holds the '
-        "rollout past max_disagreement (a share)."),
-        properties={"steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100},
-                              "minItems": 1},
-                    **{k: {"type": "number", "minimum": 0} for k in (
-                        "window_s", "mirror_window_s", "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms")},
-                    "mirror_percent": {"type": "integer", "minimum": 0, "maximum": 50},
-                    "min_requests": {"type": "integer", "minimum": 0},
-                    "max_extension_s": {"type": ["null", "number"], "minimum": 0},
-                    "watch_s": {"type": "number", "minimum": 0},
-                    "watch_alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.1},
-                    "shadow_keys": {"type": "array", "items": {"type": "string", "minLength": 1}},
-                    "shadow_tolerance": {"type": "number", "minimum": 0},
-                    "max_disagreement": {"type": ["null", "number"], "minimum": 0, "maximum": 1}},
-        additionalProperties=False),
+        "rollout past max_disagreement (a share).")),
     "data_collector": Param(DATA_COLLECTOR, type=["null", "object"], title="Data collection", section=PRODUCTION, description=(
         'What the deployment collects for monitoring, in azure-ai-ml\'s shape: {"collections": {"model_inputs": '
         '{"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}. '

@@ -12,112 +12,112 @@ pass, and the decision then says it was promoted without live evidence.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 
-from mlrunway import check
+from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationInfo, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics
 from mlrunway.errors import EndpointError
 from mlrunway.production.shadow import ShadowReport, ShadowRule, ms
+from mlrunway.settings import SettingsError, parse, setting
+
+_NUMBER = "{value!r} is not a number >= 0"
+_STEP = Annotated[int, Strict(), Field(ge=1, le=100)]
+_SECONDS = Annotated[float, Strict(), Field(ge=0)]
 
 
-@dataclass(frozen=True, kw_only=True)
+def _ascending_to_100(steps: tuple[int, ...]) -> tuple[int, ...]:
+    if list(steps) != sorted(set(steps)) or steps[-1] != 100:
+        raise ValueError("not ascending, or not ending at 100")
+    return steps
+
+
+def _seconds(default: float | None, description: str) -> Any:
+    return setting(default, description=description, problem=_NUMBER, fix="write a number of seconds")
+
+
+def _bound(default: float, description: str) -> Any:
+    return setting(default, description=description, problem=_NUMBER, fix="write a number")
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
 class RolloutPolicy:
-    """:param steps: the challenger's traffic at each step, ascending, ending at 100.
-    :param window_s: how long each step is held before it is judged (seconds locally; minutes on Azure, whose
-        metrics arrive per minute).
-    :param mirror_percent: live traffic copied to the challenger before the first step (0: no mirror phase).
-    :param mirror_window_s: how long the mirror phase lasts.
-    :param max_error_rate_increase: how far the challenger's error rate may exceed the champion's (0.01: one point).
-    :param max_p99_ratio: how many times the champion's p99 latency the challenger's may reach...
-    :param p99_slack_ms: ...or this many ms above it, whichever is larger (a 2 ms p99 is noise at 4 ms).
-    :param min_requests: the challenger's requests a window needs to be judged at all (0: judge empty windows,
-        which then pass: promoted without live evidence).
-    :param max_extension_s: how long a window short of ``min_requests`` may be extended (None: one more
-        ``window_s``) before the rollout ends held.
-    :param watch_s: during each window, the challenger's errors over the last ``watch_s`` seconds are watched
-        continuously (a quarter second apart) and a clearly failing challenger is rolled back at once, without
-        waiting for the window's end (0: judged at the end only). Where metrics come later than ``watch_s``
-        (Azure's, minutes late), the window's end judges.
-    :param watch_alpha: how sure the watch must be: it rolls back when the challenger's errors would be that
-        unlikely (the exact binomial tail) at the champion's error rate plus ``max_error_rate_increase``.
-    :param shadow_keys: in the mirror window, the answers' keys compared (any depth; ``["label"]`` for a
-        classifier); empty: the whole answer (:mod:`shadow`). Locally only: Azure ML discards mirrored answers.
-    :param shadow_tolerance: numbers agree within it (absolute up to 1, relative beyond); 0: equal.
-    :param max_disagreement: the share of mirrored requests on which the challenger may disagree with the
-        champion; past it the rollout ends held before any live traffic moves (None: agreement is recorded in
-        the evidence, never judged). A mirror window then needs ``min_requests`` compared requests.
-    """
+    """A staged rollout's settings, declared once (:mod:`mlrunway.settings`): each field's type, bounds, default,
+    description and error words are its validation, the trigger form's Param (``dags/train_sweep_deploy.py``) and
+    preflight's check. :meth:`parse` reads the DAG's dict; what depends on the backend (a window against its
+    metrics lag) comes through pydantic's validation context."""
 
-    steps: tuple[int, ...] = (10, 50, 100)
-    window_s: float = 30.0
-    mirror_percent: int = 0
-    mirror_window_s: float = 0.0
-    max_error_rate_increase: float = 0.01
-    max_p99_ratio: float = 2.0
-    p99_slack_ms: float = 50.0
-    min_requests: int = 20
-    max_extension_s: float | None = None
-    watch_s: float = 10.0
-    watch_alpha: float = 0.01
-    shadow_keys: tuple[str, ...] = ()
-    shadow_tolerance: float = 0.0
-    max_disagreement: float | None = None
+    steps: Annotated[tuple[_STEP, ...], AfterValidator(_ascending_to_100)] = setting(
+        (10, 50, 100), min_length=1, description="The challenger's traffic at each step, ascending, ending at 100.",
+        problem="{value!r} is not an ascending list of percentages ending at 100",
+        fix="write e.g. [10, 50, 100], or [100] to switch at once")
+    window_s: _SECONDS = _seconds(30.0, "How long each step is held before it is judged (seconds locally; minutes on "
+                                        "Azure, whose metrics arrive per minute); empty: the backend's.")
+    mirror_percent: Annotated[int, Strict()] = setting(
+        0, ge=0, le=50, description="Live traffic copied to the challenger before the first step (0: no mirror phase; "
+                                    "at most 50, Azure's limit).",
+        problem="{value!r} is not a whole percentage from 0 to 50 (Azure's limit)", fix="mirror 0 to 50 percent")
+    mirror_window_s: _SECONDS = _seconds(0.0, "How long the mirror phase lasts.")
+    max_error_rate_increase: _SECONDS = _bound(
+        0.01, "How far the challenger's error rate may exceed the champion's (0.01: one point).")
+    max_p99_ratio: _SECONDS = _bound(2.0, "How many times the champion's p99 latency the challenger's may reach...")
+    p99_slack_ms: _SECONDS = _bound(50.0, "...or this many ms above it, whichever is larger (a 2 ms p99 is noise at "
+                                          "4 ms).")
+    min_requests: Annotated[int, Strict()] = setting(
+        20, ge=0, description="The challenger's requests a window needs to be judged at all (0: judge empty windows, "
+                              "which then pass: promoted without live evidence).",
+        problem="{value!r} is not a whole number >= 0",
+        fix="write a count of requests, e.g. 20 (0 promotes without live evidence)")
+    max_extension_s: _SECONDS | None = _seconds(
+        None, "How long a window short of min_requests may be extended (null: one more window_s) before the rollout "
+              "ends held.")
+    watch_s: _SECONDS = _seconds(10.0, "The challenger's errors over the last watch_s seconds are watched through "
+                                       "each window, and a clearly failing one is rolled back at once (0: judged at "
+                                       "the window's end only).")
+    watch_alpha: Annotated[float, Strict()] = setting(
+        0.01, gt=0, le=0.1, description="How sure the watch must be: it rolls back when the challenger's errors would "
+                                        "be that unlikely (the exact binomial tail) at the allowed error rate.",
+        problem="{value!r} is not a probability in (0, 0.1]",
+        fix="write e.g. 0.01 (or watch_s: 0 to judge at the window's end only)")
+    shadow_keys: tuple[Annotated[str, Strict(), Field(min_length=1)], ...] = setting(
+        (), description='In the mirror window, the answers\' keys compared (any depth; ["label"] for a classifier); '
+                        "empty: the whole answer. Locally only: Azure ML discards mirrored answers.",
+        problem="{value!r} is not a list of key names", fix='write e.g. ["label"], or [] to compare whole answers')
+    shadow_tolerance: _SECONDS = _bound(0.0, "Numbers agree within it (absolute up to 1, relative beyond); 0: equal.")
+    max_disagreement: Annotated[float, Strict()] | None = setting(
+        None, ge=0, le=1, description="The share of mirrored requests on which the challenger may disagree with the "
+                                      "champion; past it the rollout ends held before any live traffic moves (null: "
+                                      "agreement is recorded, never judged).",
+        problem="{value!r} is not a share in [0, 1]",
+        fix="write e.g. 0.05 (at most 5% of mirrored requests answered differently), or null")
+
+    @model_validator(mode="after")
+    def _across_fields(self, info: ValidationInfo) -> RolloutPolicy:
+        """The rules across fields, and the windows against the backend's metrics lag (``metrics_lag_s`` in the
+        validation context): a window is judged on the requests of its first ``window_s - metrics_lag_s``
+        seconds, in whole metric periods, so one shorter than twice the lag could judge none."""
+        if self.max_disagreement is not None and not (self.mirror_percent and self.mirror_window_s):
+            raise SettingsError("max_disagreement", "judges the mirror window, and there is none",
+                                "set mirror_percent and mirror_window_s too, or leave max_disagreement null")
+        lag = float((info.context or {}).get("metrics_lag_s") or 0.0)
+        for name in ("window_s", "mirror_window_s"):
+            window = getattr(self, name)
+            if lag and (name == "window_s" or self.mirror_percent) and window < 2 * lag:
+                raise SettingsError(name, f"{window:g} s is shorter than twice the backend's metrics lag ({lag:g} s): "
+                                          "the window could judge no request", f"give at least {2 * lag:g} s")
+        return self
 
     @classmethod
     def parse(cls, value: dict[str, Any] | None, field: str = "rollout", *,
               default_window_s: float | None = None, metrics_lag_s: float = 0.0) -> RolloutPolicy:
         """A policy from the DAG's dict (``window_s`` defaults to the backend's); every bad field is a SpecError
-        naming it and the fix. A window is judged on the requests of its first ``window_s - metrics_lag_s``
-        seconds (the backend's metrics arrive that late), in whole metric periods (a second locally, a minute on
-        Azure): a window shorter than twice the lag could judge none."""
-        raw = dict(value or {})
-        if default_window_s is not None:
+        naming it and the fix."""
+        raw = dict(value or {}) if isinstance(value, dict) or value is None else value
+        if default_window_s is not None and isinstance(raw, dict):
             raw.setdefault("window_s", default_window_s)
-        unknown = sorted(set(raw) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise check.fail(f"{field}.{unknown[0]}", "is not a rollout setting",
-                             f"use {', '.join(cls.__dataclass_fields__)}")
-        steps = raw.pop("steps", cls.steps)
-        if (not isinstance(steps, list | tuple) or not steps or any(isinstance(s, bool) or not isinstance(s, int)
-                                                                     for s in steps)
-                or list(steps) != sorted(set(steps)) or not 0 < steps[0] or steps[-1] != 100):
-            raise check.fail(f"{field}.steps", f"{steps!r} is not an ascending list of percentages ending at 100",
-                             "write e.g. [10, 50, 100], or [100] to switch at once")
-        keys = raw.pop("shadow_keys", ())
-        if not isinstance(keys, list | tuple) or not all(isinstance(k, str) and k for k in keys):
-            raise check.fail(f"{field}.shadow_keys", f"{keys!r} is not a list of key names",
-                             'write e.g. ["label"], or [] to compare whole answers')
-        numbers: dict[str, Any] = {}
-        for name, value_ in raw.items():
-            if value_ is None and name in ("max_extension_s", "max_disagreement"):
-                continue
-            if isinstance(value_, bool) or not isinstance(value_, int | float) or value_ < 0:
-                raise check.fail(f"{field}.{name}", f"{value_!r} is not a number >= 0", "write a number")
-            numbers[name] = value_
-        if int(numbers.get("min_requests", 0)) != numbers.get("min_requests", 0):
-            raise check.fail(f"{field}.min_requests", f"{numbers['min_requests']!r} is not a whole number",
-                             "write a count of requests, e.g. 20 (0 promotes without live evidence)")
-        policy = cls(steps=tuple(steps), shadow_keys=tuple(keys), **numbers)
-        if policy.max_disagreement is not None and not policy.max_disagreement <= 1:
-            raise check.fail(f"{field}.max_disagreement", f"{policy.max_disagreement!r} is not a share in [0, 1]",
-                             "write e.g. 0.05 (at most 5% of mirrored requests answered differently), or null")
-        if policy.max_disagreement is not None and not (policy.mirror_percent and policy.mirror_window_s):
-            raise check.fail(f"{field}.max_disagreement", "judges the mirror window, and there is none",
-                             "set mirror_percent and mirror_window_s too, or leave max_disagreement null")
-        if not 0 < policy.watch_alpha <= 0.1:
-            raise check.fail(f"{field}.watch_alpha", f"{policy.watch_alpha!r} is not a probability in (0, 0.1]",
-                             "write e.g. 0.01 (or watch_s: 0 to judge at the window's end only)")
-        if not 0 <= policy.mirror_percent <= 50 or int(policy.mirror_percent) != policy.mirror_percent:
-            raise check.fail(f"{field}.mirror_percent", f"{policy.mirror_percent!r} is over Azure's limit",
-                             "mirror 0 to 50 percent")
-        for name in ("window_s", "mirror_window_s"):
-            window = getattr(policy, name)
-            if metrics_lag_s and (name == "window_s" or policy.mirror_percent) and window < 2 * metrics_lag_s:
-                raise check.fail(f"{field}.{name}", f"{window:g} s is shorter than twice the backend's metrics lag "
-                                 f"({metrics_lag_s:g} s): the window could judge no request",
-                                 f"give at least {2 * metrics_lag_s:g} s")
-        return policy
+        return parse(cls, raw, field, noun="rollout", context={"metrics_lag_s": metrics_lag_s})
 
     @property
     def extension_s(self) -> float:

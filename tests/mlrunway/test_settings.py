@@ -1,0 +1,71 @@
+"""Settings declared once (issue 62, first group: the staged rollout): the trigger form's Param is the declaration's
+schema in the form's dialect, and the form's validator (jsonschema) and the declaration's (pydantic) accept and
+refuse the same values; what only the declaration can check (a rule across fields, the order of steps) is named."""
+
+from __future__ import annotations
+
+import sys
+
+import jsonschema
+import pytest
+
+from mlrunway.errors import SpecError
+from mlrunway.production.rollout import RolloutPolicy
+from mlrunway.settings import form_schema
+from tests.conftest import REPO
+
+GOOD = [{}, {"steps": [100]}, {"steps": [10, 50, 100], "window_s": 5}, {"mirror_percent": 50, "mirror_window_s": 10},
+        {"max_extension_s": None}, {"max_extension_s": 90}, {"min_requests": 0}, {"watch_alpha": 0.1},
+        {"mirror_percent": 10, "mirror_window_s": 5, "max_disagreement": 0.05, "shadow_keys": ["label"]},
+        {"shadow_tolerance": 0.001, "max_p99_ratio": 3, "p99_slack_ms": 20, "max_error_rate_increase": 0}]
+BAD = [{"steps": [10, 150]}, {"steps": []}, {"steps": [10.5, 100]}, {"steps": "10,100"}, {"mirror_percent": 80},
+       {"mirror_percent": -1}, {"mirror_percent": 12.5}, {"mirror_percent": True}, {"window": 30},
+       {"max_disagreement": 1.5}, {"shadow_keys": "label"}, {"shadow_keys": [""]}, {"min_requests": 2.5},
+       {"min_requests": -1}, {"watch_alpha": 0}, {"watch_alpha": 0.5}, {"window_s": -1}, {"window_s": "30"},
+       {"max_extension_s": "long"}, {"watch_s": None}]
+# What JSON Schema cannot state: checked by the declaration (in preflight, before any job), not by the form.
+DECLARATION_ONLY = [{"steps": [50, 10, 100]}, {"steps": [10, 50]}, {"max_disagreement": 0.1}]
+
+
+@pytest.fixture(scope="module")
+def param_schema() -> dict:
+    from mlrunway.airflow.params import rollout_param
+
+    return rollout_param(section="Production endpoint", description="").schema
+
+
+def test_the_rollout_param_of_the_dag_is_its_declaration_in_the_forms_dialect():
+    sys.path.insert(0, str(REPO / "dags"))
+    from train_sweep_deploy import dag
+
+    param = dag.params.get_param("rollout")
+    declared = form_schema(RolloutPolicy, title="Staged rollout", section="Production endpoint",
+                           description=param.description)
+    assert {**param.schema, "description": param.description} == declared
+    assert param.schema["type"] == ["null", "object"] and "$defs" not in str(param.schema)  # the form's widget
+    assert param.schema["properties"]["max_extension_s"]["type"] == ["null", "number"]
+    assert param.schema["properties"]["watch_alpha"] == {**param.schema["properties"]["watch_alpha"],
+                                                         "exclusiveMinimum": 0, "maximum": 0.1}
+    assert '"steps": [10, 50, 100]' in param.description  # the defaults, stated from the declaration
+
+
+@pytest.mark.parametrize("value", GOOD, ids=str)
+def test_the_form_and_the_declaration_accept_the_same(value, param_schema):
+    jsonschema.validate(value, param_schema)
+    RolloutPolicy.parse(value)
+
+
+@pytest.mark.parametrize("value", BAD, ids=str)
+def test_the_form_and_the_declaration_refuse_the_same(value, param_schema):
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, param_schema)
+    field = next(iter(value))
+    with pytest.raises(SpecError, match=rf"^rollout\.{field}: "):
+        RolloutPolicy.parse(value)
+
+
+@pytest.mark.parametrize("value", DECLARATION_ONLY, ids=str)
+def test_what_the_form_cannot_state_the_declaration_refuses(value, param_schema):
+    jsonschema.validate(value, param_schema)
+    with pytest.raises(SpecError, match=r"^rollout\.(steps|max_disagreement): "):
+        RolloutPolicy.parse(value)
