@@ -18,7 +18,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
-from mlrunway.airflow.params import rollout_param
+from mlrunway.airflow.params import evaluation_param, rollout_param
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
 from mlrunway.early_termination import first_stop, policy_from_dict
@@ -246,19 +246,12 @@ PARAMS = {
     "min_improvement": Param(0.0, type="number", minimum=0, title="Minimum improvement", section=PRODUCTION,
                              description=("How much better the challenger must score at the gate's confidence "
                                           "(the lower bound of its improvement must clear this).")),
-    "evaluation": Param(None, type=["null", "object"], title="Evaluation set and gate", section=PRODUCTION,
-                        description=(
+    "evaluation": evaluation_param(section=PRODUCTION, description=(
         'Your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"} in the code '
-        "folder; empty: accuracy on the data folder's test/ split. The gate's settings: \"confidence\" (0.95), "
-        '"min_samples" (100), "resamples" (2000, a metric\'s paired bootstrap).'), properties={
-            "file": {"type": "string", "minLength": 1}, "metric": {"type": "string", "pattern": "^[^:]+\\.py:\\w+$"},
-            "goal": {"enum": ["maximize", "minimize"]},
-            "confidence": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1},
-            "min_samples": {"type": "integer", "minimum": 1}, "resamples": {"type": "integer", "minimum": 200}},
-        dependentRequired={"file": ["metric"], "metric": ["file"]}, additionalProperties=False),
+        "folder, and how sure the gate must be; without a file: accuracy on the data folder's test/ split.")),
     "rollout": rollout_param(section=PRODUCTION, description=(
-        "A window with fewer than min_requests challenger requests is extended up to max_extension_s (null: one more window_s), then the run ends held. Within each "
-        "window, the challenger's errors over the last watch_s seconds are watched and a clearly failing one is "
+        "A window with fewer than min_requests challenger requests is extended up to max_extension_s (null: one "
+        "more window_s), then the run ends held. Within each window, the challenger's errors over the last watch_s seconds are watched and a clearly failing one is "
         "rolled back at once (watch_s 0: at the end only). Locally, the mirror window compares the challenger's "
         'answers with the champion\'s (shadow_keys, e.g. ["label"]; numbers within shadow_tolerance) and holds the '
         "rollout past max_disagreement (a share).")),

@@ -69,7 +69,8 @@ def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: Val
         return check.fail(f"{field}.{cause.name}", cause.problem, cause.fix)
     fields = {f.name: f for f in dataclasses.fields(kind)}
     if error["type"] == "extra_forbidden" or name not in fields:
-        return check.fail(f"{field}.{name}", f"is not a {noun} setting", f"use {', '.join(fields)}")
+        article = "an" if noun[:1] in "aeiou" else "a"
+        return check.fail(f"{field}.{name}", f"is not {article} {noun} setting", f"use {', '.join(fields)}")
     words = _words(kind, name)
     return check.fail(f"{field}.{name}", words["problem"].format(value=raw.get(name)), words["fix"])
 
@@ -93,8 +94,10 @@ def form_schema(kind: type, *, title: str, section: str, description: str, optio
     schema = TypeAdapter(kind).json_schema(mode="validation")
     definitions = schema.get("$defs", {})
     properties = {name: _form(prop, definitions) for name, prop in schema["properties"].items()}
+    own = {key: value for key, value in schema.items()  # the group's own keywords (dependentRequired, ...)
+           if key not in ("type", "title", "description", "properties", "required", "$defs", "additionalProperties")}
     return {"type": ["null", "object"] if optional else "object", "title": title, "section": section,
-            "description": description, "properties": properties, "additionalProperties": False}
+            "description": description, "properties": properties, **own, "additionalProperties": False}
 
 
 def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:

@@ -7,14 +7,27 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_schema
 
-__all__ = ["rollout_param"]
+__all__ = ["evaluation_param", "rollout_param"]
+
+
+def _param(kind: type, default: Any, title: str, section: str, description: str) -> Param:
+    """A group's Param: its schema in the form's dialect, its defaults stated from the declaration after
+    ``description``."""
+    return Param(default, **form_schema(kind, title=title, section=section,
+                                        description=f"{description} Empty: the defaults, {defaults(kind)}."))
 
 
 def rollout_param(*, section: str, description: str, title: str = "Staged rollout", default: Any = None) -> Param:
-    """The ``rollout`` Param (:class:`~mlrunway.production.rollout.RolloutPolicy`); empty: its defaults, which its
-    description states before ``description``."""
-    return Param(default, **form_schema(RolloutPolicy, title=title, section=section,
-                                        description=f"{defaults(RolloutPolicy)}; empty: these defaults. {description}"))
+    """The ``rollout`` Param (:class:`~mlrunway.production.rollout.RolloutPolicy`)."""
+    return _param(RolloutPolicy, default, title, section, description)
+
+
+def evaluation_param(*, section: str, description: str, title: str = "Evaluation set and gate",
+                     default: Any = None) -> Param:
+    """The ``evaluation`` Param (:class:`~mlrunway.production.gate.Evaluation`): a team's set and the gate's
+    settings."""
+    return _param(Evaluation, default, title, section, description)

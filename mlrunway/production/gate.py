@@ -20,22 +20,68 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Strict, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import EndpointError, SpecError
+from mlrunway.settings import SettingsError, parse, setting
 
 Metric = Callable[[list[Any], list[Any]], float]
 BATCH = 32  # images per evaluation request
 SET_FIELDS = ("file", "metric", "goal")  # a team's set; without them, an image classifier's test/ split
 
 
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(
+    extra="forbid", json_schema_extra={"dependentRequired": {"file": ["metric"], "metric": ["file"]}}))
+class Evaluation:
+    """The ``evaluation`` field, declared once (:mod:`mlrunway.settings`): a team's set (``file``, ``metric``,
+    ``goal``; without them, an image classifier's ``test/`` split) and how sure the gate must be. Its validation,
+    the DAG's ``evaluation`` Param and preflight all come from this declaration."""
+
+    file: Annotated[str, Strict()] | None = setting(
+        None, min_length=1, description="A JSONL file of labelled requests in the code folder, one {\"request\": ..., "
+                                        "\"expected\": ...} per line.",
+        problem="{value!r} is not a file name", fix="name a JSONL file of the code folder, e.g. eval.jsonl")
+    metric: Annotated[str, Strict()] | None = setting(
+        None, pattern=r"^[^:]+\.py:\w+$", description="The metric: <file>.py:<function> in the code folder, called "
+                                                     "with (answers, expected).",
+        problem="{value!r} is not <file>.py:<function>", fix="write e.g. metrics.py:rmse")
+    goal: Literal["maximize", "minimize"] = setting(
+        "maximize", description="Whether a larger or a smaller metric is better.",
+        problem="{value!r} is not maximize or minimize", fix="write maximize or minimize")
+    confidence: Annotated[float, Strict()] = setting(
+        0.95, ge=0.5, lt=1, description="The confidence of the one-sided lower bound on the improvement.",
+        problem="{value!r} is not a confidence in [0.5, 1)",
+        fix="write e.g. 0.95 (promote when the improvement's 95% lower bound clears min_improvement)")
+    min_samples: Annotated[int, Strict()] = setting(
+        100, ge=1, description="The items (images, or a team's requests) the set must hold to judge at all.",
+        problem="{value!r} is not a whole number >= 1", fix="write e.g. 100")
+    resamples: Annotated[int, Strict()] = setting(
+        2000, ge=200, description="The paired bootstrap's resamples, for a metric other than accuracy.",
+        problem="{value!r} is not a whole number >= 200", fix="write e.g. 2000")
+
+    @model_validator(mode="after")
+    def _file_and_metric_together(self) -> Evaluation:
+        for given, missing in (("file", "metric"), ("metric", "file")):
+            if getattr(self, given) is not None and getattr(self, missing) is None:
+                raise SettingsError(missing, f"is missing beside {given}: a team's set needs both file and metric",
+                                    'give both, e.g. {"file": "eval.jsonl", "metric": "metrics.py:rmse"}')
+        return self
+
+    @classmethod
+    def parse(cls, value: dict[str, Any] | None) -> Evaluation:
+        return parse(cls, value, "evaluation", noun="evaluation")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GateSettings:
-    """How sure the gate must be. ``confidence``: of the one-sided lower bound on the improvement; ``min_samples``:
-    the items (images, or a team's requests) the set must hold to judge at all; ``resamples``: the paired
-    bootstrap's, for a metric other than accuracy."""
+    """How sure the gate must be (the ``evaluation`` field's, :class:`Evaluation`) and by how much the challenger
+    must improve. ``confidence``: of the one-sided lower bound on the improvement; ``min_samples``: the items the
+    set must hold to judge at all; ``resamples``: the paired bootstrap's, for a metric other than accuracy."""
 
     min_improvement: float = 0.0
     confidence: float = 0.95
@@ -44,19 +90,12 @@ class GateSettings:
 
     @classmethod
     def parse(cls, spec: dict[str, Any] | None, min_improvement: float = 0.0) -> GateSettings:
-        """From the ``evaluation`` field (its ``confidence``, ``min_samples``, ``resamples``); a bad one names the
-        field and the fix."""
-        spec = dict(spec or {})
-        confidence = spec.get("confidence", cls.confidence)
-        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.5 <= confidence < 1:
-            raise check.fail("evaluation.confidence", f"{confidence!r} is not a confidence in [0.5, 1)",
-                             "write e.g. 0.95 (promote when the improvement's 95% lower bound clears min_improvement)")
-        samples = check.positive_int("evaluation.min_samples", spec.get("min_samples", cls.min_samples))
-        resamples = check.positive_int("evaluation.resamples", spec.get("resamples", cls.resamples), minimum=200)
+        """From the ``evaluation`` field and the ``min_improvement`` param; a bad one names the field and the fix."""
+        evaluation = Evaluation.parse(spec)
         if isinstance(min_improvement, bool) or not isinstance(min_improvement, int | float) or min_improvement < 0:
             raise check.fail("min_improvement", f"{min_improvement!r} is not a number >= 0", "write e.g. 0 or 0.005")
-        return cls(min_improvement=float(min_improvement), confidence=float(confidence), min_samples=samples,
-                   resamples=resamples)
+        return cls(min_improvement=float(min_improvement), confidence=evaluation.confidence,
+                   min_samples=evaluation.min_samples, resamples=evaluation.resamples)
 
 
 @dataclass(frozen=True)
@@ -136,10 +175,7 @@ def classifier_set(data_dir: str | Path, signature: dict[str, Any]) -> Evaluatio
 def names_set(spec: dict[str, Any] | None) -> bool:
     """Whether the ``evaluation`` field names a team's set (``file``, ``metric``, ``goal``) rather than only the
     gate's settings for an image classifier's ``test/`` split; an unknown field or a bad setting names the fix."""
-    known = (*SET_FIELDS, *(f for f in GateSettings.__dataclass_fields__ if f != "min_improvement"))
-    if unknown := sorted(set(spec or {}) - set(known)):
-        raise check.fail(f"evaluation.{unknown[0]}", "is not an evaluation field", f"use {', '.join(known)}")
-    GateSettings.parse(spec)
+    Evaluation.parse(spec)
     return any(field in (spec or {}) for field in SET_FIELDS)
 
 
@@ -148,9 +184,9 @@ def team_set(code_dir: str | Path, spec: dict[str, Any]) -> EvaluationSet:
     code folder. Each line of the file is ``{"request": <body score.py takes>, "expected": <anything>}``; the
     metric function takes (answers, expected), the parsed answers and the expected values, and returns a number."""
     code = Path(code_dir)
-    names_set(spec)
-    path = code / str(spec.get("file") or "")
-    if not spec.get("file") or not path.is_file():
+    declared = Evaluation.parse(spec)
+    path = code / str(declared.file or "")
+    if not declared.file or not path.is_file():
         raise check.fail("evaluation.file", f"{path} does not exist", "name a JSONL file of labelled requests in the "
                          "code folder: one {\"request\": ..., \"expected\": ...} per line")
     requests, expected = [], []
@@ -166,9 +202,8 @@ def team_set(code_dir: str | Path, spec: dict[str, Any]) -> EvaluationSet:
                              "write one JSON object per line") from None
     if not requests:
         raise check.fail("evaluation.file", f"{path} holds no requests", "add labelled requests")
-    goal = check.one_of("evaluation.goal", spec.get("goal", "maximize"), ("maximize", "minimize"))
-    metric, name = _metric(code, str(spec.get("metric") or ""))
-    return EvaluationSet(requests, expected, metric, name, goal, len(requests))
+    metric, name = _metric(code, str(declared.metric or ""))
+    return EvaluationSet(requests, expected, metric, name, declared.goal, len(requests))
 
 
 def _metric(code: Path, ref: str) -> tuple[Metric, str]:

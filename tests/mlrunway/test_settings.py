@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from mlrunway.errors import SpecError
+from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import form_schema
 from tests.conftest import REPO
@@ -27,6 +28,32 @@ BAD = [{"steps": [10, 150]}, {"steps": []}, {"steps": [10.5, 100]}, {"steps": "1
 DECLARATION_ONLY = [{"steps": [50, 10, 100]}, {"steps": [10, 50]}, {"max_disagreement": 0.1}]
 
 
+EVALUATION_GOOD = [{}, {"confidence": 0.9, "min_samples": 300}, {"file": "eval.jsonl", "metric": "metrics.py:rmse"},
+                   {"file": "e.jsonl", "metric": "m.py:f", "goal": "minimize", "resamples": 200}]
+EVALUATION_BAD = [{"confidence": 1.0}, {"confidence": 0.4}, {"confidence": "high"}, {"min_samples": 0},
+                  {"resamples": 50}, {"confidance": 0.9}, {"file": "eval.jsonl"}, {"metric": "m.py:f"},
+                  {"file": "e.jsonl", "metric": "rmse"}, {"file": "e.jsonl", "metric": "m.py:f", "goal": "up"},
+                  {"file": "", "metric": "m.py:f"}, {"min_samples": 1.5}]
+
+
+@pytest.mark.parametrize("value", EVALUATION_GOOD, ids=str)
+def test_the_form_and_the_declaration_accept_the_same_evaluation(value):
+    from mlrunway.airflow.params import evaluation_param
+
+    jsonschema.validate(value, evaluation_param(section="s", description="").schema)
+    Evaluation.parse(value)
+
+
+@pytest.mark.parametrize("value", EVALUATION_BAD, ids=str)
+def test_the_form_and_the_declaration_refuse_the_same_evaluation(value):
+    from mlrunway.airflow.params import evaluation_param
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, evaluation_param(section="s", description="").schema)
+    with pytest.raises(SpecError, match=r"^evaluation\.\w+: "):
+        Evaluation.parse(value)
+
+
 @pytest.fixture(scope="module")
 def param_schema() -> dict:
     from mlrunway.airflow.params import rollout_param
@@ -38,10 +65,12 @@ def test_the_rollout_param_of_the_dag_is_its_declaration_in_the_forms_dialect():
     sys.path.insert(0, str(REPO / "dags"))
     from train_sweep_deploy import dag
 
+    for name, kind, title in (("rollout", RolloutPolicy, "Staged rollout"),
+                              ("evaluation", Evaluation, "Evaluation set and gate")):
+        param = dag.params.get_param(name)
+        declared = form_schema(kind, title=title, section="Production endpoint", description=param.description)
+        assert {**param.schema, "description": param.description} == declared, name
     param = dag.params.get_param("rollout")
-    declared = form_schema(RolloutPolicy, title="Staged rollout", section="Production endpoint",
-                           description=param.description)
-    assert {**param.schema, "description": param.description} == declared
     assert param.schema["type"] == ["null", "object"] and "$defs" not in str(param.schema)  # the form's widget
     assert param.schema["properties"]["max_extension_s"]["type"] == ["null", "number"]
     assert param.schema["properties"]["watch_alpha"] == {**param.schema["properties"]["watch_alpha"],
