@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlrunway.backend.retention import RetentionPolicy
+from mlrunway.settings import defaults
+
 _STRING = {"type": ["string", "null"]}
 
 
@@ -49,8 +52,7 @@ def get_provider_info() -> dict[str, Any]:
                                        "description": "What each deployment's data collector may keep on disk; "
                                                       "empty: 1024. Past it, its oldest files go first."},
                     "retention": {"label": "Retention (JSON)", "schema": _STRING,
-                                  "description": 'What pruning keeps: {"keep_runs": 10, "keep_versions": 5, '
-                                                 '"capture_days": 30}; empty: these.'},
+                                  "description": f"What pruning keeps: {defaults(RetentionPolicy)}; empty: these."},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {},

@@ -20,44 +20,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 
-from mlrunway import check
+from pydantic import ConfigDict, Strict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from mlrunway.settings import parse, setting
 
 __all__ = ["Pruned", "PrunePlan", "Retention", "RetentionPolicy"]
 
 PROTECTED_ALIASES = ("production", "previous")
 
 
-@dataclass(frozen=True)
+_KEEP = "{value!r} is not a whole number of at least 1"
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class RetentionPolicy:
-    keep_runs: int = 10
-    keep_versions: int = 5
-    capture_days: float = 30.0
+    """How long a backend keeps what the lifecycle produces, declared once (:mod:`mlrunway.settings`): the
+    connection extra ``retention`` is read by :meth:`parse`, and its form field is described from it."""
+
+    keep_runs: Annotated[int, Strict()] = setting(
+        10, ge=1, description="Each DAG's last N runs keep their jobs, MLflow runs and report.", problem=_KEEP,
+        fix="keep at least one (the newest is what the next run builds on)")
+    keep_versions: Annotated[int, Strict()] = setting(
+        5, ge=1, description="Each model's newest K versions stay registered.", problem=_KEEP,
+        fix="keep at least one (the newest is what the next run builds on)")
+    capture_days: Annotated[float, Strict()] = setting(
+        30.0, gt=0, description="Captured requests (and monitoring reports, the newest always) stay D days.",
+        problem="{value!r} is not a positive number of days",
+        fix="give the days captures stay, e.g. 30 (0.5 for half a day)")
 
     @classmethod
     def parse(cls, value: Mapping[str, Any] | None, field_name: str = "retention") -> RetentionPolicy:
         """The policy from a connection's extra; each mistake names its field."""
-        if value is None:
-            return cls()
-        if not isinstance(value, Mapping):
-            raise check.fail(field_name, f"{value!r} is not a mapping",
-                             'give {"keep_runs": 10, "keep_versions": 5, "capture_days": 30} or leave it out')
-        unknown = sorted(set(value) - {"keep_runs", "keep_versions", "capture_days"})
-        if unknown:
-            raise check.fail(f"{field_name}.{unknown[0]}", "is not a retention setting",
-                             "use keep_runs, keep_versions or capture_days")
-        for key in ("keep_runs", "keep_versions"):
-            number = value.get(key, getattr(cls, key))
-            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-                raise check.fail(f"{field_name}.{key}", f"{number!r} is not a whole number of at least 1",
-                                 "keep at least one (the newest is what the next run builds on)")
-        days = value.get("capture_days", cls.capture_days)
-        if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
-            raise check.fail(f"{field_name}.capture_days", f"{days!r} is not a positive number of days",
-                             "give the days captures stay, e.g. 30 (0.5 for half a day)")
-        return cls(int(value.get("keep_runs", cls.keep_runs)), int(value.get("keep_versions", cls.keep_versions)),
-                   float(days))
+        return parse(cls, value, field_name, noun="retention")
 
 
 @dataclass(frozen=True)
