@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -56,9 +57,15 @@ def parse(kind: type[T], value: Mapping[str, Any] | None, field: str, *, noun: s
                                                                 "empty for the defaults")
     raw = dict(value or {})
     try:
-        return TypeAdapter(kind).validate_python(raw, context=dict(context or {}))
+        return _adapter(kind).validate_python(raw, context=dict(context or {}))
     except ValidationError as exc:
         raise _translated(kind, raw, field, noun, exc) from None
+
+
+@functools.cache
+def _adapter(kind: type) -> TypeAdapter[Any]:
+    """The group's validator and schema, built once per group."""
+    return TypeAdapter(kind)
 
 
 def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: ValidationError) -> Exception:
@@ -76,7 +83,7 @@ def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: Val
 
 
 def _words(kind: type, name: str) -> dict[str, str]:
-    extra = TypeAdapter(kind).json_schema()["properties"][name]
+    extra = _adapter(kind).json_schema()["properties"][name]
     return {key: extra[key] for key in _WORDS}
 
 
@@ -84,14 +91,14 @@ def defaults(kind: type) -> str:
     """The group's defaults as the JSON a user writes (``{"steps": [10, 50, 100], ...}``), for a description."""
     import json
 
-    return json.dumps(TypeAdapter(kind).dump_python(kind(), mode="json"))
+    return json.dumps(_adapter(kind).dump_python(kind(), mode="json"))
 
 
 def form_schema(kind: type, *, title: str, section: str, description: str, optional: bool = True) -> dict[str, Any]:
     """The Param keywords of the group ``kind`` in the dialect Airflow's trigger form reads: ``type``, ``title``,
     ``section``, ``description``, and the group's ``properties`` (each with its bounds and description; a
     reference inlined, an optional value as a type list with ``"null"``) with ``additionalProperties: false``."""
-    schema = TypeAdapter(kind).json_schema(mode="validation")
+    schema = _adapter(kind).json_schema(mode="validation")
     definitions = schema.get("$defs", {})
     properties = {name: _form(prop, definitions) for name, prop in schema["properties"].items()}
     own = {key: value for key, value in schema.items()  # the group's own keywords (dependentRequired, ...)
