@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -62,10 +61,14 @@ def parse(kind: type[T], value: Mapping[str, Any] | None, field: str, *, noun: s
         raise _translated(kind, raw, field, noun, exc) from None
 
 
-@functools.cache
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
 def _adapter(kind: type) -> TypeAdapter[Any]:
     """The group's validator and schema, built once per group."""
-    return TypeAdapter(kind)
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
 
 
 def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: ValidationError) -> Exception:
