@@ -178,11 +178,7 @@ def cleanup(backend: Backend, names: RunNames, *, delete_endpoint: bool = True,
 
 
 def _exists(backend: Backend, endpoint: str) -> bool:
-    try:
-        backend.endpoints.get(endpoint)
-    except NotFound:
-        return False
-    return True
+    return backend.endpoints.first_existing(endpoint) is not None
 
 
 def _running_jobs(backend: Backend, names: RunNames) -> list[str]:

@@ -106,14 +106,11 @@ def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, A
 
 def _endpoint(backend: Backend, *names: str) -> dict[str, Any] | None:
     """The first of ``names`` that exists (a run's endpoint, or the name it had before names were salted)."""
-    for name in names:
-        try:
-            endpoint = backend.endpoints.get(name)
-        except NotFound:
-            continue
-        return {"name": name, "provisioning_state": endpoint.provisioning_state.value,
-                "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
-    return None
+    endpoint = backend.endpoints.first_existing(*names)
+    if endpoint is None:
+        return None
+    return {"name": endpoint.name, "provisioning_state": endpoint.provisioning_state.value,
+            "traffic": dict(endpoint.traffic), "scoring_uri": endpoint.scoring_uri}
 
 
 LEGEND_MAX = 12  # trials named in the plot's legend: beyond it, the best ones (a legend of 200 is read by no one)

@@ -16,7 +16,7 @@ from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError, MlrunwayError, NotFound
+from mlrunway.errors import EndpointError, MlrunwayError
 from mlrunway.operators._base import MlrunwayWaitingOperator
 from mlrunway.production import card, stable
 from mlrunway.production.rollout import RolloutPolicy
@@ -144,13 +144,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         """The run's own endpoint: its name, or the one it had before names were salted when a try made before the
         upgrade created that one (looked up by name, so the run neither deploys twice nor leaks it)."""
         names = self.names(context)
-        for older in names.endpoints[1:]:
-            try:
-                self.backend.endpoints.get(older)
-            except NotFound:
-                continue
-            self.log.info("Endpoint %s was made by this run before endpoint names were salted: using it", older)
-            return older
+        if (older := self.backend.endpoints.first_existing(*names.endpoints[1:])) is not None:
+            self.log.info("Endpoint %s was made by this run before endpoint names were salted: using it", older.name)
+            return older.name
         return names.endpoint
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from mlrunway.backend.types import (
     SweepResult,
 )
 from mlrunway.backend.waiting import Outage, wait_provisioned
-from mlrunway.errors import EndpointError, JobTimedOut, NotSupportedOnBackend, Unavailable
+from mlrunway.errors import EndpointError, JobTimedOut, NotFound, NotSupportedOnBackend, Unavailable
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
@@ -274,6 +274,15 @@ class Endpoints(_NamesChecked, abc.ABC):
     @abc.abstractmethod
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None) -> str: ...
+
+    def first_existing(self, *names: str) -> EndpointInfo | None:
+        """The first of ``names`` that exists (a run's endpoint, or the name it had before names were salted)."""
+        for candidate in names:
+            try:
+                return self.get(candidate)
+            except NotFound:
+                continue
+        return None
 
     def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
         """As ``begin_create_or_update``, then wait until the endpoint is provisioned."""
