@@ -16,6 +16,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.airflow.params import drift_param
 from mlrunway.operators import MonitorEndpointOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -44,9 +45,8 @@ with DAG(
                                                 "instead of data_dir's images."),
         "window_s": Param(24 * 3600, type="number", exclusiveMinimum=0, title="Window (seconds)",
                           description="How far back the collected traffic is read."),
-        "drift": Param(None, type=["null", "object"], title="Drift metrics and thresholds", description=(
-            'In azure-ai-ml\'s words: {"metric_thresholds": {"numerical": {"normalized_wasserstein_distance": 0.1}, '
-            '"categorical": {"jensen_shannon_distance": 0.1}}, "min_rows": 100, "alpha": 0.01}; empty: these.')),
+        "drift": drift_param(description="In azure-ai-ml's words, e.g. {\"metric_thresholds\": {\"numerical\": "
+                                         "{\"normalized_wasserstein_distance\": 0.1}}, \"min_rows\": 100}."),
         "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
                                  description="The Airflow connection of the backend."),
     },

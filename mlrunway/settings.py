@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import Field, TypeAdapter, ValidationError
 
 from mlrunway import check
+from mlrunway.errors import MlrunwayError
 
 __all__ = ["SettingsError", "defaults", "form_schema", "parse", "setting"]
 
@@ -40,11 +41,13 @@ class SettingsError(ValueError):
         self.name, self.problem, self.fix = name, problem, fix
 
 
-def setting(default: Any, *, description: str, problem: str, fix: str, **constraints: Any) -> Any:
+def setting(default: Any, *, description: str, problem: str, fix: str, schema: dict[str, Any] | None = None,
+            **constraints: Any) -> Any:
     """A field of a settings group: its default, description, bounds (pydantic's ``Field`` constraints) and the
-    words of its error (``problem`` may name the value as ``{value!r}``)."""
-    return Field(default, description=description, json_schema_extra={"problem": problem, "fix": fix},
-                 **constraints)
+    words of its error (``problem`` may name the value as ``{value!r}``); ``schema``: keywords for the form that
+    the type cannot say (an object's own properties)."""
+    return Field(default, description=description,
+                 json_schema_extra={"problem": problem, "fix": fix, **(schema or {})}, **constraints)
 
 
 def parse(kind: type[T], value: Mapping[str, Any] | None, field: str, *, noun: str,
@@ -77,6 +80,8 @@ def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: Val
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, SettingsError):  # a rule of the group's own validators
         return check.fail(f"{field}.{cause.name}", cause.problem, cause.fix)
+    if isinstance(cause, MlrunwayError):  # a check of the project's own, its message already whole
+        return cause
     fields = {f.name: f for f in dataclasses.fields(kind)}
     if error["type"] == "extra_forbidden" or name not in fields:
         article = "an" if noun[:1] in "aeiou" else "a"
@@ -123,7 +128,8 @@ def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]
         for branch in (b for b in branches if b.get("type") != "null"):
             kind = branch.pop("type", None)
             types += kind if isinstance(kind, list) else [kind] if kind else []
-            schema.update(branch)
+            for key, value in branch.items():  # the field's own keywords (its schema=) win over the type's
+                schema.setdefault(key, value)
         schema["type"] = types
     if "items" in schema:
         schema["items"] = _form(schema["items"], definitions)

@@ -7,18 +7,22 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from mlrunway.production.drift import Drift
 from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_schema
 
-__all__ = ["evaluation_param", "rollout_param"]
+__all__ = ["drift_param", "evaluation_param", "rollout_param"]
 
 
-def _param(kind: type, default: Any, title: str, section: str, description: str) -> Param:
+def _param(kind: type, default: Any, title: str, section: str | None, description: str) -> Param:
     """A group's Param: its schema in the form's dialect, its defaults stated from the declaration after
     ``description``."""
-    return Param(default, **form_schema(kind, title=title, section=section,
-                                        description=f"{description} Empty: the defaults, {defaults(kind)}."))
+    schema = form_schema(kind, title=title, section=section or "",
+                         description=f"{description} Empty: the defaults, {defaults(kind)}.")
+    if section is None:  # a form without sections
+        del schema["section"]
+    return Param(default, **schema)
 
 
 def rollout_param(*, section: str, description: str, title: str = "Staged rollout", default: Any = None) -> Param:
@@ -31,3 +35,9 @@ def evaluation_param(*, section: str, description: str, title: str = "Evaluation
     """The ``evaluation`` Param (:class:`~mlrunway.production.gate.Evaluation`): a team's set and the gate's
     settings."""
     return _param(Evaluation, default, title, section, description)
+
+
+def drift_param(*, description: str, title: str = "Drift metrics and thresholds", section: str | None = None,
+                default: Any = None) -> Param:
+    """The ``drift`` Param (:class:`~mlrunway.production.drift.Drift`), in azure-ai-ml's words."""
+    return _param(Drift, default, title, section, description)

@@ -35,19 +35,65 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import ConfigDict, Strict, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
+from mlrunway.settings import SettingsError, parse, setting
 
-__all__ = ["DEFAULTS", "DriftSettings", "FeatureDrift", "Signal", "measure", "signal"]
+__all__ = ["DEFAULTS", "Drift", "DriftSettings", "FeatureDrift", "Signal", "measure", "signal"]
 
 NUMERICAL = ("normalized_wasserstein_distance", "jensen_shannon_distance", "population_stability_index",
              "two_sample_kolmogorov_smirnov_test")
 CATEGORICAL = ("jensen_shannon_distance", "population_stability_index", "pearsons_chi_squared_test")
 TESTS = ("two_sample_kolmogorov_smirnov_test", "pearsons_chi_squared_test")  # p-values: drift below the threshold
 DEFAULTS = {"numerical": ("normalized_wasserstein_distance", 0.1), "categorical": ("jensen_shannon_distance", 0.1)}
+
+
+def _one_metric(kind: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The form's schema of ``metric_thresholds.<kind>``: one of ``allowed`` and its threshold."""
+    return {"type": ["null", "object"], "maxProperties": 1, "propertyNames": {"enum": list(allowed)},
+            "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+            "description": f"One {kind} metric and its threshold."}
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class Drift:
+    """The ``drift`` field as a user writes it, in azure-ai-ml's words, declared once (:mod:`mlrunway.settings`):
+    its validation, the monitor DAG's ``drift`` Param and the monitor's check all come from here."""
+
+    metric_thresholds: dict[str, Any] | None = setting(
+        None, description="Per kind of feature (numerical, categorical), one metric and its threshold; empty: "
+                          "Azure's defaults.",
+        problem="has {value!r}",
+        fix='give {"numerical": {<metric>: <threshold>}, "categorical": {<metric>: <threshold>}}',
+        schema={"properties": {"numerical": _one_metric("numerical", NUMERICAL),
+                               "categorical": _one_metric("categorical", CATEGORICAL)},
+                "additionalProperties": False})
+    ignore: tuple[Annotated[str, Strict()], ...] = setting(
+        ("correlationid",), description="The columns that are not features.",
+        problem="{value!r} is not a list of column names", fix='pass e.g. ["correlationid"]')
+    min_rows: Annotated[int, Strict()] = setting(
+        100, ge=10, description="The rows either side needs: fewer is no evidence, never no drift.",
+        problem="{value!r} is not a whole number >= 10", fix="pass e.g. 100")
+    alpha: Annotated[float, Strict()] = setting(
+        0.01, gt=0, lt=0.5, description="The permutation test's error rate over a signal's features.",
+        problem="{value!r} is not an error rate in (0, 0.5)", fix="pass e.g. 0.01")
+    permutations: Annotated[int, Strict()] = setting(
+        500, ge=100, le=100_000, description="The permutation test's re-splits at most.",
+        problem="{value!r} is not a whole number from 100 to 100,000", fix="pass e.g. 500")
+
+    @model_validator(mode="after")
+    def _known_kinds(self) -> Drift:
+        extra = sorted(set(self.metric_thresholds or {}) - {"numerical", "categorical"})
+        if extra:
+            raise SettingsError("metric_thresholds", f"has {self.metric_thresholds!r}",
+                                'give {"numerical": {<metric>: <threshold>}, "categorical": {<metric>: '
+                                f'<threshold>}}}}, not {extra[0]}')
+        return self
 
 
 @dataclass(frozen=True)
@@ -65,28 +111,14 @@ class DriftSettings:
     @classmethod
     def parse(cls, value: Mapping[str, Any] | None, field_name: str = "drift") -> DriftSettings:
         """``{"metric_thresholds": {"numerical": {"normalized_wasserstein_distance": 0.1}, "categorical":
-        {"jensen_shannon_distance": 0.1}}, "ignore": ["correlationid"], "min_rows": 100, "alpha": 0.01}``."""
-        value = dict(value or {})
-        known = ("metric_thresholds", "ignore", "min_rows", "alpha", "permutations")
-        if unknown := sorted(set(value) - set(known)):
-            raise check.fail(f"{field_name}.{unknown[0]}", "is not a drift setting", f"use {', '.join(known)}")
-        thresholds = value.get("metric_thresholds") or {}
-        if not isinstance(thresholds, Mapping) or (extra := sorted(set(thresholds) - {"numerical", "categorical"})):
-            raise check.fail(f"{field_name}.metric_thresholds", f"has {thresholds!r}",
-                             'give {"numerical": {<metric>: <threshold>}, "categorical": {<metric>: <threshold>}}'
-                             + (f", not {extra[0]}" if isinstance(thresholds, Mapping) else ""))
+        {"jensen_shannon_distance": 0.1}}, "ignore": ["correlationid"], "min_rows": 100, "alpha": 0.01}``, as
+        :class:`Drift` declares it."""
+        drift = parse(Drift, value, field_name, noun="drift")
+        thresholds = drift.metric_thresholds or {}
         chosen = {kind: _metric(f"{field_name}.metric_thresholds.{kind}", thresholds.get(kind), allowed)
                   for kind, allowed in (("numerical", NUMERICAL), ("categorical", CATEGORICAL))}
-        ignore = value.get("ignore", cls.ignore)
-        if not isinstance(ignore, list | tuple) or not all(isinstance(c, str) for c in ignore):
-            raise check.fail(f"{field_name}.ignore", f"{ignore!r} is not a list of column names", 'pass e.g. ["correlationid"]')
-        min_rows = check.positive_int(f"{field_name}.min_rows", value.get("min_rows", cls.min_rows), minimum=10)
-        alpha = check.number(f"{field_name}.alpha", value.get("alpha", cls.alpha))
-        if not 0 < alpha < 0.5:
-            raise check.fail(f"{field_name}.alpha", f"{alpha!r} is not an error rate in (0, 0.5)", "pass e.g. 0.01")
-        permutations = check.positive_int(f"{field_name}.permutations", value.get("permutations", cls.permutations),
-                                          minimum=100, maximum=100_000)
-        return cls(chosen["numerical"], chosen["categorical"], tuple(ignore), min_rows, alpha, permutations)
+        return cls(chosen["numerical"], chosen["categorical"], drift.ignore, drift.min_rows, drift.alpha,
+                   drift.permutations)
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric_thresholds": {"numerical": dict([self.numerical]), "categorical": dict([self.categorical])},

@@ -54,6 +54,58 @@ def test_the_form_and_the_declaration_refuse_the_same_evaluation(value):
         Evaluation.parse(value)
 
 
+DRIFT_GOOD = [{}, {"min_rows": 50, "alpha": 0.05}, {"ignore": ["id", "ts"]}, {"permutations": 1000},
+              {"metric_thresholds": {"numerical": {"jensen_shannon_distance": 0.2}}},
+              {"metric_thresholds": {"categorical": {"pearsons_chi_squared_test": 0.01}, "numerical": None}}]
+DRIFT_BAD = [{"thresholds": {}}, {"metric_thresholds": {"numeric": {}}}, {"metric_thresholds": "x"},
+             {"metric_thresholds": {"numerical": {"chi_squared": 0.1}}},
+             {"metric_thresholds": {"numerical": {"normalized_wasserstein_distance": -1}}},
+             {"metric_thresholds": {"categorical": {"jensen_shannon_distance": 0.1,
+                                                    "population_stability_index": 0.2}}},
+             {"min_rows": 3}, {"alpha": 0.7}, {"alpha": 0}, {"ignore": "correlationid"}, {"permutations": 50}]
+# Declaration only: a p-value threshold of 1 or more (JSON Schema gives every metric one bound).
+DRIFT_DECLARATION_ONLY = [{"metric_thresholds": {"numerical": {"two_sample_kolmogorov_smirnov_test": 1.5}}}]
+
+
+def test_the_monitor_dags_drift_param_is_its_declaration():
+    from mlrunway.production.drift import Drift
+
+    sys.path.insert(0, str(REPO / "dags"))
+    from monitor_endpoint import dag
+
+    param = dag.params.get_param("drift")
+    declared = form_schema(Drift, title="Drift metrics and thresholds", section="", description=param.description)
+    del declared["section"]
+    assert {**param.schema, "description": param.description} == declared
+
+
+@pytest.mark.parametrize(("value", "good"), [*((v, True) for v in DRIFT_GOOD), *((v, False) for v in DRIFT_BAD)],
+                         ids=str)
+def test_the_form_and_the_declaration_agree_on_drift(value, good):
+    from mlrunway.airflow.params import drift_param
+    from mlrunway.production.drift import DriftSettings
+
+    schema = drift_param(description="").schema
+    if good:
+        jsonschema.validate(value, schema)
+        DriftSettings.parse(value)
+        return
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, schema)
+    with pytest.raises(SpecError, match=r"^drift\.\w+"):
+        DriftSettings.parse(value)
+
+
+@pytest.mark.parametrize("value", DRIFT_DECLARATION_ONLY, ids=str)
+def test_what_the_drift_form_cannot_state_the_declaration_refuses(value):
+    from mlrunway.airflow.params import drift_param
+    from mlrunway.production.drift import DriftSettings
+
+    jsonschema.validate(value, drift_param(description="").schema)
+    with pytest.raises(SpecError, match=r"^drift\.metric_thresholds\.numerical\.two_sample"):
+        DriftSettings.parse(value)
+
+
 @pytest.fixture(scope="module")
 def param_schema() -> dict:
     from mlrunway.airflow.params import rollout_param
