@@ -16,7 +16,6 @@ import secrets
 import select
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
 from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked
-from mlrunway.local.reconcile import SUBMIT_LOCK, reconcile
+from mlrunway.local.reconcile import SUBMIT_LOCK, close_run, reconcile
 from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.supervisor import command as supervisor_command
@@ -322,7 +321,7 @@ class LocalJobs(Jobs):
                 why = "" if answered else (f"; its supervisor did not answer the cancel within {CANCEL_ANSWER_S:g} s "
                                            "(stopped or frozen), so the job's processes were killed")
                 state.update_unless_ended(status="Canceled", ended=time.time(), error=f"{reason}{why}")
-                self._end_mlflow_run(state, "Canceled")  # its supervisor, which would have, cannot
+                close_run(state, self.workspace, state.status())  # its supervisor, which would have, cannot
         # The supervisor records the status, then exits: wait for it to be gone too.
         if info.damaged:  # nothing to act on: it answers as get() does
             return info
@@ -355,20 +354,7 @@ class LocalJobs(Jobs):
             self.request_cancel(state.dir.name, reason)
             state.update(status=JobStatus.CANCELED.value, killed=False,
                          error=f"{reason}; its controller had died: {status.get('error')}")
-            self._end_mlflow_run(state, "Canceled")  # its MLflow run said FAILED: the two agree
-
-    def _end_mlflow_run(self, state: JobState, status: str) -> None:
-        """End the job's MLflow run as its record now reads (KILLED for Canceled), where its own supervisor could
-        not; a run that cannot be ended is logged, never a failed cancel."""
-        from mlrunway.local import tracking
-
-        run_id = state.status().get("mlflow_run_id") or (state.job().get("mlflow_run") or [None, None])[1]
-        if not run_id:
-            return
-        try:
-            tracking.end_run_quickly(self.workspace, run_id, status)
-        except (LookupError, sqlite3.Error) as exc:
-            log.warning("job %s: its MLflow run %s could not be ended %s: %s", state.dir.name, run_id, status, exc)
+            close_run(state, self.workspace, state.status())  # its MLflow run said FAILED: the two agree
 
     def recover(self, name: str) -> JobInfo:
         """Resume a sweep whose controller died (killed, the OOM killer, a reboot): a new supervisor and
@@ -503,13 +489,13 @@ class LocalJobs(Jobs):
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
         path = self.workspace.job_dir(name) / "outputs" / "sweep.json"
+        objective = SweepSpec.from_dict(job["sweep"]).objective
         try:
             data = read(path, "restore it, or cancel the sweep and run it again") if path.exists() else {}
         except DamagedRecord as exc:  # not "Completed with no trials": what it ran is unknown
-            return SweepResult(name=name, status=JobStatus.FAILED, objective=SweepSpec.from_dict(job["sweep"]).objective,
-                               error=str(exc))
+            return SweepResult(name=name, status=JobStatus.FAILED, objective=objective, error=str(exc))
         return SweepResult(
-            name=name, status=info.status, objective=SweepSpec.from_dict(job["sweep"]).objective,
+            name=name, status=info.status, objective=objective,
             trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
             stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
         )

@@ -30,7 +30,7 @@ from mlrunway.local.workspace import Workspace
 SUBMIT_LOCK = "submit.lock"
 log = logging.getLogger(__name__)
 
-__all__ = ["SUBMIT_LOCK", "reconcile", "submitter_holds"]
+__all__ = ["SUBMIT_LOCK", "close_run", "reconcile", "submitter_holds"]
 
 
 def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def reconcile(state: JobState, workspace: Workspace) -> dict[str, Any]:
     supervisor = Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))
     if JobStatus(status["status"]).is_terminal():
         if status.get("run_open") and (supervisor is None or not supervisor.alive()):
-            _close_run(state, workspace, status)  # it died between recording the end and closing the run
+            close_run(state, workspace, status)  # it died between recording the end and closing the run
         return status
     if supervisor is None:
         if submitter_holds(state.dir):
@@ -93,17 +93,26 @@ def _end(state: JobState, workspace: Workspace, status: str, error: str | None, 
         return {**state.status(), **ended}
     current = state.status()
     if current["status"] == status:
-        _close_run(state, workspace, current)
+        close_run(state, workspace, current)
     log.info("Job %s reconciled: %s (%s)", state.dir.name, current["status"], current.get("error"))
     return current
 
 
-def _close_run(state: JobState, workspace: Workspace, status: dict[str, Any]) -> None:
-    """End the job's MLflow run as its status says; the store being unavailable must not hide the status."""
-    if not (run_id := status.get("mlflow_run_id")):
+def close_run(state: JobState, workspace: Workspace, status: dict[str, Any]) -> None:
+    """End the job's MLflow run as its status says (KILLED for Canceled), and record it closed. Its run is the one
+    its status names, or, for a trial whose supervisor stopped before writing it there, the one its controller made
+    (job.json's ``mlflow_run``). The store being unavailable must not hide the status: logged, never raised."""
+    run_id = status.get("mlflow_run_id")
+    if not run_id:
+        with contextlib.suppress(OSError, DamagedRecord):  # no job.json to say: no run to end
+            run_id = (state.job().get("mlflow_run") or [None, None])[1]
+    if not run_id:
         return
     from mlrunway.local import tracking
 
-    with contextlib.suppress(Exception):
+    try:
         tracking.end_run_quickly(workspace, run_id, status["status"])
         state.update(run_open=False)
+    except Exception as exc:  # noqa: BLE001 - the store (a full disk, a lock): the next read closes it
+        log.warning("Job %s: its MLflow run %s could not be ended %s: %s", state.dir.name, run_id, status["status"],
+                    exc)
