@@ -15,7 +15,6 @@ import base64
 import io
 import json
 import math
-import os
 import socket
 import string
 import struct
@@ -32,12 +31,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from tests.profiles import suite_and_long
+
 EXAMPLES_ENV = "MLRUNWAY_FUZZ_EXAMPLES"
-settings.register_profile("fuzz-suite", max_examples=400, derandomize=True, database=None, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("fuzz-long", settings.get_profile("fuzz-suite"),
-                          max_examples=int(os.environ.get(EXAMPLES_ENV) or 5000))
-PROFILE = "fuzz-long" if os.environ.get(EXAMPLES_ENV) else "fuzz-suite"
+PROFILE = suite_and_long("fuzz", suite=400, long=5000, env=EXAMPLES_ENV,
+                         suppress=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def fuzz_settings(share: float) -> settings:

@@ -31,14 +31,12 @@ from mlrunway.local.processes import Identity
 from mlrunway.local.records import DamagedRecord
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.sweep_controller import recorded
+from tests.profiles import suite_and_long
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "workspace-0.2.0"
 EXAMPLES_ENV = "MLRUNWAY_DAMAGE_EXAMPLES"
-settings.register_profile("damage-suite", max_examples=1000, derandomize=True, database=None, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("damage-long", settings.get_profile("damage-suite"),
-                          max_examples=int(os.environ.get(EXAMPLES_ENV) or 20000))
-PROFILE = "damage-long" if os.environ.get(EXAMPLES_ENV) else "damage-suite"
+PROFILE = suite_and_long("damage", suite=1000, long=20000, env=EXAMPLES_ENV,
+                         suppress=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 # The test's own account of what each kind's readers cannot do without (not read from the code under test).
 NEEDED = {
