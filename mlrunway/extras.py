@@ -12,7 +12,7 @@ import importlib.util
 
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["BACKEND_EXTRAS", "MissingExtra", "installed_version", "missing", "require"]
+__all__ = ["BACKEND_EXTRAS", "MissingExtra", "installed_version", "require"]
 
 # The extra each of mlrunway's own backends needs, by connection type, and the modules that show it is installed.
 BACKEND_EXTRAS = {"mlrunway_local": ("local", ("mlflow", "optuna", "psutil", "uvicorn", "starlette")),
@@ -24,13 +24,6 @@ class MissingExtra(MlrunwayError):
     """An optional part of mlrunway used where its extra is not installed."""
 
 
-def missing(what: str, extra: str, exc: ImportError) -> MissingExtra:
-    """The error for ``what`` needing the extra ``extra``, which the ImportError ``exc`` shows is not installed."""
-    module = exc.name or str(exc)
-    first = TORCH_FIRST if extra in ("export", "local") else ""
-    return MissingExtra(f"{what} needs {module}, which is not installed here: pip install \"mlrunway[{extra}]\"{first}")
-
-
 def require(what: str, extra: str, *modules: str) -> None:
     """Find each of ``modules`` (without importing it: a check costs no import), or raise :class:`MissingExtra`
     naming the ``pip install`` of ``extra``."""
@@ -40,7 +33,9 @@ def require(what: str, extra: str, *modules: str) -> None:
         except ImportError:  # its parent package is missing (azure.ai.ml without azure)
             found = False
         if not found:
-            raise missing(what, extra, ModuleNotFoundError(name=module))
+            first = TORCH_FIRST if extra in ("export", "local") else ""
+            raise MissingExtra(f"{what} needs {module}, which is not installed here: pip install "
+                               f"\"mlrunway[{extra}]\"{first}")
 
 
 def installed_version(distribution: str) -> str | None:
