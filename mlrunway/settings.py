@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -97,21 +98,20 @@ def _words(kind: type, name: str) -> dict[str, str]:
 
 def defaults(kind: type) -> str:
     """The group's defaults as the JSON a user writes (``{"steps": [10, 50, 100], ...}``), for a description."""
-    import json
-
     return json.dumps(_adapter(kind).dump_python(kind(), mode="json"))
 
 
-def form_schema(kind: type, *, title: str, section: str, description: str, optional: bool = True) -> dict[str, Any]:
-    """The Param keywords of the group ``kind`` in the dialect Airflow's trigger form reads: ``type``, ``title``,
-    ``section``, ``description``, and the group's ``properties`` (each with its bounds and description; a
-    reference inlined, an optional value as a type list with ``"null"``) with ``additionalProperties: false``."""
+def form_schema(kind: type, *, title: str, description: str, section: str | None = None) -> dict[str, Any]:
+    """The Param keywords of the group ``kind`` (an optional object: empty is its defaults) in the dialect Airflow's
+    trigger form reads: ``type``, ``title``, ``section`` (where the form has sections), ``description``, and the
+    group's ``properties`` (each with its bounds and description; a reference inlined, an optional value as a type
+    list with ``"null"``) with ``additionalProperties: false``."""
     schema = _adapter(kind).json_schema(mode="validation")
     definitions = schema.get("$defs", {})
     properties = {name: _form(prop, definitions) for name, prop in schema["properties"].items()}
     own = {key: value for key, value in schema.items()  # the group's own keywords (dependentRequired, ...)
            if key not in ("type", "title", "description", "properties", "required", "$defs", "additionalProperties")}
-    return {"type": ["null", "object"] if optional else "object", "title": title, "section": section,
+    return {"type": ["null", "object"], "title": title, **({"section": section} if section is not None else {}),
             "description": description, "properties": properties, **own, "additionalProperties": False}
 
 

@@ -18,11 +18,8 @@ __all__ = ["drift_param", "evaluation_param", "rollout_param"]
 def _param(kind: type, default: Any, title: str, section: str | None, description: str) -> Param:
     """A group's Param: its schema in the form's dialect, its defaults stated from the declaration after
     ``description``."""
-    schema = form_schema(kind, title=title, section=section or "",
-                         description=f"{description} Empty: the defaults, {defaults(kind)}.")
-    if section is None:  # a form without sections
-        del schema["section"]
-    return Param(default, **schema)
+    return Param(default, **form_schema(kind, title=title, section=section,
+                                        description=f"{description} Empty: the defaults, {defaults(kind)}."))
 
 
 def rollout_param(*, section: str, description: str, title: str = "Staged rollout", default: Any = None) -> Param:

@@ -74,8 +74,7 @@ def test_the_monitor_dags_drift_param_is_its_declaration():
     from monitor_endpoint import dag
 
     param = dag.params.get_param("drift")
-    declared = form_schema(Drift, title="Drift metrics and thresholds", section="", description=param.description)
-    del declared["section"]
+    declared = form_schema(Drift, title="Drift metrics and thresholds", description=param.description)
     assert {**param.schema, "description": param.description} == declared
 
 
