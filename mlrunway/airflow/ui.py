@@ -100,15 +100,13 @@ def _file(path: Path) -> HTMLResponse:
     return _with_nav(path.read_text(encoding="utf-8"))
 
 
-def _inside(root: str | Path, *parts: str) -> Path:
-    """``root/parts...`` resolved, when it stays inside ``root``; a 404 naming the path otherwise (a ``..``
-    segment, a link out): the pages serve files of the reports folder and nothing else."""
-    base = Path(root).resolve()
-    path = base.joinpath(*parts).resolve()
-    if not path.is_relative_to(base):
-        raise HTTPException(404, f"{'/'.join(parts)} is not a page of the reports folder: open a report from its "
-                                 "task's link")
-    return path
+def _inside(root: str | Path, path: Path) -> Path:
+    """``path`` resolved, when it stays inside ``root``; a 404 naming it otherwise (a ``..`` segment, a link out):
+    the pages serve files of the reports folder and nothing else."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise HTTPException(404, f"{path} is not a page of the reports folder: open a report from its task's link")
+    return resolved
 
 
 def _named(kind: Callable[[str, str], Any], field: str, value: str) -> Any:
@@ -159,7 +157,7 @@ def sweep_report(conn_id: str, sweep: str) -> Any:
     backend = _backend(conn_id)
     saved = saved_report(sweep, backend.reports)
     if saved is not None:
-        return _file(_inside(backend.reports, str(saved.relative_to(backend.reports))))
+        return _file(_inside(backend.reports, saved))
     try:
         report = collect(backend, RunNames.of_sweep(sweep, endpoint_salt(backend)))
     except (NotFound, MlrunwayError) as exc:
@@ -327,7 +325,8 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
     import re
 
     _named(lambda field, value: check.endpoint_name(value, field), "endpoint", name)
-    folder = _inside(_backend(conn_id).reports, "monitor", name)
+    reports = _backend(conn_id).reports
+    folder = _inside(reports, Path(reports) / "monitor" / name)
     if not re.fullmatch(r"latest|\d{8}T\d{6}Z", stamp) or not (folder / f"{stamp}.html").is_file():
         raise HTTPException(404, f"endpoint {name} has no monitoring report {stamp}: the monitor_endpoint DAG "
                                  "writes one each time it runs")
@@ -340,12 +339,12 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def model_card(conn_id: str, name: str, version: str) -> Any:
-    from mlrunway.production.card import FOLDER, HTML_FILE
+    from mlrunway.production.card import card_page
 
     _named(check.model_name, "model", name)
-    version = str(_named(check.model_version, "version", version))
-    page = _inside(_backend(conn_id).reports, FOLDER, name, version, HTML_FILE)
-    if not page.is_file():
+    reports = _backend(conn_id).reports
+    page = card_page(reports, name, _named(check.model_version, "version", version))
+    if page is None:
         raise HTTPException(404, f"{name}:{version} has no model card: a card is written when a version reaches an "
                                  "endpoint")
-    return _file(page)
+    return _file(_inside(reports, page))
