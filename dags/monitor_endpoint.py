@@ -16,8 +16,9 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.params import drift_param
+from mlrunway.airflow.params import drift_param, setting_param
 from mlrunway.operators import MonitorEndpointOperator
+from mlrunway.production.monitor import MonitorSettings
 
 PROJECT = Path(__file__).resolve().parent.parent
 ENDPOINT = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or "digits-prod"
@@ -43,8 +44,7 @@ with DAG(
         "reference_requests": Param(None, type=["null", "string"], title="Reference requests",
                                     description="A file of request bodies (JSON lines) to make the reference of, "
                                                 "instead of data_dir's images."),
-        "window_s": Param(24 * 3600, type="number", exclusiveMinimum=0, title="Window (seconds)",
-                          description="How far back the collected traffic is read."),
+        "window_s": setting_param(MonitorSettings, "window_s", title="Window (seconds)"),
         "drift": drift_param(description="In azure-ai-ml's words, e.g. {\"metric_thresholds\": {\"numerical\": "
                                          "{\"normalized_wasserstein_distance\": 0.1}}, \"min_rows\": 100}."),
         "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",

@@ -18,7 +18,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
-from mlrunway.airflow.params import evaluation_param, rollout_param
+from mlrunway.airflow.params import data_collector_param, evaluation_param, rollout_param
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
 from mlrunway.early_termination import first_stop, policy_from_dict
@@ -255,16 +255,12 @@ PARAMS = {
         "rolled back at once (watch_s 0: at the end only). Locally, the mirror window compares the challenger's "
         'answers with the champion\'s (shadow_keys, e.g. ["label"]; numbers within shadow_tolerance) and holds the '
         "rollout past max_disagreement (a share).")),
-    "data_collector": Param(DATA_COLLECTOR, type=["null", "object"], title="Data collection", section=PRODUCTION, description=(
-        'What the deployment collects for monitoring, in azure-ai-ml\'s shape: {"collections": {"model_inputs": '
-        '{"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}. '
-        "model_inputs/model_outputs are filled by your score.py through azureml-ai-monitoring's Collector; "
-        "request/response are the HTTP bodies. Empty: nothing is collected. With a production endpoint set for "
-        "the DAG (MLRUNWAY_ENDPOINT_NAME), model_inputs and model_outputs by default: its monitor reads them."),
-        properties={"collections": {"type": "object", "minProperties": 1},
-                    "sampling_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                    "rolling_rate": {"enum": ["minute", "hour", "day"]}},
-        required=["collections"], additionalProperties=False),
+    "data_collector": data_collector_param(section=PRODUCTION, default=DATA_COLLECTOR, description=(
+        'What the deployment collects for monitoring, e.g. {"collections": {"model_inputs": {"enabled": "true"}, '
+        '"model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}: model_inputs and '
+        "model_outputs are filled by your score.py through azureml-ai-monitoring's Collector, request and response "
+        "are the HTTP bodies. With a production endpoint set for the DAG (MLRUNWAY_ENDPOINT_NAME), model_inputs and "
+        "model_outputs by default: its monitor reads them.")),
     # Azure ML only: ignored by the local backend.
     "compute": Param(None, type=NULLABLE_STRING, title="Compute cluster", section=AZURE,
                      description="A compute cluster for the jobs. Empty: the connection's, or serverless."),

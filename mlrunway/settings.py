@@ -17,7 +17,6 @@ state is checked by preflight, before any job starts.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -27,7 +26,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from mlrunway import check
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["SettingsError", "defaults", "form_schema", "parse", "setting"]
+__all__ = ["SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
 
 T = TypeVar("T")
 _WORDS = ("problem", "fix")  # a field's own error words, kept out of the form's schema
@@ -77,23 +76,65 @@ def _adapter(kind: type) -> TypeAdapter[Any]:
 
 def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: ValidationError) -> Exception:
     error = exc.errors()[0]
-    name = str(error["loc"][0]) if error["loc"] else ""
     cause = (error.get("ctx") or {}).get("error")
+    path = [str(part) for part in error["loc"] if part != "[key]"]
+    name = ".".join(filter(None, [field, *path]))  # field "": the group's settings are fields of their own
     if isinstance(cause, SettingsError):  # a rule of the group's own validators
-        return check.fail(f"{field}.{cause.name}", cause.problem, cause.fix)
+        return check.fail(".".join(filter(None, [name, cause.name])), cause.problem, cause.fix)
     if isinstance(cause, MlrunwayError):  # a check of the project's own, its message already whole
         return cause
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    if error["type"] == "extra_forbidden" or name not in fields:
+    node, value, depth, known = _walk(_adapter(kind).json_schema(mode="validation"), error["loc"], raw)
+    if error["type"] == "extra_forbidden" or node is None:
         article = "an" if noun[:1] in "aeiou" else "a"
-        return check.fail(f"{field}.{name}", f"is not {article} {noun} setting", f"use {', '.join(fields)}")
-    words = _words(kind, name)
-    return check.fail(f"{field}.{name}", words["problem"].format(value=raw.get(name)), words["fix"])
+        return check.fail(name, f"is not {article} {noun} setting", f"use {', '.join(known)}")
+    named = ".".join(filter(None, [field, *[str(p) for p in error["loc"][:depth] if p != "[key]"]]))
+    return check.fail(named, node["problem"].format(value=value), node["fix"])
 
 
-def _words(kind: type, name: str) -> dict[str, str]:
-    extra = _adapter(kind).json_schema()["properties"][name]
-    return {key: extra[key] for key in _WORDS}
+def _walk(schema: dict[str, Any], loc: tuple[Any, ...],
+          raw: Any) -> tuple[dict[str, Any] | None, Any, int, list[str]]:
+    """Follow an error's location through the group's schema: the innermost declared setting on the way (its
+    words), the value the user gave there and how deep in the location it is, and the settings known where the path
+    left the schema (None for the setting: an unknown name)."""
+    definitions = schema.get("$defs", {})
+    node, value, known = schema, raw, list(schema.get("properties", {}))
+    found: tuple[dict[str, Any] | None, Any, int] = (None, raw, 0)
+    for index, part in enumerate(loc):
+        node = _inline(node, definitions)
+        if part == "[key]":  # the previous part was a mapping's key, not a value: the keys' own schema
+            continue
+        if index + 1 < len(loc) and loc[index + 1] == "[key]":
+            node, value = node.get("propertyNames", {}), part
+        elif isinstance(part, int) and isinstance(node.get("items"), dict):  # an item of a list
+            node, value = node["items"], value[part] if isinstance(value, list) and part < len(value) else value
+        elif part in node.get("properties", {}):
+            known = list(node["properties"])
+            node, value = node["properties"][part], value.get(part) if isinstance(value, Mapping) else value
+        elif _values(node) is not None:  # a mapping's value, any key
+            node, value = _values(node) or {}, value.get(part) if isinstance(value, Mapping) else value
+        else:
+            return None, value, index, list(node.get("properties", known))
+        if "problem" in _inline(node, definitions):
+            found = (_inline(node, definitions), value, index + 1)
+    return (*found, known)
+
+
+def _values(node: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema of a mapping's values: ``additionalProperties``, or (keys with a pattern) its one pattern's."""
+    if isinstance(node.get("additionalProperties"), dict):
+        return node["additionalProperties"]
+    patterns = list(node.get("patternProperties", {}).values())
+    return patterns[0] if len(patterns) == 1 else None
+
+
+def _inline(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """A schema node with its reference, or its one non-null ``anyOf`` branch, merged in."""
+    if "$ref" in node:
+        node = {**definitions[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    branches = [b for b in node.get("anyOf", ()) if b.get("type") != "null"]
+    if len(branches) == 1:
+        node = {**_inline(branches[0], definitions), **{k: v for k, v in node.items() if k != "anyOf"}}
+    return node
 
 
 def defaults(kind: type) -> str:
@@ -105,25 +146,38 @@ def form_schema(kind: type, *, title: str, description: str, section: str | None
     """The Param keywords of the group ``kind`` (an optional object: empty is its defaults) in the dialect Airflow's
     trigger form reads: ``type``, ``title``, ``section`` (where the form has sections), ``description``, and the
     group's ``properties`` (each with its bounds and description; a reference inlined, an optional value as a type
-    list with ``"null"``) with ``additionalProperties: false``."""
+    list with ``"null"``), what is ``required``, with ``additionalProperties: false``."""
     schema = _adapter(kind).json_schema(mode="validation")
     definitions = schema.get("$defs", {})
     properties = {name: _form(prop, definitions) for name, prop in schema["properties"].items()}
     own = {key: value for key, value in schema.items()  # the group's own keywords (dependentRequired, ...)
-           if key not in ("type", "title", "description", "properties", "required", "$defs", "additionalProperties")}
+           if key not in ("type", "title", "description", "properties", "$defs", "additionalProperties")}
     return {"type": ["null", "object"], "title": title, **({"section": section} if section is not None else {}),
             "description": description, "properties": properties, **own, "additionalProperties": False}
 
 
+def form_field(kind: type, name: str) -> dict[str, Any]:
+    """One setting of the group ``kind`` as a Param's keywords of its own, in the form's dialect (its type, bounds
+    and description, and its declared ``default`` where it has one), for a form that shows a group's settings as
+    fields of their own."""
+    schema = _adapter(kind).json_schema(mode="validation")
+    declared = schema["properties"][name]
+    default = {"default": declared["default"]} if "default" in declared else {}
+    return {**_form(declared, schema.get("$defs", {})), **default}
+
+
 def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
-    """One property in the form's dialect."""
+    """One property in the form's dialect (and, within it, each nested schema)."""
     schema = copy.deepcopy(schema)
     if "$ref" in schema:
         schema = {**definitions[schema.pop("$ref").rsplit("/", 1)[1]], **schema}
     for key in (*_WORDS, "title", "default"):
         schema.pop(key, None)
-    if "anyOf" in schema:  # X | None: the form's type list, the non-null branch's keywords beside it
-        branches = [_form(b, definitions) for b in schema.pop("anyOf")]
+    branches = [_form(b, definitions) for b in schema.get("anyOf", ())]
+    if sum(b.get("type") != "null" for b in branches) > 1:  # a real choice: kept as it is, each branch formed
+        schema["anyOf"] = branches
+    elif branches:  # X | None: the form's type list, the non-null branch's keywords beside it
+        del schema["anyOf"]
         types = ["null"] if any(b.get("type") == "null" for b in branches) else []
         for branch in (b for b in branches if b.get("type") != "null"):
             kind = branch.pop("type", None)
@@ -131,6 +185,14 @@ def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]
             for key, value in branch.items():  # the field's own keywords (its schema=) win over the type's
                 schema.setdefault(key, value)
         schema["type"] = types
-    if "items" in schema:
-        schema["items"] = _form(schema["items"], definitions)
+    for key in ("items", "propertyNames", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            schema[key] = _form(schema[key], definitions)
+    for key in ("properties", "patternProperties"):
+        if key in schema:
+            schema[key] = {name: _form(sub, definitions) for name, sub in schema[key].items()}
+    if schema.get("propertyNames") == {}:
+        del schema["propertyNames"]
+    if "patternProperties" in schema:  # a key that matches no pattern is refused, as the declaration does
+        schema.setdefault("additionalProperties", False)
     return schema

@@ -7,19 +7,22 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from mlrunway.backend.capture import Collecting
 from mlrunway.production.drift import Drift
 from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
-from mlrunway.settings import defaults, form_schema
+from mlrunway.settings import defaults, form_field, form_schema
 
-__all__ = ["drift_param", "evaluation_param", "rollout_param"]
+__all__ = ["data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param"]
 
 
-def _param(kind: type, default: Any, title: str, section: str | None, description: str) -> Param:
-    """A group's Param: its schema in the form's dialect, its defaults stated from the declaration after
-    ``description``."""
+def _param(kind: type, default: Any, title: str, section: str | None, description: str,
+           empty: str | None = None) -> Param:
+    """A group's Param: its schema in the form's dialect, and after ``description`` what empty means (``empty``,
+    else the defaults stated from the declaration)."""
+    empty = empty or f"the defaults, {defaults(kind)}"
     return Param(default, **form_schema(kind, title=title, section=section,
-                                        description=f"{description} Empty: the defaults, {defaults(kind)}."))
+                                        description=f"{description} Empty: {empty}."))
 
 
 def rollout_param(*, section: str, description: str, title: str = "Staged rollout", default: Any = None) -> Param:
@@ -38,3 +41,18 @@ def drift_param(*, description: str, title: str = "Drift metrics and thresholds"
                 default: Any = None) -> Param:
     """The ``drift`` Param (:class:`~mlrunway.production.drift.Drift`), in azure-ai-ml's words."""
     return _param(Drift, default, title, section, description)
+
+
+def data_collector_param(*, section: str, description: str, title: str = "Data collection",
+                         default: Any = None) -> Param:
+    """The ``data_collector`` Param (:class:`~mlrunway.backend.capture.Collecting`), in azure-ai-ml's shape; empty:
+    nothing is collected."""
+    return _param(Collecting, default, title, section, description, empty="nothing is collected")
+
+
+def setting_param(kind: type, name: str, *, title: str, section: str | None = None, default: Any = None) -> Param:
+    """One setting of the group ``kind`` as a Param of its own: its type, bounds and description from the
+    declaration; ``default``: the declared one unless given."""
+    schema: dict[str, Any] = {**form_field(kind, name), "title": title, **({"section": section} if section else {})}
+    declared = schema.pop("default", None)
+    return Param(declared if default is None else default, **schema)

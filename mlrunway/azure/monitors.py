@@ -17,8 +17,7 @@ or regression, what the deployment's model does). The SDK refuses Spark runtimes
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 from azure.ai.ml import Input, MLClient
 from azure.ai.ml.constants import MonitorDatasetContext
@@ -37,28 +36,52 @@ from azure.ai.ml.entities import (
     ReferenceData,
     ServerlessSparkCompute,
 )
+from pydantic import ConfigDict, Strict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
+from mlrunway.settings import parse, setting
 
 __all__ = ["MonitorSettings", "ModelMonitors"]
 
-RUNTIMES = ("3.4", "3.5")  # what azure-ai-ml 1.35 accepts for a monitor's serverless Spark
+Runtime = Literal["3.4", "3.5"]  # what azure-ai-ml 1.35 accepts for a monitor's serverless Spark
+RUNTIMES: tuple[str, ...] = get_args(Runtime)
 
 
-@dataclass(frozen=True)
+FIELD = "azure_ml connection.model_monitor"
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class MonitorSettings:
-    cron: str = "0 3 * * *"
-    instance_type: str = "standard_e4s_v3"
-    runtime_version: str = "3.4"
-    reference_data: str | None = None
-    reference_type: str = "mltable"
-    emails: tuple[str, ...] = field(default_factory=tuple)
-    ml_task: str = "classification"
+    """The connection's ``model_monitor``, declared once (:mod:`mlrunway.settings`)."""
+
+    cron: Annotated[str, Strict()] = setting(
+        "0 3 * * *", pattern=r"^\S+( \S+){4}$", description="When the monitor runs: a cron expression, in UTC.",
+        problem="{value!r} is not a cron expression", fix="give five fields, e.g. 0 3 * * * (03:00 UTC daily)")
+    instance_type: Annotated[str, Strict()] = setting(
+        "standard_e4s_v3", min_length=1, description="The serverless Spark compute's instance type.",
+        problem="{value!r} is not an instance type", fix="write e.g. standard_e4s_v3")
+    runtime_version: Runtime = setting(
+        "3.4", description="The serverless Spark runtime.", problem="{value!r} is not supported",
+        fix=f"use one of {', '.join(RUNTIMES)} (what azure-ai-ml accepts)")
+    reference_data: Annotated[str, Strict()] | None = setting(
+        None, pattern="^azureml:", description="The reference data asset; empty: an earlier window of production "
+                                               "data.",
+        problem="{value!r} names no data asset", fix="write azureml:<name>:<version>")
+    reference_type: Literal["mltable", "uri_folder", "uri_file"] = setting(
+        "mltable", description="The reference data asset's type.", problem="{value!r} is not supported",
+        fix="use one of mltable, uri_folder, uri_file")
+    emails: tuple[Annotated[str, Strict()], ...] = setting(
+        (), description="Who is mailed when a signal drifts.", problem="{value!r} is not a list of e-mail addresses",
+        fix='write e.g. ["ml-team@example.com"]')
+    ml_task: Literal["classification", "regression"] = setting(
+        "classification", description="What the deployment's model does.", problem="{value!r} is not supported",
+        fix="use one of classification, regression")
 
     @classmethod
     def parse(cls, value: Any) -> MonitorSettings | None:
-        """The connection's ``model_monitor``: JSON text or a mapping; empty or ``false``: no model monitor."""
-        field_name = "azure_ml connection.model_monitor"
+        """The connection's ``model_monitor``: JSON text or a mapping; empty or ``false``: no model monitor;
+        ``true``: the defaults."""
         if value in (None, "", False, "false", "False"):
             return None
         if value in (True, "true", "True"):
@@ -67,24 +90,8 @@ class MonitorSettings:
             try:
                 value = json.loads(value)
             except ValueError as exc:
-                raise check.fail(field_name, f"is not JSON ({exc})", 'write e.g. {"cron": "0 3 * * *"}') from None
-        if not isinstance(value, dict):
-            raise check.fail(field_name, f"{value!r} is not a mapping", 'write e.g. {"cron": "0 3 * * *"}')
-        known = set(cls.__dataclass_fields__)
-        if unknown := sorted(set(value) - known):
-            raise check.fail(f"{field_name}.{unknown[0]}", "is not a model monitor setting", f"use {', '.join(sorted(known))}")
-        given: dict[str, Any] = {k: tuple(v) if k == "emails" else v for k, v in value.items()}
-        settings = cls(**given)
-        check.one_of(f"{field_name}.runtime_version", settings.runtime_version, RUNTIMES)
-        check.one_of(f"{field_name}.reference_type", settings.reference_type, ("mltable", "uri_folder", "uri_file"))
-        check.one_of(f"{field_name}.ml_task", settings.ml_task, ("classification", "regression"))
-        if len(settings.cron.split()) != 5:
-            raise check.fail(f"{field_name}.cron", f"{settings.cron!r} is not a cron expression",
-                             "give five fields, e.g. 0 3 * * * (03:00 UTC daily)")
-        if settings.reference_data and not settings.reference_data.startswith("azureml:"):
-            raise check.fail(f"{field_name}.reference_data", f"{settings.reference_data!r} names no data asset",
-                             "write azureml:<name>:<version>")
-        return settings
+                raise check.fail(FIELD, f"is not JSON ({exc})", 'write e.g. {"cron": "0 3 * * *"}') from None
+        return parse(cls, value, FIELD, noun="model monitor")
 
 
 class ModelMonitors:

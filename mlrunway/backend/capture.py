@@ -22,17 +22,79 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, get_args, runtime_checkable
 
-from mlrunway import check
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "DataCollector", "ModelMonitor", "Replay", "rows_of"]
+from mlrunway.settings import SettingsError, parse, setting
+
+__all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "Collecting", "DataCollector", "ModelMonitor", "Replay", "rows_of"]
 
 PAYLOAD_COLLECTIONS = ("request", "response")
-ROLLING_RATES = ("minute", "hour", "day")  # azure-ai-ml's DataCollectorSchema allows these three
+RollingRate = Literal["minute", "hour", "day"]  # azure-ai-ml's DataCollectorSchema allows these three
+ROLLING_RATES: tuple[str, ...] = get_args(RollingRate)
 MAX_CUSTOM = 5  # Azure ML: "as many as five" Collector objects in a scoring script
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRUE, _FALSE = ("true", "True", True), ("false", "False", False)
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+_FLAG = {"type": ["boolean", "string"], "enum": [*_TRUE[::-1], *_FALSE[::-1]]}
+
+
+def _enabled(value: Any) -> bool:
+    """A collection's setting, azure-ai-ml's ``{"enabled": "true"}`` (the SDK's strings, either case of the first
+    letter, or a boolean), or the flag alone (``{"request": true}``)."""
+    flag = value.get("enabled", True) if isinstance(value, Mapping) else value
+    if isinstance(value, Mapping) and (extra := sorted(set(value) - {"enabled"})):
+        raise SettingsError(str(extra[0]), "is not supported",
+                            "give each collection only enabled; the data lands in the workspace's default store")
+    if isinstance(flag, bool):
+        return flag
+    if isinstance(flag, str) and flag in _TRUE + _FALSE:
+        return flag in _TRUE
+    raise SettingsError("enabled", f"{flag!r} is not true or false", 'pass "true" or "false"')
+
+
+Enabled = Annotated[bool, BeforeValidator(_enabled), WithJsonSchema({"anyOf": [
+    _FLAG, {"type": "object", "properties": {"enabled": _FLAG}, "additionalProperties": False}]})]
+
+
+CollectionName = Annotated[str, Field(pattern=_NAME.pattern, json_schema_extra={
+    "problem": "is not a collection name",
+    "fix": "use letters, digits, _ and - (the name your score.py gives its Collector)"})]
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class Collecting:
+    """The ``data_collector`` field as a user writes it, in azure-ai-ml's shape, declared once
+    (:mod:`mlrunway.settings`): its validation and the trigger form's Param come from here."""
+
+    collections: dict[CollectionName, Enabled] = setting(
+        ..., min_length=1, description='Per collection name, {"enabled": "true"} or "false": model_inputs and '
+                                       "model_outputs (filled by your score.py), request and response (the HTTP "
+                                       "bodies).",
+        problem="names no collection",
+        fix='pass {"model_inputs": {"enabled": "true"}, ...} (or request/response for payloads)')
+    sampling_rate: Annotated[float, Strict()] = setting(
+        1.0, gt=0, le=1, description="The share of the data kept, above 0 and at most 1.",
+        problem="{value!r} is not a share of the data in (0, 1]",
+        fix="pass e.g. 1.0 for all, 0.1 for a tenth; disable a collection to collect none")
+    rolling_rate: Annotated[RollingRate, BeforeValidator(_lower)] = setting(
+        "hour", description="How the collected files are partitioned in time.",
+        problem="{value!r} is not supported", fix=f"use one of {', '.join(ROLLING_RATES)}")
+
+    @model_validator(mode="after")
+    def _at_most_five_custom(self) -> Collecting:
+        custom = [n for n, on in self.collections.items() if on and n.lower() not in PAYLOAD_COLLECTIONS]
+        if len(custom) > MAX_CUSTOM:
+            raise SettingsError("collections", f"enables {len(custom)} custom collections",
+                                f"enable at most {MAX_CUSTOM}, as Azure ML allows")
+        return self
 
 
 @dataclass(frozen=True)
@@ -46,37 +108,13 @@ class DataCollector:
 
     @classmethod
     def parse(cls, value: Any, field: str = "data_collector") -> DataCollector | None:
-        """The settings from azure-ai-ml's shape; None when ``value`` is empty or enables nothing. Every mistake
-        names its field."""
+        """The settings from azure-ai-ml's shape, as :class:`Collecting` declares it; None when ``value`` is empty
+        or enables nothing. Every mistake names its field."""
         if value is None or value == {}:
             return None
-        if not isinstance(value, Mapping):
-            raise check.fail(field, f"{value!r} is not a mapping",
-                             'pass {"collections": {"model_inputs": {"enabled": "true"}}, "sampling_rate": 1.0}')
-        unknown = sorted(set(value) - {"collections", "sampling_rate", "rolling_rate"})
-        if unknown:
-            raise check.fail(f"{field}.{unknown[0]}", "is not a data collector setting",
-                             "use collections, sampling_rate and rolling_rate")
-        collections = value.get("collections")
-        if not isinstance(collections, Mapping) or not collections:
-            raise check.fail(f"{field}.collections", "names no collection",
-                             'pass {"model_inputs": {"enabled": "true"}, ...} (or request/response for payloads)')
-        enabled = tuple(name.lower() for name, setting in collections.items()
-                        if _enabled(f"{field}.collections", name, setting))
-        custom = [name for name in enabled if name not in PAYLOAD_COLLECTIONS]
-        if len(custom) > MAX_CUSTOM:
-            raise check.fail(f"{field}.collections", f"enables {len(custom)} custom collections",
-                             f"enable at most {MAX_CUSTOM}, as Azure ML allows")
-        rate = value.get("sampling_rate")
-        if rate is None:
-            rate = 1.0
-        elif isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
-            raise check.fail(f"{field}.sampling_rate", f"{rate!r} is not a share of the data in (0, 1]",
-                             "pass e.g. 1.0 for all, 0.1 for a tenth; disable a collection to collect none")
-        rolling = str(value.get("rolling_rate") or "hour").lower()
-        check.one_of(f"{field}.rolling_rate", rolling, ROLLING_RATES)
-        return cls(enabled, float(rate), rolling) if enabled else None
-
+        given = parse(Collecting, value, field, noun="data collector")
+        enabled = tuple(name.lower() for name, on in given.collections.items() if on)
+        return cls(enabled, float(given.sampling_rate), given.rolling_rate) if enabled else None
     @property
     def custom(self) -> tuple[str, ...]:
         """The collections the scoring script fills through ``Collector``."""
@@ -91,21 +129,6 @@ class DataCollector:
         """azure-ai-ml's shape again (what :meth:`parse` reads)."""
         return {"collections": {name: {"enabled": "true"} for name in self.enabled},
                 "sampling_rate": self.sampling_rate, "rolling_rate": self.rolling_rate}
-
-
-def _enabled(field: str, name: Any, setting: Any) -> bool:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise check.fail(f"{field}.{name}", "is not a collection name",
-                         "use letters, digits, _ and - (the name your score.py gives its Collector)")
-    flag = setting.get("enabled", True) if isinstance(setting, Mapping) else setting
-    if isinstance(setting, Mapping) and (extra := sorted(set(setting) - {"enabled"})):
-        raise check.fail(f"{field}.{name}.{extra[0]}", "is not supported",
-                         "give each collection only enabled; the data lands in the workspace's default store")
-    if flag in _TRUE:
-        return True
-    if flag in _FALSE:
-        return False
-    raise check.fail(f"{field}.{name}.enabled", f"{flag!r} is not true or false", 'pass "true" or "false"')
 
 
 def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -21,12 +21,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
 from mlrunway.production.drift import TESTS, DriftSettings, Signal, signal
+from mlrunway.settings import parse, setting
 
 __all__ = ["SIGNALS", "MonitorReport", "MonitorSettings", "check_endpoint", "ensure_reference", "read_rows",
            "hand_over", "reference_requests", "save", "saved_page", "serving_model"]
@@ -34,34 +38,48 @@ __all__ = ["SIGNALS", "MonitorReport", "MonitorSettings", "check_endpoint", "ens
 SIGNALS = {"data_drift": "model_inputs", "prediction_drift": "model_outputs"}
 
 
-@dataclass(frozen=True)
-class MonitorSettings:
-    """:param reference: per collection, a JSON-lines file of reference rows (``model_inputs``, ``model_outputs``).
-    :param deployment: the deployment to watch; empty: every deployment with traffic."""
+def _reference(value: Any) -> Any:
+    """A folder holding ``model_inputs.jsonl`` and ``model_outputs.jsonl``, as the two files."""
+    return {c: str(Path(value) / f"{c}.jsonl") for c in SIGNALS.values()} if isinstance(value, str) else value
 
-    endpoint: str
-    reference: dict[str, str]
-    window_s: float = 24 * 3600.0
+
+def _drift(value: Any) -> DriftSettings:
+    return value if isinstance(value, DriftSettings) else DriftSettings.parse(value)
+
+
+def _endpoint(value: Any) -> str:
+    check.endpoint_name(value, "endpoint_name")
+    return str(value)
+
+
+Collection = Annotated[Literal["model_inputs", "model_outputs"], Field(json_schema_extra={
+    "problem": "is not a monitored collection", "fix": "use model_inputs, model_outputs"})]
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
+class MonitorSettings:
+    """An endpoint monitor's settings, declared once (:mod:`mlrunway.settings`): the endpoint, the reference (per
+    collection, a JSON-lines file of rows), the window, the deployment to watch (empty: every deployment with
+    traffic) and the drift metrics (:class:`~mlrunway.production.drift.Drift`)."""
+
+    endpoint: Annotated[str, BeforeValidator(_endpoint)]
+    reference: Annotated[dict[Collection, str], BeforeValidator(_reference)] = setting(
+        ..., min_length=1, description="The folder of model_inputs.jsonl and model_outputs.jsonl, or a file per "
+                                       "collection.", problem="{value!r} names no reference rows",
+        fix='pass the folder of model_inputs.jsonl and model_outputs.jsonl, or {"model_inputs": <file>, '
+            '"model_outputs": <file>}')
+    window_s: float = setting(24 * 3600.0, gt=0, allow_inf_nan=False,
+                              description="How far back the collected traffic is read, in seconds.",
+                              problem="{value!r} is not a positive number of seconds", fix="pass e.g. 86400")
     deployment: str | None = None
-    drift: DriftSettings = field(default_factory=DriftSettings)
+    drift: Annotated[DriftSettings, BeforeValidator(_drift), WithJsonSchema({"type": "object"})] = field(
+        default_factory=DriftSettings)
 
     @classmethod
     def parse(cls, endpoint: str, reference: Mapping[str, Any] | str | None, *, window_s: Any = 24 * 3600.0,
               deployment: str | None = None, drift: Mapping[str, Any] | None = None) -> MonitorSettings:
-        check.endpoint_name(endpoint, "endpoint_name")
-        if isinstance(reference, str):  # a folder holding model_inputs.jsonl and model_outputs.jsonl
-            reference = {c: str(Path(reference) / f"{c}.jsonl") for c in SIGNALS.values()}
-        if not isinstance(reference, Mapping) or not reference:
-            raise check.fail("reference", f"{reference!r} names no reference rows",
-                             "pass the folder of model_inputs.jsonl and model_outputs.jsonl, or "
-                             '{"model_inputs": <file>, "model_outputs": <file>}')
-        if unknown := sorted(set(reference) - set(SIGNALS.values())):
-            raise check.fail(f"reference.{unknown[0]}", "is not a monitored collection", "use model_inputs, model_outputs")
-        window = check.number("window_s", window_s)
-        if window <= 0:
-            raise check.fail("window_s", f"{window_s!r} is not a positive number of seconds", "pass e.g. 86400")
-        return cls(endpoint, {k: str(v) for k, v in reference.items()}, window, deployment or None,
-                   DriftSettings.parse(drift))
+        return parse(cls, {"endpoint": endpoint, "reference": reference, "window_s": window_s,
+                           "deployment": deployment or None, "drift": drift}, "", noun="monitor")
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,80 @@ def test_what_the_form_cannot_state_the_declaration_refuses(value, param_schema)
     jsonschema.validate(value, param_schema)
     with pytest.raises(SpecError, match=r"^rollout\.(steps|max_disagreement): "):
         RolloutPolicy.parse(value)
+
+
+COLLECTOR_GOOD = [{"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": {"enabled": "True"}}},
+                  {"collections": {"request": True, "response": False}, "sampling_rate": 0.1},
+                  {"collections": {"model_inputs": "false"}, "rolling_rate": "minute"},
+                  {"collections": {f"c{i}": True for i in range(5)}, "sampling_rate": 1}]
+COLLECTOR_BAD = [{"collections": {}}, {"sampling_rate": 1.0}, {"collections": {"model inputs": True}},
+                 {"collections": {"model_inputs": {"enabled": "yes"}}}, {"collections": {"model_inputs": 1}},
+                 {"collections": {"model_inputs": {"enabled": "true", "data": "azureml:x:1"}}},
+                 {"collections": {"x": True}, "sampling_rate": 0}, {"collections": {"x": True}, "sampling_rate": 1.5},
+                 {"collections": {"x": True}, "sampling_rate": True},
+                 {"collections": {"x": True}, "rolling_rate": "week"}, {"collections": {"x": True}, "request_logging": {}}]
+# What JSON Schema cannot state: at most five custom collections enabled (any number of disabled ones).
+COLLECTOR_DECLARATION_ONLY = [{"collections": {f"c{i}": True for i in range(6)}}]
+
+
+@pytest.mark.parametrize(("value", "good"), [*((v, True) for v in COLLECTOR_GOOD),
+                                             *((v, False) for v in COLLECTOR_BAD)], ids=str)
+def test_the_form_and_the_declaration_agree_on_the_data_collector(value, good):
+    from mlrunway.airflow.params import data_collector_param
+    from mlrunway.backend.capture import DataCollector
+
+    schema = data_collector_param(section="s", description="").schema
+    if good:
+        jsonschema.validate(value, schema)
+        assert DataCollector.parse(value) is not None or not any(
+            v in (True, "true", "True") for v in value["collections"].values())
+        return
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, schema)
+    with pytest.raises(SpecError, match=rf"^data_collector\.{list(value)[-1] if len(value) > 1 else 'collections'}"):
+        DataCollector.parse(value)
+
+
+def test_what_the_collector_form_cannot_state_the_declaration_refuses():
+    from mlrunway.airflow.params import data_collector_param
+    from mlrunway.backend.capture import DataCollector
+
+    for value in COLLECTOR_DECLARATION_ONLY:
+        jsonschema.validate(value, data_collector_param(section="s", description="").schema)
+        with pytest.raises(SpecError, match=r"^data_collector\.collections: enables 6 custom collections"):
+            DataCollector.parse(value)
+
+
+def test_the_dags_collector_and_the_monitors_window_are_their_declarations():
+    from mlrunway.airflow.params import data_collector_param
+    from mlrunway.production.monitor import MonitorSettings
+    from mlrunway.settings import form_field
+
+    sys.path.insert(0, str(REPO / "dags"))
+    from monitor_endpoint import dag as monitor_dag
+    from train_sweep_deploy import dag
+
+    param = dag.params.get_param("data_collector")
+    declared = data_collector_param(section="Production endpoint", description="").schema
+    assert param.schema == declared
+    assert param.schema["properties"]["collections"]["additionalProperties"] is False  # a bad name is refused
+    window = monitor_dag.params.get_param("window_s")
+    assert {**window.schema, "description": window.description} == {
+        **{k: v for k, v in form_field(MonitorSettings, "window_s").items() if k != "default"},
+        "title": "Window (seconds)"}
+    assert window.value == 86400.0
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"cron": "0 3 * *"}, r"model_monitor\.cron: '0 3 \* \*' is not a cron expression"),
+    ({"emails": "ml@example.com"}, r"model_monitor\.emails: 'ml@example.com' is not a list of e-mail addresses"),
+    ({"runtime_version": 3.4}, r"model_monitor\.runtime_version: 3\.4 is not supported; use one of 3\.4, 3\.5"),
+    ({"instance_type": ""}, r"model_monitor\.instance_type: '' is not an instance type"),
+])
+def test_the_azure_model_monitors_declaration_names_the_field_and_the_fix(value, message):
+    pytest.importorskip("azure.ai.ml")
+    from mlrunway.azure.monitors import MonitorSettings
+
+    with pytest.raises(SpecError, match=rf"^azure_ml connection\.{message}"):
+        MonitorSettings.parse(value)
+    assert MonitorSettings.parse(True) == MonitorSettings() and MonitorSettings.parse("") is None
