@@ -6,52 +6,66 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.early_termination import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.errors import SpecError
+from mlrunway.settings import SettingsError, parse, setting
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
 __all__ = ["Objective", "SamplingAlgorithm", "SweepLimits", "SweepSpec"]
 
 Goal = Literal["maximize", "minimize"]
-SAMPLING = ("random", "grid", "bayesian")
-RULES = ("random", "sobol")
+Sampling = Literal["random", "grid", "bayesian"]
+Rule = Literal["random", "sobol"]
+SAMPLING: tuple[str, ...] = get_args(Sampling)
+RULES: tuple[str, ...] = get_args(Rule)
 BAYESIAN_EXPRESSIONS = ("choice", "uniform", "quniform")  # Azure ML's rule for bayesian sampling
 
 
-@dataclass(frozen=True, kw_only=True)
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _base(value: Any) -> float | str | None:
+    """A base of logarithms: ``"e"``, or a positive finite number other than 1 (a numeric string, as a template
+    renders it, is read as its number)."""
+    if value in (None, "", "e"):
+        return value or None
+    base = float(value) if not isinstance(value, bool) and isinstance(value, int | float | str) else math.nan
+    if not (base > 0 and base != 1 and math.isfinite(base)):
+        raise ValueError("not a base of logarithms")
+    return base
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid", defer_build=True))
 class SamplingAlgorithm:
     """azure-ai-ml's ``sampling_algorithm``: ``"random"`` (``RandomSamplingAlgorithm(rule=, seed=, logbase=)``),
-    ``"grid"`` or ``"bayesian"``. The seed is the sweep's (``SweepSpec.seed``).
+    ``"grid"`` or ``"bayesian"``, declared once (:mod:`mlrunway.settings`). The seed is the sweep's
+    (``SweepSpec.seed``); the object form's ``seed`` lands there (:meth:`parse`)."""
 
-    :param rule: ``random`` or ``sobol`` (a scrambled, seeded Sobol sequence); random sampling only.
-    :param logbase: the base of log-scaled expressions (``loguniform`` gives logbase**uniform(min, max)): a
-        positive number other than 1, or ``"e"`` (the default); random sampling only.
-    """
+    type: Annotated[Sampling, BeforeValidator(_lower)] = setting(
+        "random", description="random, grid (Choice only) or bayesian (choice, uniform and quniform only).",
+        problem="{value!r} is not supported", fix=f"use one of {', '.join(SAMPLING)}")
+    rule: Annotated[Rule, BeforeValidator(_lower)] = setting(
+        "random", description="random, or sobol (a scrambled, seeded Sobol sequence); random sampling only.",
+        problem="{value!r} is not supported", fix=f"use one of {', '.join(RULES)}")
+    logbase: Annotated[float | str | None, BeforeValidator(_base)] = setting(
+        None, description='The base of log-scaled expressions (loguniform gives logbase**uniform(min, max)): a '
+                          'positive number other than 1, or "e" (the default); random sampling only.',
+        problem="{value!r} is not a base of logarithms", fix='pass a positive number other than 1, e.g. 10, or "e"')
 
-    type: Literal["random", "grid", "bayesian"] = "random"
-    rule: Literal["random", "sobol"] = "random"
-    logbase: float | str | None = None
-
-    def __post_init__(self) -> None:
-        field_ = "sweep.sampling_algorithm"
-        check.one_of(f"{field_}.type", self.type, SAMPLING)
-        check.one_of(f"{field_}.rule", self.rule, RULES)
+    @model_validator(mode="after")
+    def _random_only(self) -> SamplingAlgorithm:
         if self.type != "random" and (self.rule != "random" or self.logbase is not None):
-            raise check.fail(f"{field_}.{'rule' if self.rule != 'random' else 'logbase'}",
-                             f"applies to random sampling only, not {self.type}", "drop it, or use type 'random'")
-        if self.logbase is not None and self.logbase != "e":
-            try:
-                base = float(self.logbase)
-            except (TypeError, ValueError):
-                base = math.nan
-            if not (base > 0 and base != 1 and math.isfinite(base)):
-                raise check.fail(f"{field_}.logbase", f"{self.logbase!r} is not a base of logarithms",
-                                 'pass a positive number other than 1, e.g. 10, or "e"')
-            object.__setattr__(self, "logbase", base)
+            raise SettingsError("rule" if self.rule != "random" else "logbase",
+                                f"applies to random sampling only, not {self.type}", "drop it, or use type 'random'")
+        return self
 
     @property
     def base(self) -> float:
@@ -74,20 +88,18 @@ class SamplingAlgorithm:
         if not isinstance(value, Mapping):
             raise check.fail("sweep.sampling_algorithm", f"{value!r} is not a sampling algorithm",
                              'pass "random", "grid", "bayesian" or e.g. {"type": "random", "rule": "sobol", "seed": 7}')
-        data = {str(k): v for k, v in value.items()}
-        known = ("type", "rule", "seed", "logbase")
-        if unknown := sorted(set(data) - set(known)):
-            raise check.fail(f"sweep.sampling_algorithm.{unknown[0]}", "is not an argument of a sampling algorithm",
-                             f"use {list(known)}")
-        seed = None
-        if data.get("seed") not in (None, ""):
-            try:
-                seed = int(data["seed"])
-            except (TypeError, ValueError):
-                raise check.fail("sweep.sampling_algorithm.seed", f"{data['seed']!r} is not an integer",
-                                 "pass a whole number >= 0") from None
-        kind, rule = str(data.get("type") or "random").lower(), str(data.get("rule") or "random").lower()
-        return cls(type=kind, rule=rule, logbase=data.get("logbase") or None), seed  # type: ignore[arg-type]
+        given = parse(SamplingObject, {str(k): v for k, v in value.items()}, "sweep.sampling_algorithm",
+                      noun="sampling algorithm")
+        return cls(type=given.type, rule=given.rule, logbase=given.logbase), given.seed
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid", defer_build=True))
+class SamplingObject(SamplingAlgorithm):
+    """azure-ai-ml's object form, ``RandomSamplingAlgorithm(rule=, seed=, logbase=)``: the algorithm and its seed."""
+
+    seed: Annotated[int, Field(ge=0)] | None = setting(
+        None, description="Makes random sampling reproducible.", problem="{value!r} is not an integer",
+        fix="pass a whole number >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from mlrunway.specs import (
     TruncationSelectionPolicy,
     Uniform,
 )
+from tests.conftest import REPO
 
 COMMAND = "python train.py --learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}"
 
@@ -123,7 +124,7 @@ BAD_SWEEPS = [
     pytest.param({"sampling_algorithm": {"type": "grid", "rule": "sobol"}}, "sampling_algorithm.rule: applies to random sampling only, not grid", id="rule-on-grid"),
     pytest.param({"sampling_algorithm": {"type": "random", "logbase": 1}}, "sampling_algorithm.logbase: 1 is not a base of logarithms; pass a positive number other than 1", id="logbase-1"),
     pytest.param({"sampling_algorithm": {"type": "random", "logbase": "ten"}}, "sampling_algorithm.logbase: 'ten' is not a base", id="logbase-word"),
-    pytest.param({"sampling_algorithm": {"type": "random", "sead": 3}}, "sampling_algorithm.sead: is not an argument of a sampling algorithm", id="unknown-argument"),
+    pytest.param({"sampling_algorithm": {"type": "random", "sead": 3}}, "sampling_algorithm.sead: is not a sampling algorithm setting; use type, rule, logbase, seed", id="unknown-argument"),
     pytest.param({"sampling_algorithm": {"type": "random", "seed": "x"}}, "sampling_algorithm.seed: 'x' is not an integer", id="bad-seed"),
     pytest.param({"sampling_algorithm": {"type": "random", "seed": 3}, "seed": 4}, "sweep.seed: 4 differs from sampling_algorithm.seed 3; pass one seed", id="two-seeds"),
     pytest.param({"sampling_algorithm": "bayesian", "early_termination": None, "search_space": {"learning_rate": {"type": "loguniform", "min_value": -7, "max_value": -2}}},
@@ -176,3 +177,14 @@ def test_limits_default_concurrency_to_total():
 def test_loguniform_from_range_takes_values_not_logs():
     expr = LogUniform.from_range(1e-4, 1e-1)
     assert expr.min_value == pytest.approx(-9.2103, abs=1e-4) and expr.max_value == pytest.approx(-2.3026, abs=1e-4)
+
+
+def test_a_distributed_jobs_supervisor_imports_the_job_spec_without_the_sweeps_declarations():
+    """The supervisor starts before every job's script and imports mlrunway.specs.job for a distributed one: the
+    package's names are imported when used, so pydantic (the sweep's declared settings) stays out of its start."""
+    import subprocess
+    import sys
+
+    code = "import sys, mlrunway.specs.job; print(sorted(m for m in ('pydantic', 'mlrunway.specs.sweep') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
