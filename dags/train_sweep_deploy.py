@@ -18,11 +18,13 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
-from mlrunway.airflow.params import data_collector_param, evaluation_param, rollout_param
+from mlrunway.airflow.params import data_collector_param, evaluation_param, rollout_param, setting_params
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
+from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.early_termination import first_stop, policy_from_dict
 from mlrunway.errors import SpecError
+from mlrunway.production.gate import Promotion
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
@@ -218,34 +220,13 @@ PARAMS = {
                                   "Epochs before the policy first looks: below Epochs, or it never stops a "
                                   "trial (the run's first lines then say so).")),
     # Deployment checks: what the smoke test and the ONNX check use for a model that is not the tutorial's.
-    "sample_request": Param(None, type=NULLABLE_STRING, title="Smoke-test request file", section=CHECKS,
-                            description=(
-        "A JSON request file in the code folder that score.py answers: the smoke test sends it. Needed for any "
-        "model that is not an image classifier with a data folder.")),
-    "expected_response": Param(None, type=NULLABLE_STRING, title="Expected answer file", section=CHECKS,
-                               description=(
-        "A JSON file in the code folder with the answer the request must get (numbers within the parity rule). "
-        "Empty: what your score.py answers on the exported model before it is deployed.")),
-    "ignore_keys": Param(None, type=["null", "array"], items={"type": "string", "minLength": 1},
-                         title="Answer keys not compared", section=CHECKS, description=(
-                             "Keys of the answer the smoke test skips (a request id, a timestamp), wherever they "
-                             "appear. Empty: every key is compared.")),
+    **setting_params(SmokeTest, section=CHECKS),
     "inputs_file": Param(None, type=NULLABLE_STRING, title="ONNX parity inputs (.npy)", section=CHECKS,
                          description=(
         "A .npy of model inputs in the model folder (e.g. sample_inputs.npy): the ONNX parity check's inputs. "
         "Empty: the data folder's images for an image model, else random inputs of the signature's shape.")),
     # Production endpoint: a stable endpoint that scheduled runs improve.
-    "endpoint_name": Param(ENDPOINT_NAME, type=NULLABLE_STRING, pattern="^[A-Za-z][A-Za-z0-9-]{2,31}$",
-                           title="Production endpoint", section=PRODUCTION, description=(
-        "A stable endpoint that outlives runs (a letter, then 2 to 31 letters, digits or hyphens): this run's "
-        "model is a challenger, promoted only if it beats the serving one, through a staged rollout. Empty: the "
-        "run's own endpoint, deleted at cleanup; the fields below then do nothing.")),
-    "require_approval": Param(False, type="boolean", title="Require a person's approval", section=PRODUCTION,
-                              description=("Wait for a person's approval (python -m mlrunway.airflow.approval) "
-                                           "after the gate, before traffic moves.")),
-    "min_improvement": Param(0.0, type="number", minimum=0, title="Minimum improvement", section=PRODUCTION,
-                             description=("How much better the challenger must score at the gate's confidence "
-                                          "(the lower bound of its improvement must clear this).")),
+    **setting_params(Promotion, section=PRODUCTION, endpoint_name=ENDPOINT_NAME),
     "evaluation": evaluation_param(section=PRODUCTION, description=(
         'Your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"} in the code '
         "folder, and how sure the gate must be; without a file: accuracy on the data folder's test/ split.")),

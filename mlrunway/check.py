@@ -14,7 +14,7 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 # Azure ML model names: letters, digits, '-', '_' and '.', starting with a letter or digit (never '..').
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 # Azure ML online endpoint and deployment names: 3 to 32 characters, a letter first, no hyphen last.
-_ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
+ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
 
 __all__ = ["endpoint_name", "fail", "job_name", "model_name", "model_version", "number", "one_of", "optional_seconds",
            "positive_int"]
@@ -52,7 +52,7 @@ def model_version(field: str, value: object) -> int:
 
 def endpoint_name(name: str, field: str = "endpoint.name") -> str:
     """Azure's rule: 3 to 32 characters, a letter first, letters, digits and hyphens, no hyphen last."""
-    if not isinstance(name, str) or not _ENDPOINT_NAME.match(name):
+    if not isinstance(name, str) or not ENDPOINT_NAME.match(name):
         raise fail(
             field, f"{name!r} is not a valid endpoint name",
             "use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen",

@@ -21,12 +21,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from mlrunway import check
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
+__all__ = ["EMPTY_IS_NONE", "NOT_A_FLAG", "SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
 
 T = TypeVar("T")
 _WORDS = ("problem", "fix")  # a field's own error words, kept out of the form's schema
@@ -41,12 +41,23 @@ class SettingsError(ValueError):
         self.name, self.problem, self.fix = name, problem, fix
 
 
+def _not_a_flag(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+NOT_A_FLAG = BeforeValidator(_not_a_flag)  # a number a template may render as text ("0.01"), but never true/false
+EMPTY_IS_NONE = BeforeValidator(lambda value: None if value == "" else value)  # an optional name left empty
+
+
 def setting(default: Any, *, description: str, problem: str, fix: str, schema: dict[str, Any] | None = None,
-            **constraints: Any) -> Any:
+            title: str | None = None, **constraints: Any) -> Any:
     """A field of a settings group: its default, description, bounds (pydantic's ``Field`` constraints) and the
     words of its error (``problem`` may name the value as ``{value!r}``); ``schema``: keywords for the form that
-    the type cannot say (an object's own properties)."""
-    return Field(default, description=description,
+    the type cannot say (an object's own properties); ``title``: its label where the form shows it as a field of
+    its own (:func:`form_field`)."""
+    return Field(default, description=description, title=title,
                  json_schema_extra={"problem": problem, "fix": fix, **(schema or {})}, **constraints)
 
 
@@ -158,12 +169,12 @@ def form_schema(kind: type, *, title: str, description: str, section: str | None
 
 def form_field(kind: type, name: str) -> dict[str, Any]:
     """One setting of the group ``kind`` as a Param's keywords of its own, in the form's dialect (its type, bounds
-    and description, and its declared ``default`` where it has one), for a form that shows a group's settings as
+    and description, its ``title``, and its declared ``default`` where it has one), for a form that shows a group's settings as
     fields of their own."""
     schema = _adapter(kind).json_schema(mode="validation")
     declared = schema["properties"][name]
-    default = {"default": declared["default"]} if "default" in declared else {}
-    return {**_form(declared, schema.get("$defs", {})), **default}
+    kept = {key: declared[key] for key in ("title", "default") if key in declared}
+    return {**_form(declared, schema.get("$defs", {})), **kept}
 
 
 def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:

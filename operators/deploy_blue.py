@@ -19,6 +19,7 @@ from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Wi
 from mlrunway.errors import EndpointError, MlrunwayError
 from mlrunway.operators._base import MlrunwayWaitingOperator
 from mlrunway.production import card, stable
+from mlrunway.production.gate import Promotion
 from mlrunway.production.rollout import RolloutPolicy
 
 
@@ -123,21 +124,26 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     def request(self, context: Context) -> DeployRequest:
         """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
         capabilities = self.backend.capabilities
+        promotion = Promotion.parse(endpoint_name=self.endpoint_name, min_improvement=self.min_improvement,
+                                    require_approval=self.require_approval)
+        checked = smoke.SmokeTest.parse({"sample_request": self.sample_request,
+                                         "expected_response": self.expected_response,
+                                         "ignore_keys": self.ignore_keys}, "deploy")
         return DeployRequest(
-            endpoint=self.endpoint_name or self.run_endpoint(context),
+            endpoint=promotion.endpoint_name or self.run_endpoint(context),
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
                                         scoring_script=self.scoring_script, instance_type=self.instance_type or None,
                                         instance_count=int(self.instance_count) if self.instance_count else None,
                                         data_collector=DataCollector.parse(self.data_collector)),
             endpoint_settings=EndpointSettings(workers=self.workers), data_dir=self.data_dir,
-            sample_request=Path(self.code_dir) / self.sample_request if self.sample_request else None,
-            expected_response=Path(self.code_dir) / self.expected_response if self.expected_response else None,
-            ignore_keys=smoke.ignore_keys(self.ignore_keys),
+            sample_request=Path(self.code_dir) / checked.sample_request if checked.sample_request else None,
+            expected_response=Path(self.code_dir) / checked.expected_response if checked.expected_response else None,
+            ignore_keys=checked.keys,
             run_key=self.names(context).run_key, not_newest=self.not_newest(context), max_wait_s=self.max_wait_s,
-            poll_s=self.poll_s, min_improvement=float(self.min_improvement or 0), evaluation=self.evaluation,
+            poll_s=self.poll_s, min_improvement=promotion.min_improvement, evaluation=self.evaluation,
             rollout=RolloutPolicy.parse(self.rollout, default_window_s=capabilities.rollout_window_s,
                                         metrics_lag_s=capabilities.metrics_lag_s),
-            require_approval=self.require_approval in (True, "True", "true", "1"),
+            require_approval=promotion.require_approval,
             approval_timeout_s=self.approval_timeout_s, rollback_to=self.rollback_to or None)
 
     def run_endpoint(self, context: Context) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Rollout
+from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.errors import SpecError
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.operators.sweep import sweep_spec
@@ -40,14 +41,15 @@ def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any],
 
 def check_production(context: Any, *, endpoint_name: str | None, rollout: Mapping[str, Any] | None,
                      evaluation: Mapping[str, Any] | None, code_dir: str, data_dir: str | None,
-                     min_improvement: float = 0.0) -> None:
-    """A stable endpoint's settings, before any job: its name, the rollout policy, the evaluation set (the team's
-    file and metric function, or a classifier's test/ split) and that the backend can roll out."""
-    if not endpoint_name:
+                     min_improvement: float = 0.0, require_approval: bool | str = False) -> None:
+    """A stable endpoint's settings, before any job: its name and promotion
+    (:class:`~mlrunway.production.gate.Promotion`), the rollout policy, the evaluation set (the team's file and
+    metric function, or a classifier's test/ split) and that the backend can roll out."""
+    if not gate.Promotion.parse(endpoint_name=endpoint_name, min_improvement=min_improvement,
+                                require_approval=require_approval).endpoint_name:
         return
-    check.endpoint_name(endpoint_name, "endpoint_name")
     RolloutPolicy.parse(dict(rollout or {}))
-    gate.GateSettings.parse(dict(evaluation or {}), min_improvement)
+    gate.Evaluation.parse(dict(evaluation or {}))
     if gate.names_set(dict(evaluation or {})):
         gate.team_set(code_dir, dict(evaluation or {}))
     elif data_dir is None or not (Path(data_dir) / "test").is_dir():
@@ -62,11 +64,13 @@ def check_production(context: Any, *, endpoint_name: str | None, rollout: Mappin
 
 def check_smoke(*, code_dir: str, data_dir: str | None, sample_request: str | None,
                 expected_response: str | None, ignore_keys: Sequence[str] | None) -> None:
-    """What the smoke test will send and compare, before any job: ``sample_request`` and ``expected_response``
-    (in the code folder, or absolute) exist and hold JSON, ``ignore_keys`` is a list of key names, and without a
-    request there is ``data_dir`` (an image classifier's validation images) to smoke-test with."""
-    files = {"sample_request": sample_request, "expected_response": expected_response}
-    for field, name in files.items():
+    """What the smoke test will send and compare, before any job: the settings as
+    :class:`~mlrunway.deploy.smoke.SmokeTest` declares them (without a request, ``data_dir`` to smoke-test with),
+    and each file named, in the code folder (or absolute), exists and holds JSON."""
+    given = SmokeTest.parse({"sample_request": sample_request, "expected_response": expected_response,
+                             "ignore_keys": ignore_keys}, "deployment", data_dir=data_dir)
+    for field in ("sample_request", "expected_response"):
+        name = getattr(given, field)
         if not name:
             continue
         path = Path(code_dir) / name
@@ -76,16 +80,6 @@ def check_smoke(*, code_dir: str, data_dir: str | None, sample_request: str | No
             json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError) as exc:
             raise check.fail(f"deployment.{field}", f"{path} is not JSON ({exc})", "write it with json.dump") from exc
-    if expected_response and not sample_request:
-        raise check.fail("deployment.expected_response", "is given without sample_request",
-                         "name the request file whose answer it is in sample_request")
-    if not sample_request and not data_dir:
-        raise check.fail("deployment.sample_request", "is missing, and without data_dir there are no images to "
-                         "smoke-test with", "name a JSON request file in code_dir that score.py answers")
-    if ignore_keys is not None and (isinstance(ignore_keys, str) or not isinstance(ignore_keys, Sequence)
-                                    or not all(isinstance(k, str) and k for k in ignore_keys)):
-        raise check.fail("deployment.ignore_keys", f"{ignore_keys!r} is not a list of key names",
-                         'write e.g. ["request_id", "timestamp"]')
 
 
 def check_scoring_script(*, code_dir: str, scoring_script: str | None) -> None:

@@ -106,7 +106,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                     expected_response=production.get("expected_response"), ignore_keys=production.get("ignore_keys"))
         check_production(context, endpoint_name=production.get("endpoint_name"), rollout=production.get("rollout"),
                          evaluation=production.get("evaluation"), code_dir=production["code_dir"],
-                         data_dir=production.get("data_dir"), min_improvement=production.get("min_improvement") or 0.0)
+                         data_dir=production.get("data_dir"), min_improvement=production.get("min_improvement"),
+                         require_approval=production.get("require_approval"))
 
     # The Train task checks what later steps need of its job as soon as it ends: the model against export's
     # settings, and the sweep's metric when the trials run this same job (a sweep's own trial may log others). An

@@ -3,6 +3,7 @@ each from its group's declaration, so the form's bounds, the validation and pref
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from airflow.sdk import Param
@@ -13,7 +14,8 @@ from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_field, form_schema
 
-__all__ = ["data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param"]
+__all__ = ["data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param",
+           "setting_params"]
 
 
 def _param(kind: type, default: Any, title: str, section: str | None, description: str,
@@ -50,9 +52,17 @@ def data_collector_param(*, section: str, description: str, title: str = "Data c
     return _param(Collecting, default, title, section, description, empty="nothing is collected")
 
 
-def setting_param(kind: type, name: str, *, title: str, section: str | None = None, default: Any = None) -> Param:
-    """One setting of the group ``kind`` as a Param of its own: its type, bounds and description from the
-    declaration; ``default``: the declared one unless given."""
-    schema: dict[str, Any] = {**form_field(kind, name), "title": title, **({"section": section} if section else {})}
+def setting_param(kind: type, name: str, *, title: str | None = None, section: str | None = None,
+                  default: Any = None) -> Param:
+    """One setting of the group ``kind`` as a Param of its own: its type, bounds, description and title from the
+    declaration (``title``: another), its declared default unless ``default`` is given."""
+    schema: dict[str, Any] = {**form_field(kind, name), **({"title": title} if title else {}),
+                              **({"section": section} if section else {})}
     declared = schema.pop("default", None)
     return Param(declared if default is None else default, **schema)
+
+
+def setting_params(kind: type, *, section: str | None = None, **defaults: Any) -> dict[str, Param]:
+    """Every setting of the group ``kind`` as a Param of its own (:func:`setting_param`), by name; ``defaults``:
+    a deployment's own defaults for some of them."""
+    return {f.name: setting_param(kind, f.name, section=section, default=defaults.get(f.name)) for f in fields(kind)}

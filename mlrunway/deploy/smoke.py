@@ -20,18 +20,22 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationInfo, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.errors import EndpointError, shorten
 from mlrunway.onnx_export.parity import tolerance_used
+from mlrunway.settings import EMPTY_IS_NONE, SettingsError, parse, setting
 
-__all__ = ["REFERENCE_TIMEOUT_S", "Match", "check_prediction", "difference", "expected_answer", "ignore_keys",
+__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_prediction", "difference", "expected_answer",
            "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
 
 REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
@@ -82,22 +86,67 @@ def check_prediction(body: str, classes: list[str]) -> dict[str, Any]:
     return prediction
 
 
-def ignore_keys(value: Any) -> tuple[str, ...]:
-    """The ``ignore_keys`` argument as key names: a list of strings, or (rendered from a template) its JSON or a
-    comma-separated string; None for none."""
+def _key_names(value: Any) -> Any:
+    """``ignore_keys`` as a template renders it: its JSON, or a comma-separated string; empty: none."""
     if value is None or value == "":
-        return ()
+        return None
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             value = [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, str):
-            value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(key, str) and key for key in value):
-        raise check.fail("deploy.ignore_keys", f"{value!r} is not a list of key names",
-                         'pass key names the answers may differ in, e.g. ["request_id", "timestamp"]')
-    return tuple(value)
+        return [value] if isinstance(value, str) else value
+    return value
+
+
+_FILE = "{value!r} is not a file name"
+
+File = Annotated[str | None, EMPTY_IS_NONE]  # empty: none (the form and a template may give "")
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class SmokeTest:
+    """What the smoke test sends and compares, declared once (:mod:`mlrunway.settings`): the deploy task's
+    arguments, the trigger form's fields and preflight's check come from here. With ``data_dir`` in the validation
+    context (None: there is none), a smoke test with no request file needs it (an image classifier's images)."""
+
+    sample_request: File = setting(
+        None, title="Smoke-test request file",
+        description="A JSON request file in the code folder that score.py answers: the smoke test sends it. Needed "
+                    "for any model that is not an image classifier with a data folder.",
+        problem=_FILE, fix="name a JSON request file in code_dir that score.py answers")
+    expected_response: File = setting(
+        None, title="Expected answer file",
+        description="A JSON file in the code folder with the answer the request must get (numbers within the parity "
+                    "rule). Empty: what your score.py answers on the exported model before it is deployed.",
+        problem=_FILE, fix="name a JSON file in code_dir with the answer to sample_request")
+    ignore_keys: Annotated[tuple[Annotated[str, Strict(), Field(min_length=1)], ...] | None,
+                           BeforeValidator(_key_names)] = setting(
+        None, title="Answer keys not compared",
+        description="Keys of the answer the smoke test skips (a request id, a timestamp), wherever they appear. "
+                    "Empty: every key is compared.",
+        problem="{value!r} is not a list of key names",
+        fix='pass key names the answers may differ in, e.g. ["request_id", "timestamp"]')
+
+    @model_validator(mode="after")
+    def _something_to_send(self, info: ValidationInfo) -> SmokeTest:
+        if self.expected_response and not self.sample_request:
+            raise SettingsError("expected_response", "is given without sample_request",
+                                "name the request file whose answer it is in sample_request")
+        context = info.context or {}
+        if "data_dir" in context and not self.sample_request and not context["data_dir"]:
+            raise SettingsError("sample_request", "is missing, and without data_dir there are no images to "
+                                "smoke-test with", "name a JSON request file in code_dir that score.py answers")
+        return self
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any], field: str, **context: Any) -> SmokeTest:
+        """The settings from the deploy task's arguments (``field``: how its messages name them)."""
+        return parse(cls, value, field, noun="smoke test", context=context)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.ignore_keys or ()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import EndpointError, SpecError
-from mlrunway.settings import SettingsError, parse, setting
+from mlrunway.settings import EMPTY_IS_NONE, NOT_A_FLAG, SettingsError, parse, setting
 
 Metric = Callable[[list[Any], list[Any]], float]
 BATCH = 32  # images per evaluation request
@@ -77,6 +77,36 @@ class Evaluation:
         return parse(cls, value, "evaluation", noun="evaluation")
 
 
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class Promotion:
+    """A production endpoint's promotion, declared once (:mod:`mlrunway.settings`): the stable endpoint, whether a
+    person approves, and by how much a challenger must beat the champion. The trigger form shows each as a field
+    of its own; a template may render ``require_approval`` and ``min_improvement`` as text ("true", "0.01")."""
+
+    endpoint_name: Annotated[Annotated[str, Strict()] | None, EMPTY_IS_NONE] = setting(
+        None, pattern=check.ENDPOINT_NAME.pattern, title="Production endpoint",
+        description="A stable endpoint that outlives runs (3 to 32 letters, digits and hyphens, a letter first, no "
+                    "hyphen last): this run's model is a challenger, promoted only if it beats the serving one, "
+                    "through a staged rollout. Empty: the run's own endpoint, deleted at cleanup; the fields below "
+                    "then do nothing.",
+        problem="{value!r} is not a valid endpoint name",
+        fix="use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen")
+    require_approval: bool = setting(
+        False, title="Require a person's approval",
+        description="Wait for a person's approval (python -m mlrunway.airflow.approval) after the gate, before "
+                    "traffic moves.", problem="{value!r} is not true or false", fix="write true or false")
+    min_improvement: Annotated[float, NOT_A_FLAG] = setting(
+        0.0, ge=0, allow_inf_nan=False, title="Minimum improvement",
+        description="How much better the challenger must score at the gate's confidence (the lower bound of its "
+                    "improvement must clear this).", problem="{value!r} is not a number >= 0",
+        fix="write e.g. 0 or 0.005")
+
+    @classmethod
+    def parse(cls, **given: Any) -> Promotion:
+        """From the deploy task's arguments of the same names (None: the default); a bad one names its field."""
+        return parse(cls, {k: v for k, v in given.items() if v is not None}, "", noun="production endpoint")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GateSettings:
     """How sure the gate must be (the ``evaluation`` field's, :class:`Evaluation`) and by how much the challenger
@@ -92,9 +122,8 @@ class GateSettings:
     def parse(cls, spec: dict[str, Any] | None, min_improvement: float = 0.0) -> GateSettings:
         """From the ``evaluation`` field and the ``min_improvement`` param; a bad one names the field and the fix."""
         evaluation = Evaluation.parse(spec)
-        if isinstance(min_improvement, bool) or not isinstance(min_improvement, int | float) or min_improvement < 0:
-            raise check.fail("min_improvement", f"{min_improvement!r} is not a number >= 0", "write e.g. 0 or 0.005")
-        return cls(min_improvement=float(min_improvement), confidence=evaluation.confidence,
+        return cls(min_improvement=Promotion.parse(min_improvement=min_improvement).min_improvement,
+                   confidence=evaluation.confidence,
                    min_samples=evaluation.min_samples, resamples=evaluation.resamples)
 
 

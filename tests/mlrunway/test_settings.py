@@ -226,3 +226,54 @@ def test_the_azure_model_monitors_declaration_names_the_field_and_the_fix(value,
     with pytest.raises(SpecError, match=rf"^azure_ml connection\.{message}"):
         MonitorSettings.parse(value)
     assert MonitorSettings.parse(True) == MonitorSettings() and MonitorSettings.parse("") is None
+
+
+def test_the_dags_smoke_test_and_promotion_fields_are_their_declarations():
+    from mlrunway.deploy.smoke import SmokeTest
+    from mlrunway.production.gate import Promotion
+    from mlrunway.settings import form_field
+
+    sys.path.insert(0, str(REPO / "dags"))
+    from train_sweep_deploy import dag
+
+    for kind, names in ((SmokeTest, ("sample_request", "expected_response", "ignore_keys")),
+                        (Promotion, ("endpoint_name", "require_approval", "min_improvement"))):
+        for name in names:
+            param = dag.params.get_param(name)
+            declared = {k: v for k, v in form_field(kind, name).items() if k != "default"}
+            assert {**param.schema, "description": param.description} == {**declared, "section": param.schema[
+                "section"]}, name
+    assert dag.params.get_param("endpoint_name").schema["pattern"] == "^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$"
+
+
+# (group, settings as the form gives them, accepted): each through every field's Param (jsonschema) and the
+# declaration. What only a template renders (text for a number or a flag) is the declaration's alone.
+FIELDS = [
+    ("SmokeTest", {"sample_request": "request.json", "ignore_keys": ["request_id"]}, True),
+    ("SmokeTest", {"sample_request": None, "expected_response": None, "ignore_keys": None}, True),
+    ("SmokeTest", {"ignore_keys": [""]}, False), ("SmokeTest", {"ignore_keys": [3]}, False),
+    ("SmokeTest", {"sample_request": 3}, False),
+    ("Promotion", {"endpoint_name": "digits-prod", "require_approval": True, "min_improvement": 0.01}, True),
+    ("Promotion", {"endpoint_name": None}, True), ("Promotion", {"endpoint_name": "digits-"}, False),
+    ("Promotion", {"endpoint_name": "7digits"}, False), ("Promotion", {"min_improvement": -0.1}, False),
+    ("Promotion", {"min_improvement": True}, False), ("Promotion", {"require_approval": "maybe"}, False),
+]
+
+
+@pytest.mark.parametrize(("group", "value", "good"), FIELDS, ids=str)
+def test_the_form_fields_and_the_declaration_agree(group, value, good):
+    from mlrunway.deploy.smoke import SmokeTest
+    from mlrunway.production.gate import Promotion
+    from mlrunway.settings import form_field
+
+    kind = {"SmokeTest": SmokeTest, "Promotion": Promotion}[group]
+    schema = {"type": "object", "properties": {name: form_field(kind, name) for name in value}}
+    parse = (lambda v: SmokeTest.parse(v, "deployment")) if kind is SmokeTest else (lambda v: Promotion.parse(**v))
+    if good:
+        jsonschema.validate(value, schema)
+        parse(value)
+        return
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, schema)
+    with pytest.raises(SpecError, match=rf"^(deployment\.)?{next(iter(value))}: "):
+        parse(value)

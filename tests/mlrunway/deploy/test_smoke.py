@@ -17,7 +17,7 @@ import pytest
 from mlrunway.airflow.summary import format_summary
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy.blue import promote_blue
-from mlrunway.deploy.smoke import difference, ignore_keys, match, reference_answer
+from mlrunway.deploy.smoke import SmokeTest, difference, match, reference_answer
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.backend import LocalBackend
 from mlrunway.onnx_export.parity import ATOL, RTOL
@@ -89,12 +89,12 @@ def test_a_match_says_how_much_of_the_tolerance_it_used():
     ("a, b", ("a", "b")), ("a", ("a",)),
 ])
 def test_ignore_keys_as_a_list_or_as_a_template_renders_it(value, keys):
-    assert ignore_keys(value) == keys
+    assert SmokeTest.parse({"ignore_keys": value}, "deploy").keys == keys
 
 
 def test_ignore_keys_that_are_no_key_names_name_the_argument():
     with pytest.raises(SpecError, match=r"deploy.ignore_keys: \[1\] is not a list of key names"):
-        ignore_keys([1])
+        SmokeTest.parse({"ignore_keys": [1]}, "deploy")
 
 
 # The reference answer and `blue` on the local backend ---------------------------------------------------------
