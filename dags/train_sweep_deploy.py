@@ -107,9 +107,6 @@ def preflight(context: dict) -> None:
     for low, high in (("lr_min", "lr_max"), ("momentum_min", "momentum_max")):
         if params[low] >= params[high]:
             raise fail(low, f"{params[low]} is not less than {high} {params[high]}", f"make {low} < {high}")
-    if params["max_concurrent_trials"] > params["max_trials"]:
-        raise fail("max_concurrent_trials", f"{params['max_concurrent_trials']} is more than max_trials "
-                                                  f"{params['max_trials']}", "lower it to at most max_trials")
     chosen = early_termination(params)
     try:
         policy = None if chosen.get("type") == "none" else policy_from_dict(chosen)

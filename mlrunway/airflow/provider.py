@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from mlrunway.backend.retention import RetentionPolicy
-from mlrunway.settings import defaults
+from mlrunway.backend.waiting import Waits
+from mlrunway.settings import defaults, form_field
 
 _STRING = {"type": ["string", "null"]}
 
@@ -87,10 +88,9 @@ def get_provider_info() -> dict[str, Any]:
                     "cloud": {"label": "Azure cloud", "schema": {"type": ["string", "null"], "default": "AzureCloud",
                                                                  "enum": ["AzureCloud", "AzureChinaCloud",
                                                                           "AzureUSGovernment", None]}},
-                    "transient_outage_s": {"label": "Transient outage (s)", "schema": _STRING,
-                                           "description": "How long a wait rides out Azure reads that fail (throttled, "
-                                                          "5xx, dropped connections) before the task gives up on it "
-                                                          "(a retry re-attaches); empty: 900."},
+                    "transient_outage_s": {"label": "Transient outage (s)", "schema": _STRING, "description": (
+                        f"{form_field(Waits, 'transient_outage_s')['description']} Empty: "
+                        f"{Waits().transient_outage_s:g}.")},
                     "instance_type": {"label": "Deployment instance type", "schema": _STRING},
                     "instance_count": {"label": "Deployment instance count", "schema": _STRING},
                     "reports_folder": {"label": "Reports folder", "schema": _STRING,

@@ -34,11 +34,12 @@ from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
+from mlrunway.backend.waiting import Waits
 
 __all__ = ["AzureBackend"]
 
 
-TRANSIENT_OUTAGE_S = 900.0  # how long a wait rides out reads without news (ARM or Run History away), by default
+TRANSIENT_OUTAGE_S: float = Waits().transient_outage_s  # how long a wait rides out reads without news, by default
 
 
 class AzureBackend:
@@ -114,14 +115,7 @@ class AzureBackend:
                           cloud=cloud, **client_kwargs)
         count = fields.get("instance_count") or 1
         check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
-        outage = fields.get("transient_outage_s")
-        try:
-            outage_s = TRANSIENT_OUTAGE_S if outage in (None, "") else float(outage)
-        except (TypeError, ValueError):
-            outage_s = -1.0
-        if not 0 <= outage_s <= 24 * 3600:
-            raise check.fail("azure_ml connection.transient_outage_s", f"{outage!r} is not a number of seconds from 0 "
-                             "to 86400", f"write e.g. {TRANSIENT_OUTAGE_S:g} (how long a wait rides out an outage)")
+        outage_s = Waits.parse(fields, "azure_ml connection").transient_outage_s
         return cls(client, cred, compute=fields.get("compute") or None,
                    job_instance_type=fields.get("job_instance_type") or None,
                    instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),

@@ -7,11 +7,15 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway.backend.types import ProvisioningState
 from mlrunway.errors import EndpointError, Unavailable, WatchLost
+from mlrunway.settings import NOT_A_FLAG, parse, setting
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,25 @@ class Outcome(enum.StrEnum):
 
 OUTAGE_LOG_S = 60.0  # a wait riding out an outage says so once a minute
 BACKOFF_S, BACKOFF_MAX_S = 2.0, 60.0  # its own backoff when the service names no Retry-After: 2, 4, 8... s, jittered
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class Waits:
+    """How a backend's waits ride out a service that does not answer, declared once (:mod:`mlrunway.settings`):
+    a connection's ``transient_outage_s`` (text, as a connection holds it, is read as its number)."""
+
+    transient_outage_s: Annotated[float, NOT_A_FLAG] = setting(
+        900.0, ge=0, le=24 * 3600, allow_inf_nan=False,
+        description="How long a wait rides out reads that fail (throttled, 5xx, dropped connections) before the task "
+                    "gives up on it (a retry re-attaches).",
+        problem="{value!r} is not a number of seconds from 0 to 86400",
+        fix="write e.g. 900 (how long a wait rides out an outage)")
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, Any], field: str) -> Waits:
+        """From a connection's fields (an empty one: its default); ``field`` names the connection."""
+        given = {name: fields[name] for name in ("transient_outage_s",) if fields.get(name) not in (None, "")}
+        return parse(cls, given, field, noun="wait")
 
 
 class Outage:

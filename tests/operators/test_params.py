@@ -111,7 +111,7 @@ def context(dag, digits, **changes):
     [
         pytest.param({"lr_min": 0.1, "lr_max": 0.01}, "lr_min: 0.1 is not less than lr_max 0.01", id="lr-range"),
         pytest.param({"momentum_min": 0.9, "momentum_max": 0.5}, "momentum_min: 0.9 is not less than", id="momentum-range"),
-        pytest.param({"max_trials": 2, "max_concurrent_trials": 4}, "max_concurrent_trials: 4 is more than max_trials 2", id="concurrency"),
+        pytest.param({"max_trials": 2, "max_concurrent_trials": 4}, "sweep.limits.max_concurrent_trials: 4 is more than max_total_trials 2", id="concurrency"),
         pytest.param({"data_dir": "/nowhere"}, "data_dir: folder '/nowhere' does not exist", id="missing-data"),
         pytest.param({"code_dir": "/tmp"}, "code_dir: /tmp has no score.py", id="missing-scoring-script"),
         pytest.param({"search_space": {"batch_size": {"type": "choice", "values": []}}},
