@@ -19,6 +19,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.airflow.params import data_collector_param, evaluation_param, rollout_param, setting_params
+from mlrunway.backend.types import Instances
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
 from mlrunway.deploy.smoke import SmokeTest
@@ -244,10 +245,7 @@ PARAMS = {
                      description="A compute cluster for the jobs. Empty: the connection's, or serverless."),
     "environment": Param(None, type=NULLABLE_STRING, title="Environment", section=AZURE,
                          description="An environment for the jobs. Empty: one pinned to the project's torch."),
-    "instance_type": Param(None, type=NULLABLE_STRING, pattern="^[A-Za-z0-9_]+$", title="Instance type",
-                           section=AZURE, description="VM size of the deployment. Empty: the connection's."),
-    "instance_count": Param(1, type="integer", minimum=1, maximum=20, title="Instance count", section=AZURE,
-                            description="Instances of the deployment (1 to 20)."),
+    **setting_params(Instances, section=AZURE),
     # Backend.
     "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
                              section=BACKEND, description=(

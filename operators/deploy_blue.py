@@ -13,7 +13,7 @@ from mlrunway import lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.capture import DataCollector
-from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
 from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
 from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError, MlrunwayError
@@ -124,6 +124,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     def request(self, context: Context) -> DeployRequest:
         """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
         capabilities = self.backend.capabilities
+        size = Instances.parse("deploy", instance_type=self.instance_type, instance_count=self.instance_count)
         promotion = Promotion.parse(endpoint_name=self.endpoint_name, min_improvement=self.min_improvement,
                                     require_approval=self.require_approval)
         checked = smoke.SmokeTest.parse({"sample_request": self.sample_request,
@@ -132,8 +133,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         return DeployRequest(
             endpoint=promotion.endpoint_name or self.run_endpoint(context),
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
-                                        scoring_script=self.scoring_script, instance_type=self.instance_type or None,
-                                        instance_count=int(self.instance_count) if self.instance_count else None,
+                                        scoring_script=self.scoring_script, instance_type=size.instance_type,
+                                        instance_count=size.instance_count,
                                         data_collector=DataCollector.parse(self.data_collector)),
             endpoint_settings=EndpointSettings(workers=self.workers), data_dir=self.data_dir,
             sample_request=Path(self.code_dir) / checked.sample_request if checked.sample_request else None,

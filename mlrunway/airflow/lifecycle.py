@@ -27,6 +27,7 @@ from airflow.sdk import BaseOperator, Context
 from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import DataCollector
+from mlrunway.backend.types import Instances
 from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -100,6 +101,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"])
         production = described["deployment"]
         DataCollector.parse(production.get("data_collector"))
+        Instances.parse("deployment", instance_type=production.get("instance_type"),
+                        instance_count=production.get("instance_count"))
         check_scoring_script(code_dir=production["code_dir"], scoring_script=production.get("scoring_script"))
         check_smoke(code_dir=production["code_dir"], data_dir=production.get("data_dir"),
                     sample_request=production.get("sample_request"),

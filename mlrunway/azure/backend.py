@@ -34,6 +34,7 @@ from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
+from mlrunway.backend.types import Instances
 from mlrunway.backend.waiting import Waits
 
 __all__ = ["AzureBackend"]
@@ -113,12 +114,12 @@ class AzureBackend:
         cred = client_kwargs.pop("credential", None) or credential(fields, secret)
         client = MLClient(cred, ref.subscription_id, ref.resource_group, ref.workspace_name, show_progress=False,
                           cloud=cloud, **client_kwargs)
-        count = fields.get("instance_count") or 1
-        check.positive_int("azure_ml connection.instance_count", int(count), maximum=100)
+        size = Instances.parse("azure_ml connection", instance_type=fields.get("instance_type"),
+                               instance_count=fields.get("instance_count"))
         outage_s = Waits.parse(fields, "azure_ml connection").transient_outage_s
         return cls(client, cred, compute=fields.get("compute") or None,
                    job_instance_type=fields.get("job_instance_type") or None,
-                   instance_type=fields.get("instance_type") or "Standard_DS3_v2", instance_count=int(count),
+                   instance_type=size.instance_type or "Standard_DS3_v2", instance_count=size.instance_count or 1,
                    environment=fields.get("environment") or None, cloud=cloud,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,

@@ -9,9 +9,13 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway.backend.capture import DataCollector
+from mlrunway.settings import EMPTY_IS_NONE, NOT_A_FLAG, parse, setting
 from mlrunway.specs.sweep import Objective
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,27 @@ class DeploymentInfo:
     error: str | None = None
     model: str = ""
     operation: str | None = None
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class Instances:
+    """A deployment's size, declared once (:mod:`mlrunway.settings`): the deploy task's ``instance_type`` and
+    ``instance_count``, the trigger form's fields and an ``azure_ml`` connection's defaults. Empty: the
+    connection's (locally, ``instance_count`` is the endpoint's scoring workers)."""
+
+    instance_type: Annotated[str | None, EMPTY_IS_NONE] = setting(
+        None, pattern=r"^[A-Za-z0-9_]+$", title="Instance type",
+        description="VM size of the deployment (Azure ML), e.g. Standard_DS3_v2. Empty: the connection's.",
+        problem="{value!r} is not a VM size", fix="write e.g. Standard_DS3_v2")
+    instance_count: Annotated[int | None, EMPTY_IS_NONE, NOT_A_FLAG] = setting(
+        None, ge=1, le=100, title="Instance count",
+        description="Instances of the deployment (1 to 100). Empty: the connection's.",
+        problem="{value!r} is not a whole number from 1 to 100", fix="write e.g. 1 (Azure ML bills each instance)")
+
+    @classmethod
+    def parse(cls, field: str, **given: Any) -> Instances:
+        """From a task's arguments or a connection's fields (text is read as its number); ``field``: where."""
+        return parse(cls, given, field, noun="deployment size")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -229,6 +229,7 @@ def test_the_azure_model_monitors_declaration_names_the_field_and_the_fix(value,
 
 
 def test_the_dags_smoke_test_and_promotion_fields_are_their_declarations():
+    from mlrunway.backend.types import Instances
     from mlrunway.deploy.smoke import SmokeTest
     from mlrunway.production.gate import Promotion
     from mlrunway.settings import form_field
@@ -237,7 +238,8 @@ def test_the_dags_smoke_test_and_promotion_fields_are_their_declarations():
     from train_sweep_deploy import dag
 
     for kind, names in ((SmokeTest, ("sample_request", "expected_response", "ignore_keys")),
-                        (Promotion, ("endpoint_name", "require_approval", "min_improvement"))):
+                        (Promotion, ("endpoint_name", "require_approval", "min_improvement")),
+                        (Instances, ("instance_type", "instance_count"))):
         for name in names:
             param = dag.params.get_param(name)
             declared = {k: v for k, v in form_field(kind, name).items() if k != "default"}
@@ -262,13 +264,15 @@ FIELDS = [
 
 @pytest.mark.parametrize(("group", "value", "good"), FIELDS, ids=str)
 def test_the_form_fields_and_the_declaration_agree(group, value, good):
+    from mlrunway.backend.types import Instances
     from mlrunway.deploy.smoke import SmokeTest
     from mlrunway.production.gate import Promotion
     from mlrunway.settings import form_field
 
-    kind = {"SmokeTest": SmokeTest, "Promotion": Promotion}[group]
+    kind = {"SmokeTest": SmokeTest, "Promotion": Promotion, "Instances": Instances}[group]
     schema = {"type": "object", "properties": {name: form_field(kind, name) for name in value}}
-    parse = (lambda v: SmokeTest.parse(v, "deployment")) if kind is SmokeTest else (lambda v: Promotion.parse(**v))
+    parse = {"SmokeTest": lambda v: SmokeTest.parse(v, "deployment"), "Promotion": lambda v: Promotion.parse(**v),
+             "Instances": lambda v: Instances.parse("deployment", **v)}[group]
     if good:
         jsonschema.validate(value, schema)
         parse(value)
