@@ -259,6 +259,10 @@ FIELDS = [
     ("Promotion", {"endpoint_name": None}, True), ("Promotion", {"endpoint_name": "digits-"}, False),
     ("Promotion", {"endpoint_name": "7digits"}, False), ("Promotion", {"min_improvement": -0.1}, False),
     ("Promotion", {"min_improvement": True}, False), ("Promotion", {"require_approval": "maybe"}, False),
+    ("Instances", {"instance_type": "Standard_DS3_v2", "instance_count": 3}, True),
+    ("Instances", {"instance_type": None, "instance_count": None}, True),
+    ("Instances", {"instance_type": "Standard DS3"}, False), ("Instances", {"instance_count": 0}, False),
+    ("Instances", {"instance_count": 101}, False), ("Instances", {"instance_count": 1.5}, False),
 ]
 
 
