@@ -15,6 +15,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.airflow.params import backend_param
 from mlrunway.operators import CleanupOperator, DeployBlueOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ with DAG(
                                               "mlrunway.airflow.approval) after the gate, before traffic moves."),
         "min_improvement": Param(0.0, type="number", minimum=0, description="How much better the model must score."),
         "rollout": Param(None, type=["null", "object"], description="As train_sweep_deploy's rollout."),
-        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, description="The backend."),
+        "backend_conn_id": backend_param(),
     },
 ) as dag:
     common = {"backend_conn_id": P % "backend_conn_id", "name_prefix": "deploy"}

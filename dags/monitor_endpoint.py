@@ -16,7 +16,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.params import drift_param, setting_param
+from mlrunway.airflow.params import backend_param, drift_param, setting_param
 from mlrunway.operators import MonitorEndpointOperator
 from mlrunway.production.monitor import MonitorSettings
 
@@ -47,8 +47,7 @@ with DAG(
         "window_s": setting_param(MonitorSettings, "window_s", title="Window (seconds)"),
         "drift": drift_param(description="In azure-ai-ml's words, e.g. {\"metric_thresholds\": {\"numerical\": "
                                          "{\"normalized_wasserstein_distance\": 0.1}}, \"min_rows\": 100}."),
-        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
-                                 description="The Airflow connection of the backend."),
+        "backend_conn_id": backend_param(),
     },
 ) as dag:
     MonitorEndpointOperator(task_id="check_drift", endpoint_name=P % "endpoint_name", code_dir=P % "code_dir",

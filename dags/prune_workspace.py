@@ -11,6 +11,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param
 
+from mlrunway.airflow.params import backend_param
 from mlrunway.operators import PruneWorkspaceOperator
 
 SCHEDULE = os.environ.get("MLRUNWAY_PRUNE_SCHEDULE", "@weekly")
@@ -25,8 +26,7 @@ with DAG(
     tags=["mlrunway", "maintenance"],
     params={
         "dry_run": Param(False, type="boolean", title="Dry run", description="List what would go; remove nothing."),
-        "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
-                                 description="The Airflow connection of the local backend whose workspace is pruned."),
+        "backend_conn_id": backend_param(description="Only a backend that prunes its own store can be pruned."),
     },
 ) as dag:
     PruneWorkspaceOperator(task_id="prune", preview="{{ params.dry_run }}", backend_conn_id="{{ params.backend_conn_id }}")

@@ -18,7 +18,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.lifecycle import lifecycle
-from mlrunway.airflow.params import data_collector_param, evaluation_param, rollout_param, setting_params
+from mlrunway.airflow.params import backend_param, data_collector_param, evaluation_param, rollout_param, setting_params
 from mlrunway.backend.types import Instances
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
@@ -247,10 +247,7 @@ PARAMS = {
                          description="An environment for the jobs. Empty: one pinned to the project's torch."),
     **setting_params(Instances, section=AZURE),
     # Backend.
-    "backend_conn_id": Param("mlrunway_default", type="string", minLength=1, title="Backend connection",
-                             section=BACKEND, description=(
-                                 "The Airflow connection of the backend: mlrunway_default is the local one, "
-                                 "with nothing to set up; an azure_ml connection runs the same DAG on Azure ML.")),
+    "backend_conn_id": backend_param(section=BACKEND),
 }
 
 with DAG(

@@ -8,13 +8,14 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import Collecting
 from mlrunway.production.drift import Drift
 from mlrunway.production.gate import Evaluation
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_field, form_schema
 
-__all__ = ["data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param",
+__all__ = ["backend_param", "data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param",
            "setting_params"]
 
 
@@ -66,3 +67,12 @@ def setting_params(kind: type, *, section: str | None = None, **defaults: Any) -
     """Every setting of the group ``kind`` as a Param of its own (:func:`setting_param`), by name; ``defaults``:
     a deployment's own defaults for some of them."""
     return {f.name: setting_param(kind, f.name, section=section, default=defaults.get(f.name)) for f in fields(kind)}
+
+
+def backend_param(*, section: str | None = None, description: str = "") -> Param:
+    """The ``backend_conn_id`` Param every mlrunway DAG has: the Airflow connection of its backend."""
+    schema: dict[str, Any] = {"type": "string", "minLength": 1, "title": "Backend connection",
+                              **({"section": section} if section else {})}
+    return Param(DEFAULT_CONN_ID, **schema, description=(
+        f"The Airflow connection of the backend: {DEFAULT_CONN_ID} is the local one, with nothing to set up; an "
+        f"azure_ml connection runs the same DAG on Azure ML. {description}").strip())
