@@ -24,8 +24,11 @@ from mlrunway.check import fail
 from mlrunway.data import check_image_folder
 from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.early_termination import first_stop, policy_from_dict
+from mlrunway.early_termination.registry import POLICIES
 from mlrunway.errors import SpecError
 from mlrunway.production.gate import Promotion
+from mlrunway.specs.job import DISTRIBUTIONS
+from mlrunway.specs.search_space import EXPRESSIONS
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Where scheduled runs read their data unless a trigger says otherwise; a deployment sets it for its workers.
@@ -43,8 +46,6 @@ P = "{{ params.%s }}"
 # The tutorial's command: the example's own script and flags, given here as any team would give its own.
 TUTORIAL_COMMAND = ("python train.py --data-dir ${{inputs.data}} --num-epochs ${{inputs.num_epochs}} "
                     "--learning-rate ${{inputs.learning_rate}} --momentum ${{inputs.momentum}}")
-EXPRESSIONS = ["choice", "uniform", "loguniform", "quniform", "qloguniform", "normal", "lognormal", "qnormal",
-               "qlognormal", "randint"]
 
 
 def training_job(params: dict) -> dict:
@@ -173,7 +174,7 @@ PARAMS = {
     "distribution": Param(None, type=["null", "object"], title="Distributed training", section=JOB, description=(
         'As azure-ai-ml: {"type": "pytorch", "process_count_per_instance": 2}, mpi, or tensorflow with '
         "worker_count and parameter_server_count. Empty: one process."), properties={
-            "type": {"enum": ["pytorch", "mpi", "tensorflow"]}, "process_count_per_instance": {"type": "integer",
+            "type": {"enum": list(DISTRIBUTIONS)}, "process_count_per_instance": {"type": "integer",
             "minimum": 1}, "worker_count": {"type": "integer", "minimum": 1},
             "parameter_server_count": {"type": "integer", "minimum": 0}}, required=["type"],
         additionalProperties=False),
@@ -182,7 +183,7 @@ PARAMS = {
         'As azure.ai.ml.sweep: {"batch_size": {"type": "choice", "values": [32, 64]}}. Empty: the tutorial\'s '
         "learning rate and momentum, from the four fields below."),
         additionalProperties={"type": "object", "required": ["type"],
-                              "properties": {"type": {"enum": EXPRESSIONS}}}),
+                              "properties": {"type": {"enum": list(EXPRESSIONS)}}}),
     "lr_min": Param(0.001, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate from", section=SWEEP,
                     description="The tutorial's smallest learning rate, drawn log-uniformly (above 0, up to 1)."),
     "lr_max": Param(0.1, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate to", section=SWEEP,
@@ -205,7 +206,7 @@ PARAMS = {
                                description=(
         'As azure.ai.ml.sweep: {"type": "median_stopping", "evaluation_interval": 1, "delay_evaluation": 5}, '
         'truncation_selection, bandit, or {"type": "none"}. Empty: Bandit from the three fields below.'),
-        properties={"type": {"enum": ["bandit", "median_stopping", "truncation_selection", "none"]}},
+        properties={"type": {"enum": [*POLICIES, "none"]}},
         required=["type"]),
     "slack_factor": Param(0.15, type="number", exclusiveMinimum=0, maximum=1, title="Bandit slack factor",
                           section=POLICY, description=(

@@ -105,6 +105,7 @@ _DISTRIBUTIONS: dict[str, type] = {
     "mpi": MpiDistribution,
     "tensorflow": TensorFlowDistribution,
 }
+DISTRIBUTIONS: tuple[str, ...] = tuple(_DISTRIBUTIONS)  # the distributions' type names, as a form lists them
 
 
 def distribution_from_dict(data: Mapping[str, Any] | None) -> Distribution | None:

@@ -178,6 +178,7 @@ _TYPES: dict[str, type] = {
     cls.type: cls
     for cls in (Choice, Uniform, LogUniform, QUniform, QLogUniform, Normal, LogNormal, QNormal, QLogNormal, Randint)
 }
+EXPRESSIONS: tuple[str, ...] = tuple(_TYPES)  # the expressions' type names, as a form lists them
 
 
 def expression_from_dict(field: str, data: Mapping[str, Any] | SearchExpression) -> SearchExpression:
