@@ -293,3 +293,44 @@ def test_ignore_keys_is_a_list_of_key_names(dag):
     for bad in ("request_id", [""], [3]):
         with pytest.raises(ParamValidationError, match="Invalid input for param ignore_keys: "):
             params["ignore_keys"] = bad
+
+
+# What the form of d454041 (before the settings were declared once) submitted for a production run: every field,
+# with the values a team sets. Old runs' confs still validate, and their settings still parse.
+EARLIER_CONF = {
+    "code_dir": str(REPO / "training"), "data_dir": None, "epochs": 20, "max_trials": 8, "max_concurrent_trials": 2,
+    "endpoint_prefix": "digits", "keep_endpoint": False, "command": None, "inputs": None, "outputs": None,
+    "model_path": "outputs/model", "distribution": None, "search_space": None, "lr_min": 0.001, "lr_max": 0.1,
+    "momentum_min": 0.5, "momentum_max": 0.95, "sampling": "sobol", "seed": 0, "primary_metric": "best_val_acc",
+    "goal": "maximize", "early_termination": None, "slack_factor": 0.15, "evaluation_interval": 1,
+    "delay_evaluation": 10, "sample_request": "sample_request.json", "expected_response": None,
+    "ignore_keys": ["request_id"], "inputs_file": None, "endpoint_name": "digits-prod", "require_approval": True,
+    "min_improvement": 0.01, "evaluation": {"confidence": 0.9, "min_samples": 200},
+    "rollout": {"steps": [10, 50, 100], "window_s": 60, "mirror_percent": 10, "mirror_window_s": 30,
+                "shadow_keys": ["label"]},
+    "data_collector": {"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": {"enabled": "true"}},
+                       "sampling_rate": 1.0, "rolling_rate": "hour"},
+    "compute": None, "environment": None, "instance_type": "Standard_DS3_v2", "instance_count": 20,
+    "backend_conn_id": "mlrunway_default"}
+
+
+def test_an_earlier_forms_conf_still_validates_and_its_settings_parse(dag):
+    from mlrunway.backend.capture import DataCollector
+    from mlrunway.backend.types import Instances
+    from mlrunway.deploy.smoke import SmokeTest
+    from mlrunway.production.gate import Evaluation, Promotion
+    from mlrunway.production.rollout import RolloutPolicy
+
+    params = copy.deepcopy(dag.params)
+    for name, value in EARLIER_CONF.items():
+        params[name] = value
+    assert set(params.validate()) == set(EARLIER_CONF)
+    conf = EARLIER_CONF
+    assert RolloutPolicy.parse(conf["rollout"]).steps == (10, 50, 100)
+    assert Evaluation.parse(conf["evaluation"]).confidence == 0.9
+    assert DataCollector.parse(conf["data_collector"]).enabled == ("model_inputs", "model_outputs")
+    assert SmokeTest.parse({k: conf[k] for k in ("sample_request", "expected_response", "ignore_keys")},
+                           "deployment").keys == ("request_id",)
+    assert Promotion.parse(**{k: conf[k] for k in ("endpoint_name", "require_approval", "min_improvement")}) == \
+        Promotion(endpoint_name="digits-prod", require_approval=True, min_improvement=0.01)
+    assert Instances.parse("deployment", instance_type="Standard_DS3_v2", instance_count=20).instance_count == 20
