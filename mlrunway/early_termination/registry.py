@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from mlrunway import check
+from mlrunway.compat import type_from_kind
 from mlrunway.early_termination import bandit, median, truncation
 from mlrunway.early_termination._common import Goal, Termination
 
@@ -49,8 +50,7 @@ def policy_from_dict(data: Mapping[str, Any] | EarlyTerminationPolicy | None) ->
     """A policy from ``to_dict`` output (``{"type": "bandit", ...}``), or a policy as it is."""
     if data is None or not isinstance(data, Mapping):
         return data
-    # The job.json of a sweep started before the policies took azure-ai-ml's word names the policy "kind".
-    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    fields = type_from_kind("early_termination", data)
     name = check.one_of("early_termination.type", fields.get("type"), tuple(POLICIES))
     try:
         return POLICIES[name].spec(**fields)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mlrunway.compat import renamed_kind
 from mlrunway.errors import MlrunwayError
 
 KEY = "format_version"
@@ -45,9 +46,30 @@ def _sampler_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "sampler_version": data.get("sampler_version", 1)}
 
 
+def _type_not_kind(data: dict[str, Any]) -> dict[str, Any]:
+    """A job recorded before its specs took azure-ai-ml's word (issue 30) names a distribution's, a search
+    expression's and a policy's type ``kind`` (:mod:`mlrunway.compat`)."""
+    data = dict(data)
+    spec = data.get("spec")
+    if isinstance(spec, dict) and "distribution" in spec:
+        data["spec"] = {**spec, "distribution": renamed_kind(spec["distribution"])}
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict):
+        sweep = {**sweep}
+        if "early_termination" in sweep:
+            sweep["early_termination"] = renamed_kind(sweep["early_termination"])
+        if isinstance(sweep.get("search_space"), dict):
+            sweep["search_space"] = {name: renamed_kind(e) for name, e in sweep["search_space"].items()}
+        if isinstance(sweep.get("trial"), dict) and "distribution" in sweep["trial"]:
+            sweep["trial"] = {**sweep["trial"], "distribution": renamed_kind(sweep["trial"]["distribution"])}
+        data["sweep"] = sweep
+    return data
+
+
 # (file name, from format) -> the data in the next format. A file name absent for a step changed no shape.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("sweep.json", 0): _sampler_v1,
+    ("job.json", 0): _type_not_kind,
 }
 
 

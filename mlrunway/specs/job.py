@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from mlrunway import check
+from mlrunway.compat import type_from_kind
 
 __all__ = [
     "CommandJobSpec",
@@ -112,8 +113,7 @@ def distribution_from_dict(data: Mapping[str, Any] | None) -> Distribution | Non
     """Rebuild a distribution from ``to_dict`` output (``{"type": ..., ...}``)."""
     if data is None:
         return None
-    # The job.json of a job submitted before distributions took azure-ai-ml's word names the type "kind".
-    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    fields = type_from_kind("distribution", data)
     name = check.one_of("distribution.type", fields.get("type"), tuple(_DISTRIBUTIONS))
     return _DISTRIBUTIONS[name](**fields)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mlrunway import check
+from mlrunway.compat import type_from_kind
 from mlrunway.errors import SpecError
 
 __all__ = [
@@ -187,8 +188,7 @@ def expression_from_dict(field: str, data: Mapping[str, Any] | SearchExpression)
         return data  # type: ignore[return-value]
     if not isinstance(data, Mapping):
         raise check.fail(field, f"{data!r} is not a search expression", "pass e.g. Uniform(min_value=0.001, max_value=0.1)")
-    # The job.json of a sweep started before the expressions took azure-ai-ml's word names the type "kind".
-    fields = {"type" if key == "kind" else key: value for key, value in data.items()}
+    fields = type_from_kind(field, data)
     name = check.one_of(f"{field}.type", fields.get("type"), tuple(_TYPES))
     try:
         return _TYPES[name](**fields)

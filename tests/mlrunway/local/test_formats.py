@@ -138,3 +138,25 @@ def test_a_workspace_older_than_this_release_migrates_is_refused_naming_the_rele
         LocalBackend.at(old)
     assert {path: path.read_bytes() for path in state_files(old)} == before
     assert not (old / formats.MARKER).exists()
+
+
+def test_a_job_recorded_before_its_specs_said_type_reads_as_if_it_did_without_a_warning(recwarn):
+    """Issue 30 renamed a policy's, an expression's and a distribution's kind to type before format 1: such a
+    job.json (format 0) is migrated (mlrunway.compat), not read through the users' one-release warning."""
+    from mlrunway.specs import SweepSpec
+
+    sweep = {"trial": {"code": "/c", "command": "python t.py --lr ${{inputs.lr}}", "inputs": {"lr": 0.1},
+                       "distribution": {"kind": "pytorch", "process_count_per_instance": 2}},
+             "search_space": {"lr": {"kind": "uniform", "min_value": 0.01, "max_value": 0.1}},
+             "objective": {"primary_metric": "acc", "goal": "maximize"}, "sampling_algorithm": {"type": "random"},
+             "seed": 1, "limits": {"max_total_trials": 2},
+             "early_termination": {"kind": "bandit", "slack_factor": 0.1, "evaluation_interval": 1,
+                                   "delay_evaluation": 2}}
+    job = formats.current("jobs/x/job.json", {"kind": "sweep", "spec": {"distribution": None}, "sweep": sweep})
+    assert job["kind"] == "sweep" and job["spec"] == {"distribution": None}  # the job's own kind is not a type
+    spec = SweepSpec.from_dict(job["sweep"])
+    assert spec.early_termination.type == "bandit" and spec.trial.distribution.type == "pytorch"
+    assert spec.search_space["lr"].type == "uniform"
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+    newer = formats.current("jobs/y/job.json", {KEY: 1, "sweep": sweep})  # format 1 is read as it is
+    assert newer["sweep"]["early_termination"]["kind"] == "bandit"

@@ -51,7 +51,7 @@ def test_specs_round_trip_through_dict():
     assert SweepSpec.from_dict(spec.to_dict()) == spec
 
 
-def test_specs_are_written_with_azure_ai_mls_type_and_an_older_records_kind_still_reads():
+def test_specs_are_written_with_azure_ai_mls_type_and_a_users_kind_reads_with_a_warning_naming_type():
     spec = sweep(trial=trial(distribution=PyTorchDistribution(process_count_per_instance=2)))
     record = spec.to_dict()
     assert record["early_termination"] == {"type": "bandit", "slack_factor": 0.15, "slack_amount": None,
@@ -62,11 +62,18 @@ def test_specs_are_written_with_azure_ai_mls_type_and_an_older_records_kind_stil
     def older(data):  # what this version wrote before it took azure-ai-ml's word
         return {"kind" if key == "type" else key: value for key, value in data.items()}
 
-    assert SweepSpec.from_dict({
-        **record, "early_termination": older(record["early_termination"]),
-        "search_space": {name: older(expr) for name, expr in record["search_space"].items()},
-        "trial": {**record["trial"], "distribution": older(record["trial"]["distribution"])},
-    }) == spec
+    with pytest.warns(FutureWarning) as warned:
+        assert SweepSpec.from_dict({
+            **record, "early_termination": older(record["early_termination"]),
+            "search_space": {name: older(expr) for name, expr in record["search_space"].items()},
+            "trial": {**record["trial"], "distribution": older(record["trial"]["distribution"])},
+        }) == spec
+    assert {str(w.message).split(" is read")[0] for w in warned} == {
+        "early_termination.kind", "sweep.search_space.learning_rate.kind", "sweep.search_space.momentum.kind",
+        "distribution.kind"}
+    assert "write type, azure-ai-ml's word" in str(warned[0].message)
+    with pytest.raises(SpecError, match="early_termination.kind: is given beside type 'bandit'; drop kind"):
+        SweepSpec.from_dict({**record, "early_termination": {**record["early_termination"], "kind": "bandit"}})
     with pytest.raises(SpecError, match="early_termination.type: 'hyperband' is not supported; use one of bandit, "):
         SweepSpec.from_dict({**record, "early_termination": {"type": "hyperband"}})
 
