@@ -83,6 +83,17 @@ def optional_seconds(field: str, value: Any) -> float | None:
     return seconds
 
 
+def flag(field: str, value: Any) -> bool:
+    """A yes-or-no argument as given, or as a template renders it ("True", "false", "1", "0"); empty is no."""
+    if isinstance(value, bool):
+        return value
+    if value is None or value == "":
+        return False
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise fail(field, f"{value!r} is not true or false", "pass true or false")
+
+
 def one_of(field: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise fail(field, f"{value!r} is not supported", f"use one of {', '.join(allowed)}")

@@ -1,9 +1,9 @@
 """What mlrunway still reads from an earlier release, in one place: each renamed word, the release that renamed it
 and the release that stops reading it.
 
-A stored record (a local workspace's state file) is migrated by its format (:data:`mlrunway.local.formats.
-MIGRATIONS`), silently: nobody can rewrite it. A user's own words (a DAG's arguments, a spec built by hand) are
-read with a ``FutureWarning`` naming the new word, for one release.
+A stored record (a local workspace's state file) is migrated by its format
+(:data:`mlrunway.local.formats.MIGRATIONS`), silently: nobody can rewrite it. A user's own words (a DAG's
+arguments, a spec built by hand) are read with a ``FutureWarning`` naming the new word, for one release.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import Context, TriggerRule
 
-from mlrunway import lineage
+from mlrunway import check, lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.errors import JobFailed
@@ -36,7 +36,7 @@ class CleanupOperator(MlrunwayBaseOperator):
         self.endpoint_name = endpoint_name
 
     def execute(self, context: Context) -> dict[str, Any]:
-        keep = self.keep_endpoint in (True, "True", "true", "1")
+        keep = check.flag("keep_endpoint", self.keep_endpoint)
         names = self.names(context)
         self.save_report(context, names)
         done = cleanup(self.backend, names, delete_endpoint=not keep and not self.endpoint_name,

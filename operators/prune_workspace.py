@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from mlrunway import check
 from mlrunway.backend.retention import Retention, RetentionPolicy
 from mlrunway.errors import NotSupportedOnBackend
 from mlrunway.operators._base import MlrunwayBaseOperator
@@ -32,7 +33,7 @@ class PruneWorkspaceOperator(MlrunwayBaseOperator):
             raise NotSupportedOnBackend(f"pruning: the {backend.kind} backend keeps its workspace by its own "
                                         "retention; prune the local backend's workspaces only")
         policy = RetentionPolicy.parse(self.retention) if self.retention else None
-        plan = backend.prune(policy, dry_run=self.preview in (True, "True", "true"))
+        plan = backend.prune(policy, dry_run=check.flag("preview", self.preview))
         for line in plan.lines():
             self.log.info("%s", line)
         return {"summary": plan.summary(), "bytes": plan.bytes, "removed": len(plan.removed), "dry_run": plan.dry_run}

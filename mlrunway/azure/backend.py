@@ -27,9 +27,9 @@ from mlrunway.azure.endpoints import AzureEndpoints
 from mlrunway.azure.environments import TORCH_VERSION
 from mlrunway.azure.jobs import AzureJobs
 from mlrunway.azure.lease import RolloutLease
+from mlrunway.azure.metrics import DeploymentMonitor
+from mlrunway.azure.model_monitor import ModelMonitors, MonitorSettings
 from mlrunway.azure.models import AzureModels
-from mlrunway.azure.monitor import DeploymentMonitor
-from mlrunway.azure.monitors import ModelMonitors, MonitorSettings
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.capture import ModelMonitor
@@ -54,7 +54,7 @@ class AzureBackend:
     :param cache_dir: where downloaded models are kept.
     :param reports: where the runs' sweep reports are saved and read, on the machine Airflow runs on (a folder the
         workers and the API server share); default ``~/.mlrunway/reports/<workspace>``.
-    :param model_monitor: the workspace's model monitor of a production endpoint (:mod:`mlrunway.azure.monitors`);
+    :param model_monitor: the workspace's model monitor of a production endpoint (:mod:`mlrunway.azure.model_monitor`);
         None: none is made.
     :param transient_outage_s: how long a wait rides out reads that bring no news (a 408, 429, 5xx or dropped
         connection after azure-core's own retries) before it gives up on the watch: the connection's extra of that

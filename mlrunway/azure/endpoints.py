@@ -1,6 +1,6 @@
 """Online endpoints on Azure ML, through the SDK's ``online_endpoints`` operations, and the protocol's whole
 ``Endpoints`` over them: their deployments (``mlrunway.azure.deployments``), the rollout's lease
-(``mlrunway.azure.lease``) and metrics (``mlrunway.azure.monitor``), and scoring in the endpoint's own auth.
+(``mlrunway.azure.lease``) and metrics (``mlrunway.azure.metrics``), and scoring in the endpoint's own auth.
 
 A team's endpoint is read and written back, never rebuilt; every write is tried again while the endpoint is
 busy (``mlrunway.azure.writes``).
@@ -22,7 +22,7 @@ from azure.core.rest import HttpRequest
 from mlrunway import check
 from mlrunway.azure.deployments import AzureDeployments
 from mlrunway.azure.lease import RolloutLease
-from mlrunway.azure.monitor import DeploymentMonitor
+from mlrunway.azure.metrics import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites, transient_reads
 from mlrunway.backend.protocol import Endpoints
@@ -185,7 +185,7 @@ class AzureEndpoints(Endpoints):
 
     def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
         """The deployment's requests, errors and p99 latency over [start, end) from the endpoint's Azure Monitor
-        metrics (``mlrunway.azure.monitor``). The endpoint's ARM id, which the queries name, is read once per
+        metrics (``mlrunway.azure.metrics``). The endpoint's ARM id, which the queries name, is read once per
         process (it derives from the names: an endpoint made again under its name has the same one), not on each
         of a rollout's looks."""
         key = (self.ml.subscription_id, self.ml.resource_group_name, self.ml.workspace_name, endpoint)

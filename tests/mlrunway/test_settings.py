@@ -221,7 +221,7 @@ def test_the_dags_collector_and_the_monitors_window_are_their_declarations():
 ])
 def test_the_azure_model_monitors_declaration_names_the_field_and_the_fix(value, message):
     pytest.importorskip("azure.ai.ml")
-    from mlrunway.azure.monitors import MonitorSettings
+    from mlrunway.azure.model_monitor import MonitorSettings
 
     with pytest.raises(SpecError, match=rf"^azure_ml connection\.{message}"):
         MonitorSettings.parse(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlrunway.azure.monitors import ModelMonitors, MonitorSettings
+from mlrunway.azure.model_monitor import ModelMonitors, MonitorSettings
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.errors import SpecError
