@@ -5,7 +5,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.lifecycle import lifecycle
+from mlrunway.lifecycle import lifecycle
 
 CODE = str(Path(__file__).resolve().parent.parent / "examples" / "demand_forecast")
 COMMAND = ("python fit.py --rows 4000 --hidden-units ${{inputs.hidden_units}} --lr ${{inputs.lr}} --weight-decay "

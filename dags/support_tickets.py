@@ -5,7 +5,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.lifecycle import lifecycle
+from mlrunway.lifecycle import lifecycle
 
 CODE = str(Path(__file__).resolve().parent.parent / "examples" / "support_tickets")
 COMMAND = ("python fit.py --tickets ${{inputs.tickets}} --embedding-dim ${{inputs.embedding_dim}} --lr ${{inputs.lr}} "

@@ -17,7 +17,6 @@ from pathlib import Path
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
-from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.airflow.params import backend_param, data_collector_param, evaluation_param, rollout_param, setting_params
 from mlrunway.backend.types import Instances
 from mlrunway.check import fail
@@ -26,6 +25,7 @@ from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.early_termination import first_stop, policy_from_dict
 from mlrunway.early_termination.registry import POLICIES
 from mlrunway.errors import SpecError
+from mlrunway.lifecycle import lifecycle
 from mlrunway.production.gate import Promotion
 from mlrunway.specs.job import DISTRIBUTIONS
 from mlrunway.specs.search_space import EXPRESSIONS

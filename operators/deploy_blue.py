@@ -77,7 +77,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param intended_use: what the model is for and not for, in the team's words: the first section of the model
         card each version that reaches an endpoint gets (:mod:`mlrunway.production.card`).
     :param model_card: what the card says of the training: ``{"job": ..., "sweep": ...}`` in azure-ai-ml's words,
-        as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.airflow.lifecycle.lifecycle` passes
+        as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.lifecycle.lifecycle` passes
         them); the rest of the card comes from the registry and the sweep's record.
 
     :param data_collector: what the deployment collects, in azure-ai-ml's shape (``{"collections": {"model_inputs":

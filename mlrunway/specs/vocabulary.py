@@ -60,7 +60,7 @@ def _mapping(field: str, value: Any, example: str) -> Mapping[str, Any]:
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         raise check.fail(field, f"is the text {value[:80]!r}, not the object it spells", "render templates as objects "
                          "(Airflow: render_template_as_native_obj=True, which mlrunway's operators set unless a task "
-                         f"turns it off, or mlrunway.airflow.lifecycle), or pass e.g. {example}")
+                         f"turns it off, or mlrunway.lifecycle), or pass e.g. {example}")
     if not isinstance(value, Mapping):
         raise check.fail(field, f"{value!r} is not an object", f"pass e.g. {example}")
     return value

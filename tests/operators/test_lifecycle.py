@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.lifecycle import lifecycle
 from mlrunway.errors import SpecError
+from mlrunway.lifecycle import lifecycle
 from mlrunway.operators import TrainModelOperator
 from tests.conftest import REPO
 
@@ -156,3 +156,9 @@ def test_preflight_names_the_jobs_fields_as_the_dag_does_whichever_check_finds_t
     dag, tasks = team_dag(job={**JOB, "command": ""})
     with pytest.raises(SpecError, match=r"^job.command: is missing"):
         tasks.preflight(context(dag))
+
+
+def test_the_builders_old_address_still_imports_it():
+    from mlrunway.airflow.lifecycle import lifecycle as old_address
+
+    assert old_address is lifecycle
