@@ -23,8 +23,9 @@ from typing import Any
 from urllib.parse import quote
 
 from mlrunway.backend.attempts import latest_attempt
-from mlrunway.backend.naming import RunNames, base_name
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Artifacts, Backend
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.specs.sweep import Objective
@@ -330,15 +331,18 @@ def save(report: SweepReport, folder: str | Path) -> Path:
     return page
 
 
-def save_run_report(backend: Backend, names: RunNames, root: str | Path) -> Path | None:
-    """Save the run's report under ``<root>/<sweep>/`` and, where the backend keeps job artifacts
-    (:class:`~mlrunway.backend.protocol.Artifacts`), as artifacts of the sweep's run under ``report/``. None when the run has no
-    sweep."""
+def save_run_report(backend: Backend, names: RunNames, root: str | Path, *, dag_id: str = "",
+                    run_id: str = "") -> Path | None:
+    """Save the run's report in its folder of the reports folder ``root``, with the run's ``run.json`` (``dag_id``
+    and ``run_id``: what pruning keeps each DAG's newest runs by), and, where the backend keeps job artifacts
+    (:class:`~mlrunway.backend.protocol.Artifacts`), as artifacts of the sweep's run under ``report/``. None when
+    the run has no sweep."""
     try:
         report = collect(backend, names)
     except NotFound:
         return None
-    page = save(report, Path(root) / names.sweep)
+    folder = ReportsFolder(Path(root))
+    page = save(report, folder.mark_run(names.sweep, dag_id, run_id) if dag_id else folder.sweep(names.sweep))
     if isinstance(backend.jobs, Artifacts):
         backend.jobs.log_artifacts(report.sweep, page.parent, "report")
     return page
@@ -346,5 +350,5 @@ def save_run_report(backend: Backend, names: RunNames, root: str | Path) -> Path
 
 def saved_report(sweep: str, root: str | Path) -> Path | None:
     """The saved report of the run whose sweep is ``sweep`` (any attempt's name), if cleanup saved one."""
-    page = Path(root) / base_name(sweep) / HTML_FILE
+    page = ReportsFolder(Path(root)).sweep(sweep) / HTML_FILE
     return page if page.is_file() else None

@@ -10,11 +10,12 @@ from airflow.sdk import Context, TriggerRule
 from mlrunway import check, lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames, endpoint_salt
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import JobFailed
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.production import stable
-from mlrunway.report import save_run_report
+from mlrunway.report import HTML_FILE, save_run_report
 
 
 class CleanupOperator(MlrunwayBaseOperator):
@@ -60,7 +61,8 @@ class CleanupOperator(MlrunwayBaseOperator):
         """The sweep report as the run ends, the endpoint still up: the run's artifact. A report that cannot be
         built is logged and does not stop the cleanup: the run's models and jobs stand without it."""
         try:
-            page = save_run_report(self.backend, names, self.backend.reports)
+            page = save_run_report(self.backend, names, self.backend.reports, dag_id=context["dag"].dag_id,
+                                   run_id=context["run_id"])
         except Exception:
             self.log.exception("The sweep report of %s could not be saved; cleaning up regardless", names.sweep)
             return
@@ -90,7 +92,7 @@ class CleanupOperator(MlrunwayBaseOperator):
             removed += [lineage.deployment(namespace, done["stable_endpoint"], d)
                         for d in done.get("deleted_deployments") or []]
         removed += [lineage.model_version(namespace, *ref.split(":", 1)) for ref in done.get("archived_models") or []]
-        report = self.backend.reports / names.sweep / "report.html"
+        report = ReportsFolder(self.backend.reports).sweep(names.sweep) / HTML_FILE
         return removed, [lineage.local_path(report)] if report.is_file() else []
 
 

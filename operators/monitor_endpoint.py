@@ -52,7 +52,7 @@ class MonitorEndpointOperator(MlrunwayBaseOperator):
                 self.log.info("endpoint %s is watched by the workspace's model monitor %s; its signals run in the "
                               "service", self.endpoint_name, name)
                 return {"status": "watched by the service", "monitor": name, "drifted": None}
-        reports = Path(backend.reports) / "monitor"
+        reports = Path(backend.reports)
         reference: str | dict[str, str] | None = self.reference or None
         if reference is None:
             if not self.code_dir:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Context
 
 from mlrunway import check
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.retention import Retention, RetentionPolicy
-from mlrunway.errors import NotSupportedOnBackend
 from mlrunway.operators._base import MlrunwayBaseOperator
 
 
 class PruneWorkspaceOperator(MlrunwayBaseOperator):
     """Prune the connection's workspace by its ``retention`` extra (or ``retention`` given here), logging each thing
     removed or kept against the numbers, and return the plan's summary (:mod:`mlrunway.local.prune`). Azure ML
-    keeps its workspace by its own retention: there the task fails, naming that.
+    keeps its workspace by its own retention: there the task prunes the reports folder only
+    (:meth:`~mlrunway.backend.reports.ReportsFolder.prune`), by ``retention`` or the defaults.
 
     :param retention: ``{"keep_runs": 10, "keep_versions": 5, "capture_days": 30}``; None: the connection's.
     :param preview: a dry run: list what would go, remove nothing.
@@ -29,11 +31,14 @@ class PruneWorkspaceOperator(MlrunwayBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         backend = self.backend
-        if not isinstance(backend, Retention):
-            raise NotSupportedOnBackend(f"pruning: the {backend.kind} backend keeps its workspace by its own "
-                                        "retention; prune the local backend's workspaces only")
         policy = RetentionPolicy.parse(self.retention) if self.retention else None
-        plan = backend.prune(policy, dry_run=check.flag("preview", self.preview))
+        dry_run = check.flag("preview", self.preview)
+        if isinstance(backend, Retention):
+            plan = backend.prune(policy, dry_run=dry_run)
+        else:
+            self.log.info("The %s backend keeps its workspace by its own retention: pruning its reports folder, %s, "
+                          "only", backend.kind, backend.reports)
+            plan = ReportsFolder(Path(backend.reports)).prune(policy or RetentionPolicy(), dry_run=dry_run)
         for line in plan.lines():
             self.log.info("%s", line)
         return {"summary": plan.summary(), "bytes": plan.bytes, "removed": len(plan.removed), "dry_run": plan.dry_run}

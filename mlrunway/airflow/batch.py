@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from mlrunway.airflow.hook import MlrunwayHook
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.production import gate, stable
 
 
@@ -20,7 +21,7 @@ def score_test_split(backend_conn_id: str, endpoint: str, data_dir: str, model: 
     evaluation = stable.evaluation_set(backend, live["model"], ".", data_dir, None)
     answers = [json.loads(backend.endpoints.invoke(endpoint, payload=request)) for request in evaluation.requests]
     accuracy = gate.accuracy(answers, evaluation.expected)
-    out = backend.reports / "batch_scoring" / f"{live['model'].replace(':', '-')}.json"
+    out = ReportsFolder(backend.reports).batch(live["model"])
     out.parent.mkdir(parents=True, exist_ok=True)
     labels = [p["label"] for answer in answers for p in answer["predictions"]]
     out.write_text(json.dumps({"endpoint": endpoint, "model": live["model"], "event_model": model,

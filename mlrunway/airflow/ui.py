@@ -36,6 +36,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from mlrunway import check
 from mlrunway.backend.protocol import Artifacts, Backend, Studio
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
 
 # No schema pages: /docs, /redoc and /openapi.json would answer without Airflow's authentication.
@@ -326,7 +327,7 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
 
     _named(lambda field, value: check.endpoint_name(value, field), "endpoint", name)
     reports = _backend(conn_id).reports
-    folder = _inside(reports, Path(reports) / "monitor" / name)
+    folder = _inside(reports, ReportsFolder(Path(reports)).monitoring(name))
     if not re.fullmatch(r"latest|\d{8}T\d{6}Z", stamp) or not (folder / f"{stamp}.html").is_file():
         raise HTTPException(404, f"endpoint {name} has no monitoring report {stamp}: the monitor_endpoint DAG "
                                  "writes one each time it runs")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.reports import ReportsFolder, size_of
 from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local import records
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 _RUN_JOB = re.compile(r"^(?P<prefix>.+)-(?P<key>[0-9a-f]{8})-(?:train|sweep)(?:-a\d+)?$")
 _TRIAL = re.compile(r"^(?P<sweep>.+)_trial_\d+$")
 _CAPTURE_HOUR = re.compile(r"^\d{4}/\d{2}/\d{2}/\d{2}$")
-_MONITOR_STAMP = re.compile(r"^(\d{8}T\d{6}Z)\.(html|json)$")
 
 
 @dataclass
@@ -96,12 +96,6 @@ def _aliased(workspace: Workspace, name: str) -> dict[int, str]:
     return why
 
 
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_dir())
-
-
 def _runs(workspace: Workspace) -> dict[tuple[str, str], _Run]:
     from mlrunway.local.jobs import LocalJobs
 
@@ -144,11 +138,32 @@ def _deployed(workspace: Workspace) -> dict[tuple[str, int], str]:
 
 
 def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: float | None = None) -> PrunePlan:
-    """What pruning ``workspace`` by ``policy`` removes, and what it keeps though the numbers pass it by."""
+    """What pruning ``workspace`` by ``policy`` removes, and what it keeps though the numbers pass it by: the
+    runs, then the model versions, then the captures; the reports folder's part by its layout
+    (:meth:`~mlrunway.backend.reports.ReportsFolder.plan`), told which runs and versions go and which runs stay."""
     now = time.time() if now is None else now
     result = PrunePlan(policy)
     runs = _runs(workspace)
-    served = _deployed(workspace)
+    keep_runs = _kept_runs(runs, policy)
+    versions, reasons, newest = _versions(workspace, policy, _deployed(workspace))
+    for version, why in reasons.items():  # the run that produced each protected version (an export's: its source's)
+        if _source_model(versions.get(version, {})) in reasons:
+            continue
+        run_key = _run_of_version(versions, version)
+        if run_key in runs and not keep_runs.get(run_key):
+            keep_runs[run_key] = f"it produced {version[0]}:{version[1]} ({why})"
+    result.kept.update({f"run {runs[held].name}": why for held, why in keep_runs.items() if why})
+    gone_runs = _plan_runs(workspace, policy, runs, keep_runs, result)
+    gone_versions = _plan_versions(workspace, policy, versions, reasons, newest, keep_runs, result)
+    result.removed += _plan_captures(workspace, policy, now)
+    result.removed += ReportsFolder(reports).plan(
+        policy, keep={f"{runs[k].name}-sweep": why or "one of the last runs of its prefix" for k, why in keep_runs.items()},
+        gone_runs=gone_runs, gone_versions=gone_versions, now=now)
+    return result
+
+
+def _kept_runs(runs: dict[tuple[str, str], _Run], policy: RetentionPolicy) -> dict[tuple[str, str], str]:
+    """Each prefix's last ``keep_runs`` runs ("": the policy's numbers keep it) and every open run (why)."""
     keep_runs: dict[tuple[str, str], str] = {}
     by_prefix: dict[str, list[_Run]] = {}
     for run in runs.values():
@@ -160,7 +175,13 @@ def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: f
     for run in runs.values():
         if run.open_job and (run.prefix, run.key) not in keep_runs:
             keep_runs[(run.prefix, run.key)] = f"a job has not ended ({run.open_job})"
+    return keep_runs
 
+
+def _versions(workspace: Workspace, policy: RetentionPolicy, served: dict[tuple[str, int], str]) -> \
+        tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], str], set[tuple[str, int]]]:
+    """Every model version's properties, why each protected one stays (an alias it holds or held, a damaged
+    record, a deployment serving it, an export of it that stays), and each model's newest ``keep_versions``."""
     versions: dict[tuple[str, int], dict[str, Any]] = {}  # (model, version): its properties
     reasons: dict[tuple[str, int], str] = {}
     newest: set[tuple[str, int]] = set()
@@ -180,30 +201,33 @@ def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: f
         source = _source_model(versions.get((name, number), {}))
         if source in versions and source not in reasons:
             reasons[source] = f"{name}:{number} was exported from it ({why})"
-    for version, why in reasons.items():  # and the run that produced each protected version (an export's: its source's)
-        if _source_model(versions.get(version, {})) in reasons:
-            continue
-        run_key = _run_of_version(versions, version)
-        if run_key in runs and not keep_runs.get(run_key):
-            keep_runs[run_key] = f"it produced {version[0]}:{version[1]} ({why})"
+    return versions, reasons, newest
 
-    for held, why in keep_runs.items():
-        if why:
-            result.kept[f"run {runs[held].name}"] = why
+
+def _plan_runs(workspace: Workspace, policy: RetentionPolicy, runs: dict[tuple[str, str], _Run],
+               keep_runs: dict[tuple[str, str], str], result: PrunePlan) -> dict[str, str]:
+    """Each run not kept: its jobs and their MLflow runs into ``result``; return its report folder's name: why."""
+    gone: dict[str, str] = {}
     for (prefix, key), run in sorted(runs.items()):
         if (prefix, key) in keep_runs:
             continue
         reason = f"older than the last {policy.keep_runs} runs of {prefix or 'jobs outside a DAG'}"
         for job in run.jobs:
-            result.removed.append(Pruned("job", job.name, reason, _size(job)))
+            result.removed.append(Pruned("job", job.name, reason, size_of(job)))
             run_id = _run_id(job)
             if run_id:
                 result.removed.append(Pruned("mlflow_run", run_id, f"job {job.name}'s; {reason}",
-                                             _size(workspace.root / "artifacts" / run_id)))
-        report = reports / f"{run.name}-sweep"
-        if run.prefix and report.is_dir():
-            result.removed.append(Pruned("report", str(report.relative_to(reports)), reason, _size(report)))
+                                             size_of(workspace.root / "artifacts" / run_id)))
+        if run.prefix:
+            gone[f"{run.name}-sweep"] = reason
+    return gone
 
+
+def _plan_versions(workspace: Workspace, policy: RetentionPolicy, versions: dict[tuple[str, int], dict[str, Any]],
+                   reasons: dict[tuple[str, int], str], newest: set[tuple[str, int]],
+                   keep_runs: dict[tuple[str, str], str], result: PrunePlan) -> tuple[tuple[str, int, str], ...]:
+    """Each version past its model's newest ``keep_versions`` that nothing protects into ``result``; return them."""
+    gone = []
     for name, number in sorted(versions):
         if (name, number) in newest:
             continue
@@ -213,28 +237,20 @@ def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: f
             result.kept[f"model {name}:{number}"] = why
             continue
         reason = f"older than the newest {policy.keep_versions} versions of {name}"
-        folder = workspace.models / name / str(number)
-        size = _size(folder) + _size(workspace.root / "artifacts" / "model-registry" / name / str(number))
+        size = size_of(workspace.models / name / str(number)) + \
+            size_of(workspace.root / "artifacts" / "model-registry" / name / str(number))
         result.removed.append(Pruned("model_version", f"{name}:{number}", reason, size))
-        card = reports / "model-cards" / name / str(number)
-        if card.is_dir():
-            result.removed.append(Pruned("report", str(card.relative_to(reports)), reason, _size(card)))
-        for reference in sorted((reports / "monitor").glob(f"*/reference/{name}-{number}")):
-            result.removed.append(Pruned("report", str(reference.relative_to(reports)), reason, _size(reference)))
+        gone.append((name, number, reason))
+    return tuple(gone)
 
+
+def _plan_captures(workspace: Workspace, policy: RetentionPolicy, now: float) -> list[Pruned]:
+    """The capture hours older than ``capture_days``."""
     cutoff = now - policy.capture_days * 86400
     captures = workspace.root / "modelDataCollector"
-    for hour in _capture_hours(captures):
-        if _utc("/".join(hour.parts[-4:]), "%Y/%m/%d/%H") + 3600 <= cutoff:
-            result.removed.append(Pruned("capture", str(hour.relative_to(captures)),
-                                         f"captured over {policy.capture_days:g} days ago", _size(hour)))
-    monitor = reports / "monitor"
-    for page in sorted(monitor.glob("*/*")) if monitor.is_dir() else []:
-        found = _MONITOR_STAMP.match(page.name)
-        if found and _utc(found[1], "%Y%m%dT%H%M%SZ") < cutoff:
-            result.removed.append(Pruned("report", str(page.relative_to(reports)),
-                                         f"a monitoring report over {policy.capture_days:g} days old", _size(page)))
-    return result
+    return [Pruned("capture", str(hour.relative_to(captures)), f"captured over {policy.capture_days:g} days ago",
+                   size_of(hour)) for hour in _capture_hours(captures)
+            if _utc("/".join(hour.parts[-4:]), "%Y/%m/%d/%H") + 3600 <= cutoff]
 
 
 def _source_model(props: dict[str, Any]) -> tuple[str, int] | None:
@@ -291,8 +307,7 @@ def prune(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, dry_r
         if item.kind == "job":
             shutil.rmtree(workspace.jobs / item.name, ignore_errors=True)
         elif item.kind == "report":
-            target = reports / item.name
-            shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+            ReportsFolder(reports).remove(item)
         elif item.kind == "capture":
             shutil.rmtree(workspace.root / "modelDataCollector" / item.name, ignore_errors=True)
         elif item.kind == "model_version":

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.protocol import Artifacts, Backend
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.sweep.leaderboard import format_params
 
 CARD_TAG = "mlrunway.model_card"  # a version's tag: where its card's HTML is
-FOLDER = "model-cards"
 MARKDOWN, HTML_FILE, DATA_FILE = "card.md", "card.html", "card.json"
 
 
@@ -100,7 +100,7 @@ def record(backend: Backend, model: str, reports: str | Path, *, event: dict[str
     tag at it. Return the HTML's path. The description and intended use of an earlier card stand when none is
     given (a later run's decision on an older version)."""
     name, _, version = model.partition(":")
-    folder = Path(reports) / FOLDER / name / version
+    folder = ReportsFolder(Path(reports)).card(name, version)
     before = load(folder)
     stamped = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **event}
     card = collect(backend, model, description=description, intended_use=intended_use, data_interval=data_interval,
@@ -136,7 +136,7 @@ def load(folder: str | Path) -> ModelCard | None:
 
 
 def card_page(reports: str | Path, name: str, version: int | str) -> Path | None:
-    page = Path(reports) / FOLDER / name / str(version) / HTML_FILE
+    page = ReportsFolder(Path(reports)).card(name, version) / HTML_FILE
     return page if page.is_file() else None
 
 

@@ -29,6 +29,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from mlrunway import check
 from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.production.drift import TESTS, DriftSettings, Signal, signal
 from mlrunway.settings import parse, setting
 
@@ -223,12 +224,13 @@ def serving_model(backend: Backend, endpoint: str) -> tuple[str, str]:
     return deployment, backend.endpoints.get_deployment(endpoint, deployment).model
 
 
-def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: list[Any], folder: str | Path,
+def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: list[Any], reports: str | Path,
                      scoring_script: str = "score.py") -> dict[str, str]:
     """The reference of the model serving ``endpoint``: made once per model version, by its own scoring script
-    (:class:`~mlrunway.backend.capture.Replay`), under ``<folder>/<endpoint>/reference/<name>-<version>/``."""
+    (:class:`~mlrunway.backend.capture.Replay`), in the reports folder ``reports``
+    (:meth:`~mlrunway.backend.reports.ReportsFolder.reference`)."""
     _, model = serving_model(backend, endpoint)
-    target = Path(folder) / endpoint / "reference" / model.replace(":", "-")
+    target = ReportsFolder(Path(reports)).reference(endpoint, model)
     files = {c: str(target / f"{c}.jsonl") for c in SIGNALS.values()}
     if all(Path(f).is_file() for f in files.values()):
         return files
@@ -240,12 +242,13 @@ def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: l
 
 
 # -- the report page --------------------------------------------------------------------------------------------------
-def save(report: MonitorReport, folder: str | Path) -> Path:
-    """Write ``<folder>/<endpoint>/<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*``;
+def save(report: MonitorReport, reports: str | Path) -> Path:
+    """Write ``<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*`` where the reports folder
+    ``reports`` keeps the endpoint's monitoring (:meth:`~mlrunway.backend.reports.ReportsFolder.monitoring`);
     return the page."""
     from mlrunway.report import page_head
 
-    out = Path(folder) / report.endpoint
+    out = ReportsFolder(Path(reports)).monitoring(report.endpoint)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.end))
     page = f"{page_head(f'Monitor {report.endpoint}')}<body>{_body(report)}</body></html>"
@@ -255,8 +258,8 @@ def save(report: MonitorReport, folder: str | Path) -> Path:
     return out / f"{stamp}.html"
 
 
-def saved_page(folder: str | Path, endpoint: str) -> Path | None:
-    page = Path(folder) / endpoint / "latest.html"
+def saved_page(reports: str | Path, endpoint: str) -> Path | None:
+    page = ReportsFolder(Path(reports)).monitoring(endpoint) / "latest.html"
     return page if page.is_file() else None
 
 

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from mlrunway.airflow.triggers import WindowTrigger
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
+from mlrunway.backend.reports import CARDS
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
 from mlrunway.errors import EndpointError
 from mlrunway.operators import CleanupOperator, DeployBlueOperator
@@ -421,7 +422,7 @@ def test_every_version_that_reaches_the_endpoint_gets_a_model_card_rebuilt_as_de
                    model_card=described)
     run(fake, team, 2, "manual__2", model_card=described)
     run(fake, team, 3, "manual__3")  # a task told nothing of the training: the card says what the registry knows
-    folder = fake.reports / card.FOLDER / "m"
+    folder = fake.reports / CARDS / "m"
     first, second, third = (card.load(folder / str(v)) for v in (1, 2, 3))
     assert [e["decision"] for e in first.history] == ["created", "replaced"]
     assert first.history[1]["reason"] == "m:2 promoted" and first.history[1]["at"] >= first.history[0]["at"]

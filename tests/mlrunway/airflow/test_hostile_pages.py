@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mlrunway.backend.fake import FakeBackend
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus, TrialInfo
 from mlrunway.local.backend import LocalBackend
 from mlrunway.report import CSP, render_html, save
@@ -150,7 +151,7 @@ def monitoring_page(site: Any, v: str, route: str) -> str:
     found = drift.signal(v, "model_inputs", rows, rows, drift.DriftSettings(min_rows=10))
     monitor.save(monitor.MonitorReport("digits-prod", (v,), 1_800_000_000 - 3600, 1_800_000_000, (found,),
                                        {"drift": drift.DriftSettings(min_rows=10).to_dict(), "note": v}),
-                 Path(fake.reports) / "monitor")
+                 Path(fake.reports))
     return client.get(route).text
 
 
@@ -161,7 +162,7 @@ def model_card_page(site: Any, v: str) -> str:
     card.save(card.ModelCard(model=f"{v}:2", intended_use=v, data=[(v, v)], training=[(v, v)], evaluation=[(v, v)],
                              parity=[(v, v)], lineage=[(v, URL)], history=[{"at": v, "decision": v, "endpoint": v,
                                                                             "reason": v}]),
-              Path(fake.reports) / card.FOLDER / "digits-onnx" / "2")
+              ReportsFolder(Path(fake.reports)).card("digits-onnx", 2))
     return client.get("/report/fake_hostile/card/digits-onnx/2").text
 
 

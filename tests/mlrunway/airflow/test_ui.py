@@ -99,11 +99,12 @@ def test_no_schema_page_answers_without_a_session(client):
 
 
 def test_a_model_card_is_served_beside_the_reports_and_a_missing_one_says_why(client, tmp_path):
+    from mlrunway.backend.reports import CARDS
     from mlrunway.production import card
 
     card.save(card.ModelCard(model="digits-0123abcd-onnx:2", history=[
         {"at": "2026-11-26T10:00:00Z", "decision": "deployed", "endpoint": "digits-0123abcd", "reason": "smoke test"}]),
-        tmp_path / "ws" / "reports" / card.FOLDER / "digits-0123abcd-onnx" / "2")
+        tmp_path / "ws" / "reports" / CARDS / "digits-0123abcd-onnx" / "2")
     page = client.get("/report/mlrunway_test/card/digits-0123abcd-onnx/2")
     assert page.status_code == 200 and "Model card: digits-0123abcd-onnx:2" in page.text
     assert "deployed on digits-0123abcd: smoke test" in page.text
@@ -140,7 +141,7 @@ def test_the_monitoring_page_shows_the_latest_report_and_lists_the_earlier_ones(
 
     reference = [{"mean": float(i % 10), "label": str(i % 3)} for i in range(300)]
     shifted = [{"mean": float(i % 10) + 4, "label": str(i % 3)} for i in range(300)]
-    folder = tmp_path / "ws" / "reports" / "monitor"
+    folder = tmp_path / "ws" / "reports"
     for end, rows in ((1_800_000_000, reference), (1_800_003_600, shifted)):
         found = drift.signal("data_drift", "model_inputs", reference, rows, drift.DriftSettings())
         monitor.save(monitor.MonitorReport("digits-prod", ("blue",), end - 3600, end, (found,), {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from mlrunway.backend.fake import FakeBackend
+from mlrunway.backend.reports import CARDS
 from mlrunway.production import card
 
 
@@ -57,7 +58,7 @@ def test_each_decision_rebuilds_the_card_with_its_history_and_points_the_version
                                                                                                 "ok": True,
                                                                                                 "reason": "p99 ok"}]})})
     again = card.record(backend, "demand-onnx:1", reports, event={"decision": "promoted", "endpoint": "prod"})
-    assert again == page == reports / card.FOLDER / "demand-onnx" / "1" / card.HTML_FILE
+    assert again == page == reports / CARDS / "demand-onnx" / "1" / card.HTML_FILE
     kept = card.load(page.parent)
     assert [e["decision"] for e in kept.history] == ["deployed", "promoted"]
     assert kept.intended_use == "Weekly." and dict(kept.training)["command"] == "python fit.py"  # kept from before

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from mlrunway.backend.capture import DataCollector
+from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import EndpointSettings
 from mlrunway.local.backend import LocalBackend
 from mlrunway.production import monitor
@@ -68,7 +69,7 @@ def test_the_monitor_finds_a_shift_and_not_the_same_images(workspace, onnx_model
         backend.endpoints.create_or_update_deployment("watched", "blue", deployment(
             workspace, onnx_model, TRAINING, model_name="digits-onnx", data_collector=CAPTURE))
         backend.endpoints.set_traffic("watched", {"blue": 100})
-        reports = tmp_path / "monitor"
+        reports = tmp_path / "reports"
         reference = monitor.ensure_reference(backend, "watched", str(TRAINING),
                                              monitor.reference_requests(digits), reports)
         assert len(monitor.read_rows(reference["model_inputs"])) == len(list((digits / "val").rglob("*.png")))
@@ -92,7 +93,7 @@ def test_the_monitor_finds_a_shift_and_not_the_same_images(workspace, onnx_model
         assert {"mean", "std"} <= {f.feature for f in data.features if f.drifted}
         page = monitor.save(shifted, reports)
         assert "DRIFTED" in page.read_text() and "data:image/png;base64," in page.read_text()
-        assert json.loads((reports / "watched" / "latest.json").read_text())["status"] == "drifted"
+        assert json.loads((ReportsFolder(reports).monitoring("watched") / "latest.json").read_text())["status"] == "drifted"
 
         quiet = monitor.check_endpoint(backend, monitor.MonitorSettings.parse("watched", reference, window_s=60),
                                        now=end + 3600)
