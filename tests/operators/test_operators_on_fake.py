@@ -293,6 +293,8 @@ def test_pick_best_deploy_and_cleanup_run_through_the_real_operators_on_the_fake
     done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
     assert done["endpoint_deleted"] is True and NAMES.endpoint not in fake.endpoints.endpoints
     assert (fake.reports / NAMES.sweep / "report.html").is_file()  # the run's report, where its backend keeps them
+    run = json.loads((fake.reports / NAMES.sweep / "run.json").read_text())  # what pruning keeps each DAG's runs by
+    assert (run["dag_id"], run["run_id"]) == (DAG, RUN) and run["created"] > 0
 
 
 def test_cleanup_after_a_failed_task_fails_the_run_in_one_readable_line(fake):
