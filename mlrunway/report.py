@@ -20,7 +20,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.naming import RunNames
@@ -28,6 +27,7 @@ from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
+from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import format_params, rank, trial_score
@@ -190,133 +190,46 @@ def _short(name: str, index: int) -> str:
 
 
 def render_html(report: SweepReport, png: bytes) -> str:
-    """A self-contained page: the plot inline, then the leaderboard, the models and the endpoint."""
-    e = html.escape
-    metric = report.objective.primary_metric
+    """A self-contained page (``templates/sweep_report.html``): the plot inline, then the leaderboard, the models
+    and the endpoint."""
     rows = []
     for place, trial in enumerate(rank(report.trials, report.objective), start=1):
         score = trial_score(trial, report.objective)
-        params = format_params(trial.params)
-        why = trial.note
-        chosen = ' class="chosen"' if trial.name == report.best_trial else ""
-        rows.append(f"<tr{chosen}><td>{place}</td><td>{_run_link(trial.name)}</td><td>{e(trial.status.value)}</td>"
-                    f"<td>{'-' if score is None else f'{score:.4f}'}</td><td>{len(trial.history)}</td>"
-                    f"<td>{e(params)}</td><td>{e(why)}</td></tr>")
-    stopped = sum(1 for t in report.trials if t.stopped_early)
-    epochs = sum(len(t.history) for t in report.trials)
-    sections = [
-        f"<h1>Sweep report: {e(report.sweep)}</h1>",
-        f'<p id="summary">Sweep <b>{e(report.sweep_status)}</b>: {len(report.trials)} trials, {stopped} stopped early, '
-        f"{epochs} epochs run; {e(metric)} {e(report.objective.goal)}d.</p>",
-        *([f"<p>The sweep stopped: {e(report.stopped_because)}</p>"] if report.stopped_because else []),
-        *([f'<p class="error" id="sweep-error">The sweep {e(report.sweep_status.lower())}: {e(report.error)}</p>']
-          if report.error else []),
-        img_tag(png, f"{metric} per epoch of each trial"),
-        "<h2>Leaderboard</h2>",
-        f"<table><tr><th>#</th><th>trial</th><th>status</th><th>{e(metric)}</th><th>epochs</th>"
-        f"<th>hyperparameters</th><th>why it stopped</th></tr>{''.join(rows)}</table>",
-        "<h2>Chosen model</h2>", _model_html(report.model, "not registered yet"),
-        "<h2>ONNX export</h2>", _onnx_html(report.onnx),
-        "<h2>Endpoint</h2>", _endpoint_html(report.endpoint, report.created), *_production_html(report.production),
-        f'<p class="meta">Built {_utc(report.created)}.</p>',
-    ]
+        rows.append({"place": place, "name": trial.name, "status": trial.status.value,
+                     "score": "-" if score is None else f"{score:.4f}", "epochs": len(trial.history),
+                     "params": format_params(trial.params), "why": trial.note, "chosen": trial.name == report.best_trial})
     live = report.sweep_status in {s.value for s in JobStatus if not s.is_terminal()}
-    if live:  # the page follows the sweep: the browser asks again, and the live report is built anew
-        sections.insert(1, f'<p class="meta" id="live">The sweep is running: this page refreshes every '
-                           f"{LIVE_REFRESH_S} s.</p>")
-    return f"{page_head(report.sweep, LIVE_REFRESH_S if live else None)}<body>{''.join(sections)}</body></html>"
-
-
-# What a page of mlrunway may load and run: no script at all (a value that slipped its escaping stays inert), its own
-# inline style, pictures inline; nothing else. The plugin sends it as a header too (mlrunway.airflow.ui).
-CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "object-src 'none'; base-uri 'none'; form-action 'none'")
-
-
-def page_head(title: str, refresh_s: int | None = None) -> str:
-    """The start of every page mlrunway writes or serves, up to ``<body>``: its policy (:data:`CSP`), title and style;
-    ``refresh_s``: the browser asks again that often (a page of something still running)."""
-    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
-    return (f'<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
-            f'content="{CSP}">{refresh}<title>{html.escape(title)}</title><style>{CSS}</style></head>')
+    endpoint = report.endpoint or {}
+    return render(
+        "sweep_report.html", title=report.sweep, refresh_s=LIVE_REFRESH_S if live else None, live=live, report=report,
+        metric=report.objective.primary_metric, rows=rows, stopped=sum(1 for t in report.trials if t.stopped_early),
+        epochs=sum(len(t.history) for t in report.trials), png=base64.b64encode(png).decode(),
+        model_params=format_params((report.model or {}).get("properties", {}).get("params", {})),
+        onnx_figures=_parity_figures((report.onnx or {}).get("properties", {}).get("parity", {})),
+        card=bool((report.onnx or {}).get("tags", {}).get("mlrunway.model_card")),
+        traffic=", ".join(f"{k} {v}%" for k, v in endpoint.get("traffic", {}).items()) or "no traffic",
+        built=_utc(report.created))
 
 
 LIVE_REFRESH_S = 5  # a running sweep's report page asks again this often
 
-CSS = ("body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}tr.chosen{font-weight:bold;"
-        "background:#eef6ee}img{max-width:100%;border:1px solid #ddd}.meta{color:#777;font-size:.8em}"
-        ".error{color:#b00020;font-weight:bold}")
 
-
-def _model_html(model: dict[str, Any] | None, missing: str) -> str:
-    if model is None:
-        return f"<p>{missing}</p>"
-    props = model["properties"]
-    params = format_params(props.get("params", {}))
-    return (f"<p><b>{_version_link(model)}</b> from trial {_run_link(str(props.get('source_job', '?')))} "
-            f"({html.escape(params)})</p>")
-
-
-# Links to the UI plugin's pages beside the report's (``report/<conn>/<sweep>``): ``run/<job>`` and
-# ``model/<name>/<version>``, which show the page, or go to the backend's own (Azure ML studio).
-def _run_link(job: str) -> str:
-    return f'<a class="run" href="run/{quote(job, safe="")}">{html.escape(job)}</a>'
-
-
-def _version_link(model: dict[str, Any]) -> str:
-    name, version = str(model["name"]), str(model["version"])
-    return (f'<a class="version" href="model/{quote(name, safe="")}/{quote(version, safe="")}">'
-            f"{html.escape(name)}:{html.escape(version)}</a>")
-
-
-def _onnx_html(onnx: dict[str, Any] | None) -> str:
-    if onnx is None:
-        return "<p>not exported yet</p>"
-    parity = onnx["properties"].get("parity", {})
+def _parity_figures(parity: dict[str, Any]) -> str:
+    """The ONNX check's figures in a sentence, as recorded before and after the relative tolerance."""
     if not parity:
-        figures = "no parity figures recorded"
-    elif parity.get("max_abs_diff") is None:
-        figures = f"no PyTorch model to compare with: ran on {parity['samples']} {parity['inputs']}"
-    else:
-        share = "" if parity.get("tolerance_used") is None else (  # recorded since the relative part
-            f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance {parity['atol']:g} + "
-            f"{parity.get('rtol', 0):g}·|torch|)")
-        figures = (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
-                   + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
-                      else "not a classifier"))
-    card = ""
-    if onnx.get("tags", {}).get("mlrunway.model_card"):  # the card's page beside this report's (the UI plugin's)
-        card = (f' <a id="model-card" href="card/{quote(str(onnx["name"]), safe="")}/{quote(str(onnx["version"]), safe="")}">'
-                "Model card</a>")
-    return (f"<p><b>{_version_link(onnx)}</b>, opset {html.escape(str(onnx['properties'].get('opset', '?')))}: "
-            f"{html.escape(figures)}{card}</p>")
-
-
-def _endpoint_html(endpoint: dict[str, Any] | None, built: float) -> str:
-    """The endpoint as the report found it, said as of then: a saved report outlives the endpoint."""
-    if endpoint is None:
-        return "<p>no endpoint (not deployed yet, or deleted by cleanup)</p>"
-    traffic = ", ".join(f"{k} {v}%" for k, v in endpoint["traffic"].items()) or "no traffic"
-    return (f"<p><b>{html.escape(endpoint['name'])}</b> {html.escape(endpoint['provisioning_state'])}, "
-            f"traffic {html.escape(traffic)}, scoring URI {html.escape(str(endpoint['scoring_uri']))} "
-            f'<span class="meta">(as of {_utc(built)}, when this report was built; a run\'s own endpoint is '
-            "deleted by its cleanup)</span></p>")
+        return "no parity figures recorded"
+    if parity.get("max_abs_diff") is None:
+        return f"no PyTorch model to compare with: ran on {parity['samples']} {parity['inputs']}"
+    share = "" if parity.get("tolerance_used") is None else (  # recorded since the relative part
+        f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance {parity['atol']:g} + "
+        f"{parity.get('rtol', 0):g}·|torch|)")
+    return (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
+            + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
+               else "not a classifier"))
 
 
 def _utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
-
-
-def _production_html(production: dict[str, Any] | None) -> list[str]:
-    if production is None:
-        return []
-    e = html.escape
-    rows = "".join(f"<tr><td>{e(w['phase'])}</td><td>{'within bounds' if w['ok'] else 'OUT OF BOUNDS'}</td>"
-                   f"<td>{e(w['reason'])}</td></tr>" for w in production["windows"])
-    windows = f"<table><tr><th>phase</th><th>verdict</th><th>figures</th></tr>{rows}</table>" if rows else ""
-    return ["<h2>Production</h2>", f"<p id=\"decision\"><b>{e(production['decision'])}</b> on "
-            f"{e(production['endpoint'])}: {e(production['reason'])}</p>", windows]
 
 
 def save(report: SweepReport, folder: str | Path) -> Path:

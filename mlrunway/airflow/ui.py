@@ -69,7 +69,7 @@ _CAME_FROM: ContextVar[str | None] = ContextVar("came_from", default=None)
 async def _policy(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
     """Every answer of the plugin carries mlrunway's Content-Security-Policy (no script runs on its pages); the page
     the reader came from, when it is of this server, is kept for the nav's way back."""
-    from mlrunway.report import CSP
+    from mlrunway.pages import CSP
 
     referer = urlsplit(request.headers.get("referer", ""))
     _CAME_FROM.set(referer.geturl() if referer.scheme in ("http", "https") and referer.netloc == request.url.netloc
@@ -87,7 +87,7 @@ def _nav() -> str:
 
 
 def _page(title: str, body: str, status: int = 200, refresh_s: int | None = None) -> HTMLResponse:
-    from mlrunway.report import page_head
+    from mlrunway.pages import page_head
 
     return HTMLResponse(f"{page_head(title, refresh_s)}<body>{_nav()}{body}</body></html>", status_code=status)
 

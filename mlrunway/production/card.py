@@ -170,7 +170,7 @@ def render_markdown(card: ModelCard) -> str:
 
 
 def render_html(card: ModelCard) -> str:
-    from mlrunway.report import page_head
+    from mlrunway.pages import page_head
 
     e = html.escape
     body = [f"<h1>Model card: {e(card.model)}</h1>"]

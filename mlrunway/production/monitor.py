@@ -246,7 +246,7 @@ def save(report: MonitorReport, reports: str | Path) -> Path:
     """Write ``<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*`` where the reports folder
     ``reports`` keeps the endpoint's monitoring (:meth:`~mlrunway.backend.reports.ReportsFolder.monitoring`);
     return the page."""
-    from mlrunway.report import page_head
+    from mlrunway.pages import page_head
 
     out = ReportsFolder(Path(reports)).monitoring(report.endpoint)
     out.mkdir(parents=True, exist_ok=True)

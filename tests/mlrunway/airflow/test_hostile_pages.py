@@ -23,7 +23,8 @@ from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus, TrialInfo
 from mlrunway.local.backend import LocalBackend
-from mlrunway.report import CSP, render_html, save
+from mlrunway.pages import CSP
+from mlrunway.report import render_html, save
 from mlrunway.specs import CommandJobSpec
 from tests.conftest import write_script
 from tests.mlrunway.test_report import report
