@@ -18,7 +18,6 @@ card (the history read back from ``card.json``) and the tag ``mlrunway.model_car
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -170,20 +169,11 @@ def render_markdown(card: ModelCard) -> str:
 
 
 def render_html(card: ModelCard) -> str:
-    from mlrunway.pages import page_head
+    """The card's page (``templates/model_card.html``): the same sections as its Markdown."""
+    from mlrunway.pages import render
 
-    e = html.escape
-    body = [f"<h1>Model card: {e(card.model)}</h1>"]
-    for title, rows, empty in _sections(card):
-        body.append(f"<h2>{e(title)}</h2>")
-        if title == "Intended use":
-            body.append(f"<p>{e(card.intended_use or empty)}</p>")
-        elif rows:
-            body.append("<table>" + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows) + "</table>")
-        elif empty:
-            body.append(f"<p>{e(empty)}</p>")
-    body.append(f'<p class="meta">Updated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(card.updated))}.</p>')
-    return f"{page_head(f'Model card {card.model}')}<body>{''.join(body)}</body></html>"
+    return render("model_card.html", title=f"Model card {card.model}", card=card, sections=list(_sections(card)),
+                  updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(card.updated)))
 
 
 def _source(backend: Backend, model: str) -> Any:

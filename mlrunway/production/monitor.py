@@ -15,7 +15,7 @@ window with no traffic never reads as healthy.
 
 from __future__ import annotations
 
-import html
+import base64
 import json
 import time
 from collections.abc import Mapping
@@ -246,12 +246,10 @@ def save(report: MonitorReport, reports: str | Path) -> Path:
     """Write ``<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*`` where the reports folder
     ``reports`` keeps the endpoint's monitoring (:meth:`~mlrunway.backend.reports.ReportsFolder.monitoring`);
     return the page."""
-    from mlrunway.pages import page_head
-
     out = ReportsFolder(Path(reports)).monitoring(report.endpoint)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.end))
-    page = f"{page_head(f'Monitor {report.endpoint}')}<body>{_body(report)}</body></html>"
+    page = _page(report)
     for name in (stamp, "latest"):
         (out / f"{name}.json").write_text(json.dumps(report.to_dict(), indent=1))
         (out / f"{name}.html").write_text(page, encoding="utf-8")
@@ -263,39 +261,27 @@ def saved_page(reports: str | Path, endpoint: str) -> Path | None:
     return page if page.is_file() else None
 
 
-def _body(report: MonitorReport) -> str:
-    status = {"drifted": "error", "stable": "ok", "no evidence": "error"}[report.status]
-    parts = [f"<h1>Monitor: endpoint {html.escape(report.endpoint)}</h1>",
-             f"<p class=\"{status}\" id=\"status\"><b>{html.escape(report.status.upper())}</b>: "
-             f"{html.escape('; '.join(report.findings()))}</p>",
-             f"<p class=\"meta\">Window {_utc(report.start)} to {_utc(report.end)} UTC; deployments "
-             f"{html.escape(', '.join(report.deployments) or 'none with traffic')}; metrics and thresholds "
-             f"{html.escape(json.dumps(report.settings['drift']['metric_thresholds']))}, alpha "
-             f"{report.settings['drift']['alpha']}.</p>"]
-    for found in report.signals:
-        parts.append(f"<h2>{html.escape(found.name.replace('_', ' '))} ({html.escape(found.collection)})</h2>")
-        if not found.evidence:
-            parts.append(f"<p class=\"error\">No evidence: {html.escape(found.reason)}</p>")
-            continue
-        rows = "".join(
-            f"<tr><td>{html.escape(f.feature)}</td><td>{f.kind}</td><td>{f.metric}</td><td>{f.value:g}</td>"
-            f"<td>{f.threshold:g}</td><td>{f.p_value:.3g}</td><td>{'DRIFTED' if f.drifted else 'ok'}</td>"
-            f"<td>{html.escape(_brief(f.reference))}</td><td>{html.escape(_brief(f.production))}</td></tr>"
-            for f in found.features)
-        parts.append(f"<p>{found.production_rows} production rows against {found.reference_rows} reference rows."
-                     "</p><table><tr><th>feature</th><th>kind</th><th>metric</th><th>value</th><th>threshold</th>"
-                     f"<th>p</th><th></th><th>reference</th><th>production</th></tr>{rows}</table>")
-        parts.append(_plot(found))
-    return "".join(parts)
+def _page(report: MonitorReport) -> str:
+    """The report's page (``templates/monitor.html``): its status and findings, then each signal's features and plot."""
+    from mlrunway.pages import render
+
+    signals = [{"signal": found, "png": base64.b64encode(_plot(found)).decode() if found.features else "",
+                "features": [{"feature": f.feature, "kind": f.kind, "metric": f.metric, "value": f"{f.value:g}",
+                              "threshold": f"{f.threshold:g}", "p_value": f"{f.p_value:.3g}", "drifted": f.drifted,
+                              "reference": _brief(f.reference), "production": _brief(f.production)}
+                             for f in found.features]} for found in report.signals]
+    return render("monitor.html", title=f"Monitor {report.endpoint}", report=report, signals=signals,
+                  start=_utc(report.start), end=_utc(report.end),
+                  thresholds=json.dumps(report.settings["drift"]["metric_thresholds"]))
 
 
 def _brief(summary: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.3g}" for k, v in list(summary.items())[:4])
 
 
-def _plot(found: Signal) -> str:
-    """Each feature's reference and production side by side: quartiles (numerical) or category shares."""
-    from mlrunway.report import img_tag, new_figure, png_bytes
+def _plot(found: Signal) -> bytes:
+    """Each feature's reference and production side by side: quartiles (numerical) or category shares (a PNG)."""
+    from mlrunway.report import new_figure, png_bytes
 
     features = list(found.features)
     columns = min(len(features), 4)
@@ -318,7 +304,7 @@ def _plot(found: Signal) -> str:
         if index == 0:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    return img_tag(png_bytes(fig), f"{found.name} per feature")
+    return png_bytes(fig)
 
 
 def _utc(seconds: float) -> str:
