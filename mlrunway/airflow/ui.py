@@ -24,12 +24,12 @@ dependency: plugin apps are not protected by default.
 
 from __future__ import annotations
 
-import html
+import base64
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -81,15 +81,17 @@ async def _policy(request: Request, call_next: Callable[[Request], Awaitable[Res
 
 def _nav() -> str:
     """The way back: to Airflow, and to the page the reader came from (a link, not a script: the policy runs none)."""
-    came_from = _CAME_FROM.get()
-    back = f' &middot; <a id="back" href="{html.escape(came_from)}">back</a>' if came_from else ""
-    return f'<nav class="meta" id="nav"><a href="/">Airflow</a>{back}</nav>'
+    from mlrunway.pages import render
+
+    return render("nav.html", came_from=_CAME_FROM.get())
 
 
-def _page(title: str, body: str, status: int = 200, refresh_s: int | None = None) -> HTMLResponse:
-    from mlrunway.pages import page_head
+def _page(template: str, title: str, status: int = 200, refresh_s: int | None = None, **values: Any) -> HTMLResponse:
+    """A page of the plugin's own (a template extending ``plugin.html``: the layout, the way back on top)."""
+    from mlrunway.pages import render
 
-    return HTMLResponse(f"{page_head(title, refresh_s)}<body>{_nav()}{body}</body></html>", status_code=status)
+    return HTMLResponse(render(template, title=title, refresh_s=refresh_s, came_from=_CAME_FROM.get(), **values),
+                        status_code=status)
 
 
 def _with_nav(page: str) -> HTMLResponse:
@@ -136,14 +138,8 @@ def _broken_page(request: Request, exc: Exception) -> HTMLResponse:
 @app.exception_handler(HTTPException)
 def _error_page(request: Request, exc: HTTPException) -> HTMLResponse:
     """An error as a page: its status, what it means, and the way back (a 401 also says where to sign in)."""
-    what = {401: "Sign in to Airflow first (<a href=\"/\">Airflow</a>), then open this page again.",
-            403: "Your Airflow user may not read DAG runs.",
-            404: "Nothing here: the run may not have reached this step, or its cleanup removed it.",
-            500: "Try again; if it persists, read the API server's log and file it with what it says."}
-    hint = what.get(exc.status_code, "")
-    body = (f"<h1>{exc.status_code}</h1><p class=\"error\" id=\"error\">{html.escape(str(exc.detail))}</p>"
-            f"<p>{hint}</p>")
-    response = _page(f"{exc.status_code}", body, status=exc.status_code)
+    response = _page("error.html", f"{exc.status_code}", status=exc.status_code, code=exc.status_code,
+                     detail=str(exc.detail))
     for key, value in (exc.headers or {}).items():
         response.headers[key] = value
     return response
@@ -182,9 +178,7 @@ def run_report(dag_id: str, run_id: str) -> Any:
     if not url:  # asks again by itself: the tab shows the live report as soon as the sweep exists
         from mlrunway.report import LIVE_REFRESH_S
 
-        return _page("no sweep yet", f'<p id="waiting">Run {html.escape(run_id)} of {html.escape(dag_id)} has no '
-                                     "sweep yet: the report appears here once its sweep task has submitted the sweep "
-                                     f"(this page asks again every {LIVE_REFRESH_S} s).</p>", refresh_s=LIVE_REFRESH_S)
+        return _page("waiting.html", "no sweep yet", refresh_s=LIVE_REFRESH_S, run_id=run_id, dag_id=dag_id)
     return RedirectResponse(url)
 
 
@@ -218,28 +212,16 @@ def model_version(conn_id: str, name: str, version: str) -> Any:
         model = backend.models.get(name, version)
     except (NotFound, MlrunwayError) as exc:
         raise HTTPException(404, str(exc)) from exc
-    source = str(model.properties.get("source_job", ""))
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))[:400]}</td></tr>"
-                   for k, v in sorted({**model.properties, **{f"tag {k}": v for k, v in model.tags.items()}}.items()))
     aliases = [a for a in ("production", "previous") if (held := backend.models.alias(name, a)) and
                held.version == model.version]
-    body = (f"<h1>Model {html.escape(name)}:{model.version}</h1><p>{html.escape(model.format)} model"
-            + (f", from job <a id=\"source\" href=\"../../run/{quote(source, safe='')}\">{html.escape(source)}</a>"
-               if source else "")
-            + (f"; aliases: {', '.join(aliases)}" if aliases else "")
-            + ("; archived" if model.archived else "")
-            + f". MLflow loads it as <code>models:/{html.escape(name)}/{model.version}</code>.</p>"
-            + _mlflow_ui(backend) + f"<table>{rows}</table>")
-    return _page(f"{name}:{model.version}", body)
+    rows = sorted({**model.properties, **{f"tag {k}": v for k, v in model.tags.items()}}.items())
+    return _page("model_version.html", f"{name}:{model.version}", name=name, model=model, rows=rows, aliases=aliases,
+                 source=str(model.properties.get("source_job", "")), tracking_uri=_tracking_uri(backend))
 
 
-def _mlflow_ui(backend: Backend) -> str:
-    """How to open MLflow's own UI over the backend's tracking store, where there is one of this machine."""
-    if not isinstance(backend.jobs, Artifacts):
-        return ""
-    uri = html.escape(backend.jobs.tracking_uri())
-    return (f'<p class="meta" id="mlflow-ui">MLflow\'s own UI over this workspace: <code>.venv/bin/mlflow ui '
-            f"--backend-store-uri {uri} --port 5000</code>, then http://127.0.0.1:5000.</p>")
+def _tracking_uri(backend: Backend) -> str | None:
+    """The backend's tracking store, where MLflow's own UI can open it on this machine (``mlflow_ui.html``)."""
+    return backend.jobs.tracking_uri() if isinstance(backend.jobs, Artifacts) else None
 
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
@@ -251,8 +233,6 @@ def mlflow_run(conn_id: str, job: str) -> Any:
 
 def _mlflow_page(backend: Backend, job: str) -> HTMLResponse:
     """A job's MLflow run: params, metrics and their curves (a backend without a studio of its own)."""
-    from mlrunway.report import img_tag
-
     try:
         info = backend.jobs.get(job)
     except NotFound as exc:
@@ -261,16 +241,11 @@ def _mlflow_page(backend: Backend, job: str) -> HTMLResponse:
         raise HTTPException(404, f"job {job} has no MLflow run")
     latest = backend.jobs.metrics(job)
     histories = {key: list(backend.jobs.metric_history(job, key)) for key in sorted(latest)}
-    params = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
-                     for k, v in sorted(backend.jobs.params(job).items()))
-    metrics = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td><td>{len(histories[k])}</td></tr>"
-                      for k, v in sorted(latest.items()))
     curves = [k for k, values in histories.items() if len(values) > 1]
-    plot = img_tag(_curves_png(histories, curves), "metrics per step") if curves else ""
-    body = (f"<h1>MLflow run of {html.escape(job)}</h1><p>{html.escape(info.kind)} job, {info.status.value}; run "
-            f"{html.escape(info.mlflow_run_id)}</p>{_mlflow_ui(backend)}{plot}<h2>Params</h2><table>{params}</table>"
-            f"<h2>Metrics (latest)</h2><table><tr><th>metric</th><th>value</th><th>steps</th></tr>{metrics}</table>")
-    return _page(job, body)
+    png = base64.b64encode(_curves_png(histories, curves)).decode() if curves else ""
+    return _page("mlflow_run.html", job, job=job, info=info, png=png, tracking_uri=_tracking_uri(backend),
+                 params=sorted(backend.jobs.params(job).items()),
+                 metrics=[(k, f"{v:.6g}", len(histories[k])) for k, v in sorted(latest.items())])
 
 
 def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> bytes:
@@ -297,19 +272,9 @@ def endpoint(conn_id: str, name: str) -> Any:
         deployments = backend.endpoints.list_deployments(name)
     except NotFound as exc:
         raise HTTPException(404, f"{exc} (deleted by its run's cleanup, or never created)") from exc
-    rows = "".join(
-        f"<tr><td>{html.escape(d.name)}</td><td>{html.escape(d.model)}</td>"
-        f"<td>{html.escape(d.provisioning_state.value)}</td><td>{info.traffic.get(d.name, 0)}%</td></tr>"
-        for d in deployments)
     curl = (f"curl -X POST {info.scoring_uri} -H \"Authorization: Bearer $KEY\" "
             "-H \"Content-Type: application/json\" -d @sample_request.json")
-    body = (f"<h1>Endpoint {html.escape(name)}</h1><p>{html.escape(info.provisioning_state.value)}, "
-            f"{html.escape(info.auth_mode)} auth, scoring URI {html.escape(info.scoring_uri)}</p><table><tr>"
-            f"<th>deployment</th><th>model</th><th>state</th><th>traffic</th></tr>{rows}</table>"
-            f"<h2>Call it</h2><pre id=\"curl\">KEY=$(.venv/bin/python -m mlrunway.local keys {html.escape(name)})\n"
-            f"{html.escape(curl)}</pre><p class=\"meta\">The key is never shown here: the command above reads it "
-            "from the workspace, on the machine the endpoint runs on.</p>")
-    return _page(name, body)
+    return _page("endpoint.html", name, name=name, info=info, deployments=deployments, curl=curl)
 
 
 @app.get("/monitor/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
@@ -331,11 +296,12 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
     if not re.fullmatch(r"latest|\d{8}T\d{6}Z", stamp) or not (folder / f"{stamp}.html").is_file():
         raise HTTPException(404, f"endpoint {name} has no monitoring report {stamp}: the monitor_endpoint DAG "
                                  "writes one each time it runs")
+    from mlrunway.pages import render
+
     earlier = sorted((p.stem for p in folder.glob("*T*Z.html")), reverse=True)[:30]
-    listed = " ".join(f'<a href="{quote(name)}/{s}">{s}</a>' if stamp == "latest" else s for s in earlier)
+    listed = render("earlier.html", name=name, earlier=earlier, linked=stamp == "latest")
     page = (folder / f"{stamp}.html").read_text(encoding="utf-8")
-    return _with_nav(page.replace("</body>", f'<h2>Earlier reports</h2><p class="meta" id="earlier">{listed}</p>'
-                                              "</body>", 1))
+    return _with_nav(page.replace("</body>", f"{listed}</body>", 1))
 
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])

@@ -132,7 +132,7 @@ def test_the_endpoint_page_shows_how_to_call_it_without_its_key(airflow_db, monk
     assert page.status_code == 200, page.text
     uri = fake.endpoints.get("digits-prod").scoring_uri
     assert "KEY=$(.venv/bin/python -m mlrunway.local keys digits-prod)" in page.text
-    assert f"curl -X POST {uri} -H &quot;Authorization: Bearer $KEY&quot;" in page.text
+    assert f"curl -X POST {uri} -H \"Authorization: Bearer $KEY\"" in html.unescape(page.text)  # escaped as text
     assert all(key not in page.text for key in fake.endpoints.get_keys("digits-prod").values())
 
 
