@@ -13,7 +13,6 @@ the chosen trial drawn thick, and an ``x`` where early termination stopped a tri
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
 import time
@@ -177,11 +176,6 @@ def png_bytes(fig: Any, **savefig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", **savefig)
     return buffer.getvalue()
-
-
-def img_tag(png: bytes, alt: str) -> str:
-    """The plot inline in a page (``img#curves``), so a saved page stands alone."""
-    return f'<img id="curves" alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
 def _short(name: str, index: int) -> str:
