@@ -16,9 +16,8 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from mlrunway.airflow.params import backend_param, drift_param, setting_param
+from mlrunway.airflow.params import backend_param, drift_param, window_param
 from mlrunway.operators import MonitorEndpointOperator
-from mlrunway.production.monitor import MonitorSettings
 
 PROJECT = Path(__file__).resolve().parent.parent
 ENDPOINT = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or "digits-prod"
@@ -44,7 +43,7 @@ with DAG(
         "reference_requests": Param(None, type=["null", "string"], title="Reference requests",
                                     description="A file of request bodies (JSON lines) to make the reference of, "
                                                 "instead of data_dir's images."),
-        "window_s": setting_param(MonitorSettings, "window_s", title="Window (seconds)"),
+        "window_s": window_param(),
         "drift": drift_param(description="In azure-ai-ml's words, e.g. {\"metric_thresholds\": {\"numerical\": "
                                          "{\"normalized_wasserstein_distance\": 0.1}}, \"min_rows\": 100}."),
         "backend_conn_id": backend_param(),

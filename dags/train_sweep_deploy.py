@@ -17,16 +17,21 @@ from pathlib import Path
 from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from mlrunway.airflow.assets import drift_asset
-from mlrunway.airflow.params import backend_param, data_collector_param, evaluation_param, rollout_param, setting_params
-from mlrunway.backend.types import Instances
+from mlrunway.airflow.params import (
+    backend_param,
+    data_collector_param,
+    evaluation_param,
+    instances_params,
+    promotion_params,
+    rollout_param,
+    smoke_test_params,
+)
 from mlrunway.check import fail
 from mlrunway.data import check_image_folder
-from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.early_termination import first_stop, policy_from_dict
 from mlrunway.early_termination.registry import POLICIES
 from mlrunway.errors import SpecError
 from mlrunway.lifecycle import lifecycle
-from mlrunway.production.gate import Promotion
 from mlrunway.specs.job import DISTRIBUTIONS
 from mlrunway.specs.search_space import EXPRESSIONS
 
@@ -219,13 +224,13 @@ PARAMS = {
                                   "Epochs before the policy first looks: below Epochs, or it never stops a "
                                   "trial (the run's first lines then say so).")),
     # Deployment checks: what the smoke test and the ONNX check use for a model that is not the tutorial's.
-    **setting_params(SmokeTest, section=CHECKS),
+    **smoke_test_params(section=CHECKS),
     "inputs_file": Param(None, type=NULLABLE_STRING, title="ONNX parity inputs (.npy)", section=CHECKS,
                          description=(
         "A .npy of model inputs in the model folder (e.g. sample_inputs.npy): the ONNX parity check's inputs. "
         "Empty: the data folder's images for an image model, else random inputs of the signature's shape.")),
     # Production endpoint: a stable endpoint that scheduled runs improve.
-    **setting_params(Promotion, section=PRODUCTION, endpoint_name=ENDPOINT_NAME),
+    **promotion_params(section=PRODUCTION, endpoint_name=ENDPOINT_NAME),
     "evaluation": evaluation_param(section=PRODUCTION, description=(
         'Your evaluation set, {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize"} in the code '
         "folder, and how sure the gate must be; without a file: accuracy on the data folder's test/ split.")),
@@ -246,7 +251,7 @@ PARAMS = {
                      description="A compute cluster for the jobs. Empty: the connection's, or serverless."),
     "environment": Param(None, type=NULLABLE_STRING, title="Environment", section=AZURE,
                          description="An environment for the jobs. Empty: one pinned to the project's torch."),
-    **setting_params(Instances, section=AZURE),
+    **instances_params(section=AZURE),
     # Backend.
     "backend_conn_id": backend_param(section=BACKEND),
 }

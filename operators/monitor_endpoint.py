@@ -11,14 +11,14 @@ from mlrunway import check
 from mlrunway.airflow.assets import drift_alias, emit_drift
 from mlrunway.backend.capture import Capture
 from mlrunway.errors import MlrunwayError
+from mlrunway.monitoring import monitor
+from mlrunway.monitoring.drift import DriftSettings
 from mlrunway.operators._base import MlrunwayBaseOperator
-from mlrunway.production import monitor
-from mlrunway.production.drift import DriftSettings
 
 
 class MonitorEndpointOperator(MlrunwayBaseOperator):
     """Compare what the endpoint's deployments collected over the last ``window_s`` seconds with the reference
-    (:mod:`mlrunway.production.monitor`), save the report (the UI plugin's "monitor" page) and, when a signal
+    (:mod:`mlrunway.monitoring.monitor`), save the report (the UI plugin's "monitor" page) and, when a signal
     drifted, add an event to the endpoint's drift asset (:func:`~mlrunway.airflow.assets.drift_asset`), which its
     training DAG is scheduled on. A window without evidence (too little traffic, nothing collected) fails the
     task after its report is saved: it is never read as healthy. On a backend whose service computes drift itself
@@ -29,7 +29,7 @@ class MonitorEndpointOperator(MlrunwayBaseOperator):
     :param data_dir: the training data, whose ``val/`` images the reference is made of (an image classifier);
     :param reference_requests: else a file of request bodies (JSON lines) to make it of;
     :param reference: else a folder of ``model_inputs.jsonl`` and ``model_outputs.jsonl`` rows, used as it is.
-    :param drift: the metrics and thresholds, in azure-ai-ml's words (:class:`~mlrunway.production.drift.DriftSettings`).
+    :param drift: the metrics and thresholds, in azure-ai-ml's words (:class:`~mlrunway.monitoring.drift.DriftSettings`).
     """
 
     template_fields = (*MlrunwayBaseOperator.template_fields, "endpoint_name", "code_dir", "data_dir",

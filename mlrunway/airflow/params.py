@@ -10,13 +10,16 @@ from airflow.sdk import Param
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import Collecting
-from mlrunway.production.drift import Drift
-from mlrunway.production.gate import Evaluation
+from mlrunway.backend.types import Instances
+from mlrunway.deploy.smoke import SmokeTest
+from mlrunway.monitoring.drift import Drift
+from mlrunway.monitoring.monitor import MonitorSettings
+from mlrunway.production.gate import Evaluation, Promotion
 from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_field, form_schema
 
-__all__ = ["backend_param", "data_collector_param", "drift_param", "evaluation_param", "rollout_param", "setting_param",
-           "setting_params"]
+__all__ = ["backend_param", "data_collector_param", "drift_param", "evaluation_param", "instances_params",
+           "promotion_params", "rollout_param", "setting_param", "setting_params", "smoke_test_params", "window_param"]
 
 
 def _param(kind: type, default: Any, title: str, section: str | None, description: str,
@@ -42,7 +45,7 @@ def evaluation_param(*, section: str, description: str, title: str = "Evaluation
 
 def drift_param(*, description: str, title: str = "Drift metrics and thresholds", section: str | None = None,
                 default: Any = None) -> Param:
-    """The ``drift`` Param (:class:`~mlrunway.production.drift.Drift`), in azure-ai-ml's words."""
+    """The ``drift`` Param (:class:`~mlrunway.monitoring.drift.Drift`), in azure-ai-ml's words."""
     return _param(Drift, default, title, section, description)
 
 
@@ -76,3 +79,25 @@ def backend_param(*, section: str | None = None, description: str = "") -> Param
     return Param(DEFAULT_CONN_ID, **schema, description=(
         f"The Airflow connection of the backend: {DEFAULT_CONN_ID} is the local one, with nothing to set up; an "
         f"azure_ml connection runs the same DAG on Azure ML. {description}").strip())
+
+
+def smoke_test_params(*, section: str) -> dict[str, Param]:
+    """The smoke test's fields (:class:`~mlrunway.deploy.smoke.SmokeTest`): ``sample_request``,
+    ``expected_response``, ``ignore_keys``."""
+    return setting_params(SmokeTest, section=section)
+
+
+def promotion_params(*, section: str, endpoint_name: str | None = None) -> dict[str, Param]:
+    """A production endpoint's fields (:class:`~mlrunway.production.gate.Promotion`): ``endpoint_name`` (default:
+    the deployment's own), ``require_approval``, ``min_improvement``."""
+    return setting_params(Promotion, section=section, endpoint_name=endpoint_name)
+
+
+def instances_params(*, section: str) -> dict[str, Param]:
+    """A deployment's size (:class:`~mlrunway.backend.types.Instances`): ``instance_type``, ``instance_count``."""
+    return setting_params(Instances, section=section)
+
+
+def window_param(*, title: str = "Window (seconds)") -> Param:
+    """The endpoint monitor's ``window_s`` (:class:`~mlrunway.monitoring.monitor.MonitorSettings`)."""
+    return setting_param(MonitorSettings, "window_s", title=title)

@@ -9,7 +9,7 @@
   (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively;
 - ``report/<conn_id>/run/<job>`` and ``report/<conn_id>/model/<name>/<version>``: what a report's trial and model
   link to: the job's MLflow run and the version's page, or the backend's own (Azure ML studio, by redirect);
-- ``monitor/<conn_id>/<endpoint>``: the endpoint's latest monitoring report (:mod:`mlrunway.production.monitor`),
+- ``monitor/<conn_id>/<endpoint>``: the endpoint's latest monitoring report (:mod:`mlrunway.monitoring.monitor`),
   with the earlier ones listed; ``monitor/<conn_id>/<endpoint>/<time>`` one of them.
 
 Each page starts with a way back (to Airflow, and to the page before); an error is such a page too, with its

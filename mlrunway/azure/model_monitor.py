@@ -3,7 +3,7 @@ when the ``azure_ml`` connection asks for it (its ``model_monitor`` field).
 
 On Azure ML, drift is computed by the service: a schedule runs a monitor (serverless Spark) over what the
 deployment's data collector wrote, with a data-drift signal and a prediction-drift signal in the same metric
-names and thresholds as the local monitor's (:mod:`mlrunway.production.drift`). The production data is the
+names and thresholds as the local monitor's (:mod:`mlrunway.monitoring.drift`). The production data is the
 deployment's own ``model_inputs`` and ``model_outputs`` collections (the SDK finds their data assets from the
 deployment's data collector); the reference is the data asset the connection names (``reference_data``), else
 the service's default (an earlier window of production data).

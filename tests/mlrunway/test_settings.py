@@ -68,7 +68,7 @@ DRIFT_DECLARATION_ONLY = [{"metric_thresholds": {"numerical": {"two_sample_kolmo
 
 
 def test_the_monitor_dags_drift_param_is_its_declaration():
-    from mlrunway.production.drift import Drift
+    from mlrunway.monitoring.drift import Drift
 
     sys.path.insert(0, str(REPO / "dags"))
     from monitor_endpoint import dag
@@ -82,7 +82,7 @@ def test_the_monitor_dags_drift_param_is_its_declaration():
                          ids=str)
 def test_the_form_and_the_declaration_agree_on_drift(value, good):
     from mlrunway.airflow.params import drift_param
-    from mlrunway.production.drift import DriftSettings
+    from mlrunway.monitoring.drift import DriftSettings
 
     schema = drift_param(description="").schema
     if good:
@@ -98,7 +98,7 @@ def test_the_form_and_the_declaration_agree_on_drift(value, good):
 @pytest.mark.parametrize("value", DRIFT_DECLARATION_ONLY, ids=str)
 def test_what_the_drift_form_cannot_state_the_declaration_refuses(value):
     from mlrunway.airflow.params import drift_param
-    from mlrunway.production.drift import DriftSettings
+    from mlrunway.monitoring.drift import DriftSettings
 
     jsonschema.validate(value, drift_param(description="").schema)
     with pytest.raises(SpecError, match=r"^drift\.metric_thresholds\.numerical\.two_sample"):
@@ -195,7 +195,7 @@ def test_what_the_collector_form_cannot_state_the_declaration_refuses():
 
 def test_the_dags_collector_and_the_monitors_window_are_their_declarations():
     from mlrunway.airflow.params import data_collector_param
-    from mlrunway.production.monitor import MonitorSettings
+    from mlrunway.monitoring.monitor import MonitorSettings
     from mlrunway.settings import form_field
 
     sys.path.insert(0, str(REPO / "dags"))

@@ -145,7 +145,7 @@ def endpoint_page(site: Any, v: str) -> str:
 
 
 def monitoring_page(site: Any, v: str, route: str) -> str:
-    from mlrunway.production import drift, monitor
+    from mlrunway.monitoring import drift, monitor
 
     client, fake, _ = site
     rows = [{v: float(i % 10), "label": v} for i in range(60)]

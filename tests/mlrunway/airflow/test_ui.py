@@ -137,7 +137,7 @@ def test_the_endpoint_page_shows_how_to_call_it_without_its_key(airflow_db, monk
 
 
 def test_the_monitoring_page_shows_the_latest_report_and_lists_the_earlier_ones(client, tmp_path):
-    from mlrunway.production import drift, monitor
+    from mlrunway.monitoring import drift, monitor
 
     reference = [{"mean": float(i % 10), "label": str(i % 3)} for i in range(300)]
     shifted = [{"mean": float(i % 10) + 4, "label": str(i % 3)} for i in range(300)]

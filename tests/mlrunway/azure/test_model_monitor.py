@@ -10,8 +10,8 @@ from mlrunway.azure.model_monitor import ModelMonitors, MonitorSettings
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.errors import SpecError
-from mlrunway.production import monitor
-from mlrunway.production.drift import DriftSettings
+from mlrunway.monitoring import monitor
+from mlrunway.monitoring.drift import DriftSettings
 from tests.conftest import REPO
 from tests.mlrunway.azure.fake_azureml import WS_PATH
 

@@ -30,7 +30,7 @@ from mlrunway import check
 from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.reports import ReportsFolder
-from mlrunway.production.drift import TESTS, DriftSettings, Signal, signal
+from mlrunway.monitoring.drift import TESTS, DriftSettings, Signal, signal
 from mlrunway.settings import parse, setting
 
 __all__ = ["SIGNALS", "MonitorReport", "MonitorSettings", "check_endpoint", "ensure_reference", "read_rows",
@@ -61,7 +61,7 @@ Collection = Annotated[Literal["model_inputs", "model_outputs"], Field(json_sche
 class MonitorSettings:
     """An endpoint monitor's settings, declared once (:mod:`mlrunway.settings`): the endpoint, the reference (per
     collection, a JSON-lines file of rows), the window, the deployment to watch (empty: every deployment with
-    traffic) and the drift metrics (:class:`~mlrunway.production.drift.Drift`)."""
+    traffic) and the drift metrics (:class:`~mlrunway.monitoring.drift.Drift`)."""
 
     endpoint: Annotated[str, BeforeValidator(_endpoint)]
     reference: Annotated[dict[Collection, str], BeforeValidator(_reference)] = setting(

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import binomtest
 
 from mlrunway.errors import SpecError
-from mlrunway.production.drift import DriftSettings, measure, signal
+from mlrunway.monitoring.drift import DriftSettings, measure, signal
 
 
 def rows(rng: np.random.Generator, n: int, shift: float = 0.0, shares: list[float] | None = None) -> list[dict]:

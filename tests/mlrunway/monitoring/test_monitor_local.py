@@ -18,7 +18,7 @@ from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import EndpointSettings
 from mlrunway.local.backend import LocalBackend
-from mlrunway.production import monitor
+from mlrunway.monitoring import monitor
 from tests.conftest import REPO, deployment
 
 pytestmark = pytest.mark.slow
