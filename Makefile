@@ -105,7 +105,7 @@ ui: data
 # The whole DAG on the local backend (airflow dags test), then a short summary of what it did.
 demo: data
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null
-	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test train_sweep_deploy -c '$(DEMO_CONF)' > .airflow/demo.log 2>&1 \
+	$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.demo dags test train_sweep_deploy -c '$(DEMO_CONF)' > .airflow/demo.log 2>&1 \
 		|| (tail -40 .airflow/demo.log; echo "the DAG failed; full log in .airflow/demo.log"; exit 1)
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary

@@ -3,9 +3,7 @@ that wait on remote work share: deferral, a poll interval and a maximum wait."""
 
 from __future__ import annotations
 
-import atexit
 import functools
-import gc
 import re
 import time
 from collections.abc import Callable
@@ -44,16 +42,6 @@ def _screen_sized(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-@functools.cache
-def _freeze_heap_at_exit() -> None:
-    """Let the process that ran a task exit without garbage-collecting its whole heap. ``airflow dags test`` runs
-    every task in one process and exits normally: Python's shutdown then walks every object that torch, ONNX,
-    MLflow and Airflow left (3.2 s after the demo DAG's last task, 1.3 s after six empty tasks). Frozen at exit,
-    objects in reference cycles are not finalized, as none are in a task process under an executor, which ends
-    with ``os._exit``; the atexit handlers that close logs and connections run as before."""
-    atexit.register(gc.freeze)
-
-
 def _remembered(method: Callable[..., T]) -> Callable[..., T]:
     """``method``, whose result the task also keeps as ``self.returned``: its OpenLineage outputs are read there
     once it ends (a listener gets the task, not the XComs it pushed)."""
@@ -63,15 +51,6 @@ def _remembered(method: Callable[..., T]) -> Callable[..., T]:
         self.returned = None  # a failed try made nothing, whatever an earlier one made
         result = self.returned = method(self, *args, **kwargs)
         return result
-
-    return run
-
-
-def _exits_quickly(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def run(*args: Any, **kwargs: Any) -> T:
-        _freeze_heap_at_exit()
-        return method(*args, **kwargs)
 
     return run
 
@@ -94,7 +73,7 @@ class MlrunwayBaseOperator(BaseOperator):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "execute" in cls.__dict__:
-            cls.execute = _exits_quickly(_screen_sized(_remembered(cls.__dict__["execute"])))  # type: ignore[method-assign]
+            cls.execute = _screen_sized(_remembered(cls.__dict__["execute"]))  # type: ignore[method-assign]
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -113,7 +92,7 @@ class MlrunwayBaseOperator(BaseOperator):
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Where every deferral comes back (``execute_complete`` or another method), under ``execute``'s wrappers."""
         self.returned = None
-        result = self.returned = _exits_quickly(_screen_sized(super().resume_execution))(next_method, next_kwargs,
+        result = self.returned = _screen_sized(super().resume_execution)(next_method, next_kwargs,
                                                                                            context)
         return result
 
