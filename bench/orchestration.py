@@ -127,8 +127,9 @@ def dag_run(workspace: Path, data: Path, args: argparse.Namespace, home: Path) -
     env = airflow_env(workspace, home)
     conf = {"epochs": args.epochs, "max_trials": args.trials, "delay_evaluation": args.delay, "data_dir": str(data)}
     started = time.perf_counter()
-    done = subprocess.run([AIRFLOW, "dags", "test", "train_sweep_deploy", "-c", json.dumps(conf)], env=env,
-                          capture_output=True, text=True)
+    # As make demo runs it (python -m mlrunway.airflow.demo: Airflow's CLI, its heap frozen at exit).
+    done = subprocess.run([sys.executable, "-m", "mlrunway.airflow.demo", "dags", "test", "train_sweep_deploy", "-c",
+                           json.dumps(conf)], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     state = "success" if done.returncode == 0 and "state=success" in done.stdout + done.stderr else "failed"
     return wall, state
