@@ -28,6 +28,7 @@ from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import Instances
+from mlrunway.deploy import strategy
 from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -36,7 +37,7 @@ from mlrunway.operators import (
     SweepOperator,
     TrainModelOperator,
 )
-from mlrunway.operators.preflight import check_production, check_run, check_scoring_script, check_smoke
+from mlrunway.operators.preflight import check_run, check_scoring_script
 
 SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed", "limits", "early_termination")
 CLEANUP_KEYS = ("keep_endpoint",)  # a deployment's keys that belong to the cleanup task
@@ -104,13 +105,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         Instances.parse("deployment", instance_type=production.get("instance_type"),
                         instance_count=production.get("instance_count"))
         check_scoring_script(code_dir=production["code_dir"], scoring_script=production.get("scoring_script"))
-        check_smoke(code_dir=production["code_dir"], data_dir=production.get("data_dir"),
-                    sample_request=production.get("sample_request"),
-                    expected_response=production.get("expected_response"), ignore_keys=production.get("ignore_keys"))
-        check_production(context, endpoint_name=production.get("endpoint_name"), rollout=production.get("rollout"),
-                         evaluation=production.get("evaluation"), code_dir=production["code_dir"],
-                         data_dir=production.get("data_dir"), min_improvement=production.get("min_improvement"),
-                         require_approval=production.get("require_approval"))
+        chosen = production.get("strategy") or ("champion_challenger" if production.get("endpoint_name") else "blue")
+        strategy(chosen).validate(getattr(task, "backend", None), production)
 
     # The Train task checks what later steps need of its job as soon as it ends: the model against export's
     # settings, and the sweep's metric when the trials run this same job (a sweep's own trial may log others). An

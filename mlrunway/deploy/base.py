@@ -8,6 +8,7 @@ deploy task, turns a wait into a trigger (or waits in the worker) and hands back
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -139,10 +140,21 @@ class DeploymentStrategy(Protocol):
 
     name: ClassVar[str]
 
+    def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
+        """Before any job: the deploy task's arguments (``deployment``, as the DAG renders them: ``code_dir``,
+        ``data_dir``, the smoke test's and the strategy's own settings) as far as they can be known without a model;
+        ``backend``: what the run's connection gives (None: not known here). A SpecError names the field."""
+        ...
+
     def start(self, backend: Backend, request: DeployRequest) -> Step: ...
 
     def resume(self, backend: Backend, request: DeployRequest, state: dict[str, Any], event: Resumed) -> Step: ...
 
     def abandon(self, backend: Backend, request: DeployRequest) -> None:
         """The task was killed while it waited: undo what serves nobody yet."""
+        ...
+
+    def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
+        """At the run's cleanup: what the strategy leaves behind on ``endpoint`` (the run's own endpoint is the
+        cleanup's to delete); what it did, for the cleanup task's result."""
         ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 class PerRunBlue:
     name: ClassVar[str] = "blue"
+
+    def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
+        smoke.check_before_any_job(deployment)
 
     def start(self, backend: Backend, request: DeployRequest) -> Step:
         backend.endpoints.begin_create_or_update(request.endpoint, request.endpoint_settings)
@@ -48,6 +51,10 @@ class PerRunBlue:
                 backend.endpoints.delete_deployment(request.endpoint, "blue")
         except NotFound:
             pass
+
+    def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
+        """Nothing of its own: the run's endpoint, `blue` with it, is the cleanup's to delete (or keep)."""
+        return {}
 
 
 def start_blue(backend: Backend, endpoint: str, settings: DeploymentSettings) -> DeploymentInfo:

@@ -13,16 +13,20 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrunway import check
 from mlrunway.backend.protocol import Backend, Rollout, Shadow, rollout_of
 from mlrunway.backend.waiting import Outcome
+from mlrunway.deploy import smoke
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import promote_blue
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
 from mlrunway.production import gate, stable
+from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
 from mlrunway.production.stable import Rollout as Progress
 
@@ -42,6 +46,34 @@ class Phase(enum.StrEnum):
 
 class ChampionChallenger:
     name: ClassVar[str] = "champion_challenger"
+
+    def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
+        """The smoke test's settings, then the stable endpoint's: its name and promotion
+        (:class:`~mlrunway.production.gate.Promotion`), the rollout policy, the evaluation set (the team's file and
+        metric function, or a classifier's test/ split) and that the backend can roll out."""
+        smoke.check_before_any_job(deployment)
+        promotion = gate.Promotion.parse(**{k: deployment.get(k) for k in ("endpoint_name", "require_approval",
+                                                                           "min_improvement")})
+        if not promotion.endpoint_name:
+            raise check.fail("endpoint_name", "is empty", "name the stable endpoint, or use the blue strategy")
+        RolloutPolicy.parse(dict(deployment.get("rollout") or {}))
+        evaluation = dict(deployment.get("evaluation") or {})
+        gate.Evaluation.parse(evaluation)
+        data_dir = deployment.get("data_dir")
+        if gate.names_set(evaluation):
+            gate.team_set(deployment["code_dir"], evaluation)
+        elif data_dir is None or not (Path(data_dir) / "test").is_dir():
+            raise check.fail("evaluation", f"there is no {Path(data_dir or '.') / 'test'} to compare the challenger "
+                             "with the champion on", "add a test/ split no sweep sees, or name a file of labelled "
+                             "requests and a metric in evaluation")
+        if backend is not None and not isinstance(backend.endpoints, Rollout):
+            raise check.fail("endpoint_name", f"the {backend.kind} backend has no staged rollout yet",
+                             "leave endpoint_name empty: each run deploys to its own endpoint")
+
+    def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
+        """Production back where a rollout was cut short, the slots left with no traffic deleted, never the
+        endpoint; the lease given back (:func:`mlrunway.production.stable.clean_up`)."""
+        return {"stable_endpoint": endpoint, "deleted_deployments": stable.clean_up(backend, endpoint, run_key)}
 
     def start(self, backend: Backend, request: DeployRequest) -> Step:
         endpoint = request.endpoint

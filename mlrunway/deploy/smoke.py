@@ -35,7 +35,7 @@ from mlrunway.errors import EndpointError, shorten
 from mlrunway.onnx_export.parity import tolerance_used
 from mlrunway.settings import EMPTY_IS_NONE, SettingsError, parse, setting
 
-__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_prediction", "difference", "expected_answer",
+__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_before_any_job", "check_prediction", "difference", "expected_answer",
            "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
 
 REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
@@ -147,6 +147,27 @@ class SmokeTest:
     @property
     def keys(self) -> tuple[str, ...]:
         return self.ignore_keys or ()
+
+
+def check_before_any_job(deployment: Mapping[str, Any]) -> SmokeTest:
+    """What the smoke test will send and compare, before any job: the settings as :class:`SmokeTest` declares
+    them (without a request, ``data_dir`` to smoke-test with), and each file named, in ``code_dir`` (or absolute),
+    exists and holds JSON."""
+    given = SmokeTest.parse({name: deployment.get(name) for name in ("sample_request", "expected_response",
+                                                                     "ignore_keys")},
+                            "deployment", data_dir=deployment.get("data_dir"))
+    for field in ("sample_request", "expected_response"):
+        name = getattr(given, field)
+        if not name:
+            continue
+        path = Path(deployment["code_dir"]) / name
+        if not path.is_file():
+            raise check.fail(f"deployment.{field}", f"{path} does not exist", "name a JSON file in code_dir")
+        try:
+            json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise check.fail(f"deployment.{field}", f"{path} is not JSON ({exc})", "write it with json.dump") from exc
+    return given
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -28,7 +29,7 @@ from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
 from mlrunway.backend.waiting import Outcome
-from mlrunway.deploy import STRATEGIES
+from mlrunway.deploy import STRATEGIES, strategy
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, MlrunwayError, NotFound, SpecError
 from mlrunway.operators import (
@@ -538,6 +539,10 @@ class Straight:
 
     name: ClassVar[str] = "straight"
 
+    def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
+        if deployment.get("sample_request"):
+            raise SpecError("deployment.sample_request: the straight strategy sends no request; leave it empty")
+
     def start(self, backend: Backend, request: DeployRequest) -> Step:
         backend.endpoints.create_or_update(request.endpoint, request.endpoint_settings)
         started = backend.endpoints.begin_create_or_update_deployment(request.endpoint, "green", request.settings)
@@ -554,6 +559,10 @@ class Straight:
     def abandon(self, backend: Backend, request: DeployRequest) -> None:
         backend.endpoints.delete_deployment(request.endpoint, "green")
 
+    def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
+        backend.endpoints.set_traffic(endpoint, {})
+        return {"green_deleted": backend.endpoints.delete_deployment(endpoint, "green")}
+
 
 def test_a_new_strategy_is_one_class_and_one_registry_line(fake, monkeypatch):
     monkeypatch.setitem(STRATEGIES, Straight.name, Straight)
@@ -565,6 +574,10 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(fake, monkeypatch):
     assert result.pop("model_card").endswith("model-cards/m/1/card.html")  # the host writes the card, any strategy
     assert result == {"endpoint": NAMES.endpoint, "traffic": {"green": 100}}
     assert sorted(fake.endpoints.endpoints[NAMES.endpoint].deployments) == ["green"]
+    chosen = strategy("straight")  # what preflight and the cleanup task call, through the same registry
+    with pytest.raises(SpecError, match="the straight strategy sends no request"):
+        chosen.validate(fake, {"code_dir": str(REPO / "training"), "sample_request": "r.json"})
+    assert chosen.clean_up(fake, NAMES.endpoint, NAMES.run_key) == {"green_deleted": True}
 
 
 def test_an_unknown_strategy_is_named_with_the_ones_there_are(fake):
