@@ -25,8 +25,8 @@ import numpy as np
 from _common import Bench, Target, harness_args, interleaved, table
 from scipy import stats
 
-from mlrunway.production import gate
-from mlrunway.production.gate import GateSettings
+from mlrunway.deploy import gate
+from mlrunway.deploy.gate import GateSettings
 
 ACCURACY = 0.90
 CASES = [(n, d, e) for n in (360, 180) for d in (0.05, 0.10) for e in (-0.02, 0.0, 0.03, 0.05)] + \

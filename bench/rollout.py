@@ -28,11 +28,11 @@ from urllib.parse import urlparse
 from _common import REPO, Bench, Target, build_model, harness_args, table
 
 from mlrunway.backend.types import DeploymentSettings
+from mlrunway.deploy import stable
 from mlrunway.deploy.blue import promote_blue
+from mlrunway.deploy.gate import GateSettings
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.local.backend import LocalBackend
-from mlrunway.production import stable
-from mlrunway.production.gate import GateSettings
-from mlrunway.production.rollout import RolloutPolicy
 from tests.production.test_stable_endpoint_local import FAULTY, perturbed
 
 ENDPOINT = "bench-prod"

@@ -76,7 +76,7 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
 
 
 def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The decision a stable endpoint's deploy recorded on the model's version (see mlrunway.production)."""
+    """The decision a stable endpoint's deploy recorded on the model's version (see mlrunway.deploy.stable)."""
     tags = (onnx or {}).get("tags", {})
     if "mlrunway.decision" not in tags:
         return None

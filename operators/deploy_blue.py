@@ -14,13 +14,25 @@ from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
-from mlrunway.deploy import DeploymentStrategy, DeployRequest, smoke, strategy
-from mlrunway.deploy.base import Approval, Done, Provisioning, Resumed, Step, Window
+from mlrunway.deploy import (
+    APPROVAL_TAG,
+    Approval,
+    DeploymentStrategy,
+    DeployRequest,
+    Done,
+    Promotion,
+    Provisioning,
+    Resumed,
+    RolloutPolicy,
+    SmokeTest,
+    Step,
+    Window,
+    not_newest,
+    record_deployment,
+    strategy,
+)
 from mlrunway.errors import EndpointError, MlrunwayError
 from mlrunway.operators._base import MlrunwayWaitingOperator
-from mlrunway.production import card, stable
-from mlrunway.production.gate import Promotion
-from mlrunway.production.rollout import RolloutPolicy
 
 
 class DeployBlueOperator(MlrunwayWaitingOperator):
@@ -54,7 +66,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     Killed while it waits (marked failed, timed out), the task deletes `blue` if it is still provisioning: a
     deployment with no traffic yet serves nobody. The run's cleanup deletes the endpoint.
 
-    **A stable endpoint** (``endpoint_name`` set) outlives runs (:mod:`mlrunway.production.stable`): the first run
+    **A stable endpoint** (``endpoint_name`` set) outlives runs (:mod:`mlrunway.deploy.stable`): the first run
     creates it with `blue` at 100% (``created``); a later one deploys its model to the slot not serving, at 0%,
     compares both on the evaluation set through the endpoint, and ends ``held``, ``skipped`` (a run that is not
     the newest interval never moves production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task
@@ -65,7 +77,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param min_improvement: how much better on the evaluation set the challenger must be (default 0: better).
     :param evaluation: the team's evaluation set: ``{"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal":
         "minimize"}`` in the code folder; default, for an image classifier: the ``test/`` split of ``data_dir``.
-    :param rollout: the staged rollout (:class:`~mlrunway.production.rollout.RolloutPolicy`): ``steps``,
+    :param rollout: the staged rollout (:class:`~mlrunway.deploy.rollout.RolloutPolicy`): ``steps``,
         ``window_s``, ``mirror_percent``, ``mirror_window_s`` and the bounds.
     :param require_approval: after the gate, before any traffic moves, wait (deferred) for a person's answer on
         the challenger: ``python -m mlrunway.airflow.approval approve|reject <model> <version>``, or its
@@ -75,7 +87,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         of ``model_version``, through the same staged rollout, without the gate (a person decided).
 
     :param intended_use: what the model is for and not for, in the team's words: the first section of the model
-        card each version that reaches an endpoint gets (:mod:`mlrunway.production.card`).
+        card each version that reaches an endpoint gets (:mod:`mlrunway.deploy.card`).
     :param model_card: what the card says of the training: ``{"job": ..., "sweep": ...}`` in azure-ai-ml's words,
         as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.lifecycle.lifecycle` passes
         them); the rest of the card comes from the registry and the sweep's record.
@@ -127,7 +139,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         size = Instances.parse("deploy", instance_type=self.instance_type, instance_count=self.instance_count)
         promotion = Promotion.parse(endpoint_name=self.endpoint_name, min_improvement=self.min_improvement,
                                     require_approval=self.require_approval)
-        checked = smoke.SmokeTest.parse({"sample_request": self.sample_request,
+        checked = SmokeTest.parse({"sample_request": self.sample_request,
                                          "expected_response": self.expected_response,
                                          "ignore_keys": self.ignore_keys}, "deploy")
         return DeployRequest(
@@ -203,7 +215,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         context["ti"].xcom_push(key="approval", value=step.evidence)
         self.log.info("%s waits for approval before any traffic moves: %s. Answer with `python -m "
                       "mlrunway.airflow.approval approve|reject %s %s --conn %s` (or set its tag %s)", step.model,
-                      step.evidence["gate"].get("summary"), name, version, self.backend_conn_id, stable.APPROVAL_TAG)
+                      step.evidence["gate"].get("summary"), name, version, self.backend_conn_id, APPROVAL_TAG)
 
     def finish(self, context: Context, done: Done) -> dict[str, Any]:
         """Push a stable endpoint's decision and what serves as XComs at once (a rolled-back task fails after
@@ -219,12 +231,12 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         return {**done.result, "model_card": page}
 
     def write_model_cards(self, context: Context, result: dict[str, Any]) -> str | None:
-        """The model card of each version the decision changed (:mod:`mlrunway.production.card`), kept with the run's
+        """The model card of each version the decision changed (:mod:`mlrunway.deploy.card`), kept with the run's
         reports and linked from the task; return the deployed version's page. A card that cannot be written is
         logged: the decision stands."""
         interval = context.get("data_interval_start"), context.get("data_interval_end")
         try:
-            pages = card.record_deployment(
+            pages = record_deployment(
                 self.backend, self.backend.reports, f"{self.model_name}:{self.model_version}", result,
                 description=self.model_card or None, intended_use=self.intended_use or None,
                 data_interval=(str(interval[0]), str(interval[1])) if all(interval) else None)
@@ -266,7 +278,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         start, end = context.get("data_interval_start"), context.get("data_interval_end")
         if run_type == "scheduled" and start is not None and end is not None:
             next_due = self.next_run_after(context["dag"].timetable, start, end)
-        return stable.not_newest(run_type, next_due, datetime.now(UTC))
+        return not_newest(run_type, next_due, datetime.now(UTC))
 
     def next_run_after(self, timetable: Any, start: datetime, end: datetime) -> datetime | None:
         import pendulum

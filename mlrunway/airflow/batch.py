@@ -8,7 +8,7 @@ from typing import Any
 
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.reports import ReportsFolder
-from mlrunway.production import gate, stable
+from mlrunway.deploy import gate, stable
 
 
 def score_test_split(backend_conn_id: str, endpoint: str, data_dir: str, model: str | None) -> dict[str, Any]:

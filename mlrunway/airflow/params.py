@@ -11,11 +11,11 @@ from airflow.sdk import Param
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import Collecting
 from mlrunway.backend.types import Instances
+from mlrunway.deploy.gate import Evaluation, Promotion
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.deploy.smoke import SmokeTest
 from mlrunway.monitoring.drift import Drift
 from mlrunway.monitoring.monitor import MonitorSettings
-from mlrunway.production.gate import Evaluation, Promotion
-from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import defaults, form_field, form_schema
 
 __all__ = ["backend_param", "data_collector_param", "drift_param", "evaluation_param", "instances_params",
@@ -32,13 +32,13 @@ def _param(kind: type, default: Any, title: str, section: str | None, descriptio
 
 
 def rollout_param(*, section: str, description: str, title: str = "Staged rollout", default: Any = None) -> Param:
-    """The ``rollout`` Param (:class:`~mlrunway.production.rollout.RolloutPolicy`)."""
+    """The ``rollout`` Param (:class:`~mlrunway.deploy.rollout.RolloutPolicy`)."""
     return _param(RolloutPolicy, default, title, section, description)
 
 
 def evaluation_param(*, section: str, description: str, title: str = "Evaluation set and gate",
                      default: Any = None) -> Param:
-    """The ``evaluation`` Param (:class:`~mlrunway.production.gate.Evaluation`): a team's set and the gate's
+    """The ``evaluation`` Param (:class:`~mlrunway.deploy.gate.Evaluation`): a team's set and the gate's
     settings."""
     return _param(Evaluation, default, title, section, description)
 
@@ -88,7 +88,7 @@ def smoke_test_params(*, section: str) -> dict[str, Param]:
 
 
 def promotion_params(*, section: str, endpoint_name: str | None = None) -> dict[str, Param]:
-    """A production endpoint's fields (:class:`~mlrunway.production.gate.Promotion`): ``endpoint_name`` (default:
+    """A production endpoint's fields (:class:`~mlrunway.deploy.gate.Promotion`): ``endpoint_name`` (default:
     the deployment's own), ``require_approval``, ``min_improvement``."""
     return setting_params(Promotion, section=section, endpoint_name=endpoint_name)
 

@@ -27,9 +27,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.waiting import Outage, Outcome
+from mlrunway.deploy import stable
+from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 from mlrunway.errors import Unavailable, WatchLost
-from mlrunway.production import stable
-from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 from mlrunway.sweep.progress import TrialWatch
 
 

@@ -6,7 +6,7 @@
 - ``mlflow/<conn_id>/<job>``: a job's MLflow run: params, metrics and their curves;
 - ``endpoint/<conn_id>/<name>``: an endpoint's state, deployments and traffic (never its keys);
 - ``report/<conn_id>/card/<model>/<version>``: the model card of a version that reached an endpoint
-  (:mod:`mlrunway.production.card`), on both backends; beside the sweep reports, which link to it relatively;
+  (:mod:`mlrunway.deploy.card`), on both backends; beside the sweep reports, which link to it relatively;
 - ``report/<conn_id>/run/<job>`` and ``report/<conn_id>/model/<name>/<version>``: what a report's trial and model
   link to: the job's MLflow run and the version's page, or the backend's own (Azure ML studio, by redirect);
 - ``monitor/<conn_id>/<endpoint>``: the endpoint's latest monitoring report (:mod:`mlrunway.monitoring.monitor`),
@@ -306,7 +306,7 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def model_card(conn_id: str, name: str, version: str) -> Any:
-    from mlrunway.production.card import card_page
+    from mlrunway.deploy.card import card_page
 
     _named(check.model_name, "model", name)
     reports = _backend(conn_id).reports

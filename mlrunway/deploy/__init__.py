@@ -5,7 +5,8 @@ triggers and knows no strategy's insides.
 
 - ``blue`` (:mod:`.blue`): the run's own endpoint, `blue` at 100% after a smoke test, deleted at cleanup;
 - ``champion_challenger`` (:mod:`.champion_challenger`): a stable endpoint across runs: the gate, the staged
-  rollout and the registry aliases of :mod:`mlrunway.production`.
+  rollout and the registry aliases: :mod:`.stable` (the stable endpoint), :mod:`.gate`, :mod:`.rollout`,
+  :mod:`.shadow`, and the model card each version that reaches an endpoint gets (:mod:`.card`).
 
 A new strategy is one module and one line in :data:`STRATEGIES`.
 """
@@ -13,11 +14,19 @@ A new strategy is one module and one line in :data:`STRATEGIES`.
 from __future__ import annotations
 
 from mlrunway import check
-from mlrunway.deploy.base import DeploymentStrategy, DeployRequest
+from mlrunway.deploy.base import Approval, DeploymentStrategy, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import PerRunBlue
+from mlrunway.deploy.card import record_deployment
 from mlrunway.deploy.champion_challenger import ChampionChallenger
+from mlrunway.deploy.gate import Promotion
+from mlrunway.deploy.rollout import RolloutPolicy
+from mlrunway.deploy.smoke import SmokeTest
+from mlrunway.deploy.stable import APPROVAL_TAG, not_newest
 
-__all__ = ["STRATEGIES", "DeployRequest", "DeploymentStrategy", "strategy"]
+# The public face: what a deploy task (and any host of a strategy) imports; a strategy's insides stay behind it.
+__all__ = ["APPROVAL_TAG", "STRATEGIES", "Approval", "DeployRequest", "DeploymentStrategy", "Done", "Promotion",
+           "Provisioning", "Resumed", "RolloutPolicy", "SmokeTest", "Step", "Window", "not_newest",
+           "record_deployment", "strategy"]
 
 STRATEGIES: dict[str, type[DeploymentStrategy]] = {PerRunBlue.name: PerRunBlue,
                                                     ChampionChallenger.name: ChampionChallenger}

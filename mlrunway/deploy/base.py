@@ -17,8 +17,8 @@ from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
 from mlrunway.backend.waiting import Outcome
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import EndpointError
-from mlrunway.production.rollout import RolloutPolicy
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,11 +1,11 @@
-"""A stable endpoint that outlives runs (:mod:`mlrunway.production.stable`): the first run creates it with `blue` at
+"""A stable endpoint that outlives runs (:mod:`mlrunway.deploy.stable`): the first run creates it with `blue` at
 100% (``created``); a later one deploys its model to the slot not serving, at 0%, compares both on the evaluation
 set through the endpoint (the gate), and ends ``held``, ``skipped`` (a run that is not the newest never moves
 production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task fails with the figures). With
 ``require_approval`` a person answers between the gate and the first traffic change; ``rollback_to`` deploys the
 version an alias names through the same rollout, without the gate.
 
-Its state between waits is the :class:`~mlrunway.production.stable.Rollout` and the phase it waits in.
+Its state between waits is the :class:`~mlrunway.deploy.stable.Rollout` and the phase it waits in.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from typing import Any, ClassVar
 from mlrunway import check
 from mlrunway.backend.protocol import Backend, Rollout, Shadow, rollout_of
 from mlrunway.backend.waiting import Outcome
-from mlrunway.deploy import smoke
+from mlrunway.deploy import gate, smoke, stable
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import promote_blue
+from mlrunway.deploy.rollout import RolloutPolicy
+from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
+from mlrunway.deploy.stable import Rollout as Progress
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
-from mlrunway.production import gate, stable
-from mlrunway.production.rollout import RolloutPolicy
-from mlrunway.production.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
-from mlrunway.production.stable import Rollout as Progress
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class ChampionChallenger:
 
     def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
         """The smoke test's settings, then the stable endpoint's: its name and promotion
-        (:class:`~mlrunway.production.gate.Promotion`), the rollout policy, the evaluation set (the team's file and
+        (:class:`~mlrunway.deploy.gate.Promotion`), the rollout policy, the evaluation set (the team's file and
         metric function, or a classifier's test/ split) and that the backend can roll out."""
         smoke.check_before_any_job(deployment)
         promotion = gate.Promotion.parse(**{k: deployment.get(k) for k in ("endpoint_name", "require_approval",
@@ -72,7 +71,7 @@ class ChampionChallenger:
 
     def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
         """Production back where a rollout was cut short, the slots left with no traffic deleted, never the
-        endpoint; the lease given back (:func:`mlrunway.production.stable.clean_up`)."""
+        endpoint; the lease given back (:func:`mlrunway.deploy.stable.clean_up`)."""
         return {"stable_endpoint": endpoint, "deleted_deployments": stable.clean_up(backend, endpoint, run_key)}
 
     def start(self, backend: Backend, request: DeployRequest) -> Step:

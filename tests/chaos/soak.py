@@ -9,7 +9,7 @@ The workload, all real processes on this machine:
   as Airflow would (``submit_or_reattach``) when a fault killed it, and now and then canceled;
 - one sweep at a time (three trials, Bandit), its dead controller recovered by the retry, now and then canceled;
 - a stable endpoint (``soak-prod``): a client sends steady traffic, and a rollout of a new model version runs
-  through :mod:`mlrunway.production.stable` (gate, 50% then 100%), then its cleanup, again and again.
+  through :mod:`mlrunway.deploy.stable` (gate, 50% then 100%), then its cleanup, again and again.
 
 The faults (:data:`FAULTS`), one at a time, at random, each drawn from the seed and its index: SIGKILL and SIGSTOP
 (0.5 to 3 s) of each process kind (job supervisor, job script, sweep controller, endpoint master, endpoint worker),
@@ -58,14 +58,14 @@ import psutil
 from mlrunway.backend.attempts import submit_or_reattach
 from mlrunway.backend.naming import base_name
 from mlrunway.backend.types import DeploymentSettings, JobStatus, ProvisioningState
+from mlrunway.deploy import stable
+from mlrunway.deploy.gate import GateSettings, team_set
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import MlrunwayError
 from mlrunway.local.__main__ import recover_workspace
 from mlrunway.local.backend import LocalBackend
 from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, wait_gone
 from mlrunway.local.supervisor import JobState
-from mlrunway.production import stable
-from mlrunway.production.gate import GateSettings, team_set
-from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, SweepLimits, SweepSpec
 
 KINDS = ("supervisor", "script", "controller", "master", "worker")

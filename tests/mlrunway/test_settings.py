@@ -9,9 +9,9 @@ import sys
 import jsonschema
 import pytest
 
+from mlrunway.deploy.gate import Evaluation
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import SpecError
-from mlrunway.production.gate import Evaluation
-from mlrunway.production.rollout import RolloutPolicy
 from mlrunway.settings import form_schema
 from tests.conftest import REPO
 
@@ -230,8 +230,8 @@ def test_the_azure_model_monitors_declaration_names_the_field_and_the_fix(value,
 
 def test_the_dags_smoke_test_and_promotion_fields_are_their_declarations():
     from mlrunway.backend.types import Instances
+    from mlrunway.deploy.gate import Promotion
     from mlrunway.deploy.smoke import SmokeTest
-    from mlrunway.production.gate import Promotion
     from mlrunway.settings import form_field
 
     sys.path.insert(0, str(REPO / "dags"))
@@ -269,8 +269,8 @@ FIELDS = [
 @pytest.mark.parametrize(("group", "value", "good"), FIELDS, ids=str)
 def test_the_form_fields_and_the_declaration_agree(group, value, good):
     from mlrunway.backend.types import Instances
+    from mlrunway.deploy.gate import Promotion
     from mlrunway.deploy.smoke import SmokeTest
-    from mlrunway.production.gate import Promotion
     from mlrunway.settings import form_field
 
     kind = {"SmokeTest": SmokeTest, "Promotion": Promotion, "Instances": Instances}[group]

@@ -317,9 +317,9 @@ EARLIER_CONF = {
 def test_an_earlier_forms_conf_still_validates_and_its_settings_parse(dag):
     from mlrunway.backend.capture import DataCollector
     from mlrunway.backend.types import Instances
+    from mlrunway.deploy.gate import Evaluation, Promotion
+    from mlrunway.deploy.rollout import RolloutPolicy
     from mlrunway.deploy.smoke import SmokeTest
-    from mlrunway.production.gate import Evaluation, Promotion
-    from mlrunway.production.rollout import RolloutPolicy
 
     params = copy.deepcopy(dag.params)
     for name, value in EARLIER_CONF.items():

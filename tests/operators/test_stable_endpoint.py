@@ -19,9 +19,9 @@ from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.reports import CARDS
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
+from mlrunway.deploy import stable
 from mlrunway.errors import EndpointError
 from mlrunway.operators import CleanupOperator, DeployBlueOperator
-from mlrunway.production import stable
 from tests.mlrunway.airflow.test_triggers import first_event
 from tests.operators.test_operators_on_fake import TaskInstance
 
@@ -413,7 +413,7 @@ def test_a_rollout_cut_short_before_its_decision_was_recorded_gives_production_b
 def test_every_version_that_reaches_the_endpoint_gets_a_model_card_rebuilt_as_decisions_change(registered, team):
     """The card's history follows the decisions (created, then replaced by a promotion; promoted; held), each card
     is kept with the run's reports, and the version's tag and the task's link point to it."""
-    from mlrunway.production import card
+    from mlrunway.deploy import card
 
     fake = registered
     described = {"job": {"command": "python fit.py --lr ${{inputs.lr}}", "inputs": {"lr": 0.01, "history": {

@@ -13,7 +13,7 @@ is 500 or more. A client's own 400 (at the deployment, or as a 424 carrying 400 
 
 During a mirror window each worker also keeps every mirrored request's two answers, the champion's and the
 shadow's, in ``shadow/<pid>-<hour>.jsonl`` (written with the counts; :func:`mirrored_answers` reads them): what a
-rollout compares (:mod:`mlrunway.production.shadow`).
+rollout compares (:mod:`mlrunway.deploy.shadow`).
 """
 
 from __future__ import annotations

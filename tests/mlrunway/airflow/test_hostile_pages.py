@@ -157,7 +157,7 @@ def monitoring_page(site: Any, v: str, route: str) -> str:
 
 
 def model_card_page(site: Any, v: str) -> str:
-    from mlrunway.production import card
+    from mlrunway.deploy import card
 
     client, fake, _ = site
     card.save(card.ModelCard(model=f"{v}:2", intended_use=v, data=[(v, v)], training=[(v, v)], evaluation=[(v, v)],

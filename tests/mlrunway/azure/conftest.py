@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mlrunway.backend.types import DeploymentSettings
+from mlrunway.deploy import stable
 from mlrunway.deploy.blue import promote_blue
-from mlrunway.production import stable
-from mlrunway.production.rollout import RolloutPolicy
+from mlrunway.deploy.rollout import RolloutPolicy
 from tests.conftest import REPO
 from tests.mlrunway.azure import fake_azureml
 from tests.mlrunway.azure.fake_azureml import (

@@ -12,9 +12,9 @@ import pytest
 import mlrunway.azure.writes as azure_writes
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import DeploymentSettings, ProvisioningState
+from mlrunway.deploy import stable
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import EndpointError
-from mlrunway.production import stable
-from mlrunway.production.rollout import RolloutPolicy
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import ENDPOINT, provisioned
 from tests.mlrunway.azure.fake_azureml import WS_PATH

@@ -10,9 +10,9 @@ import json
 import shutil
 
 from mlrunway.backend.types import DeploymentSettings
-from mlrunway.production import stable
-from mlrunway.production.gate import GateSettings
-from mlrunway.production.rollout import RolloutPolicy
+from mlrunway.deploy import stable
+from mlrunway.deploy.gate import GateSettings
+from mlrunway.deploy.rollout import RolloutPolicy
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import ENDPOINT, provisioned
 from tests.mlrunway.azure.fake_azureml import WS_PATH

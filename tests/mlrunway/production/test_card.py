@@ -6,7 +6,7 @@ import json
 
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.reports import CARDS
-from mlrunway.production import card
+from mlrunway.deploy import card
 
 
 def registered(tmp_path) -> FakeBackend:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from mlrunway.deploy import gate
+from mlrunway.deploy.gate import Comparison, EvaluationSet, GateSettings
 from mlrunway.errors import SpecError
-from mlrunway.production import gate
-from mlrunway.production.gate import Comparison, EvaluationSet, GateSettings
 
 
 def pairs(b: int, c: int, both_right: int = 150, both_wrong: int = 10) -> tuple[list[bool], list[bool]]:

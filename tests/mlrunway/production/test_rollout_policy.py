@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import SpecError
-from mlrunway.production.rollout import RolloutPolicy
 
 
 @pytest.mark.parametrize("field, rollout", [
@@ -41,7 +41,7 @@ def test_the_evidence_settings_default_to_20_requests_and_one_more_window_and_re
 
 def test_the_judge_needs_min_requests_and_min_requests_0_passes_an_empty_window_saying_so():
     from mlrunway.backend.types import DeploymentMetrics
-    from mlrunway.production.rollout import judge
+    from mlrunway.deploy.rollout import judge
 
     def served(requests: int) -> DeploymentMetrics:
         return DeploymentMetrics(deployment="green", start=0, end=30, requests=requests, errors=0, p99_ms=5.0)
@@ -61,7 +61,7 @@ def figures(deployment: str, requests: int, errors: int):
 
 
 def test_the_watch_rolls_back_on_errors_too_unlikely_at_the_allowed_rate_and_never_on_one():
-    from mlrunway.production.rollout import watch
+    from mlrunway.deploy.rollout import watch
 
     policy = RolloutPolicy()
     # P(X >= 2 | 6, 1%) = 1 - 0.99^6 - 6 (0.01) 0.99^5 = 0.00146 < 0.01

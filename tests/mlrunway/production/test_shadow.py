@@ -10,10 +10,10 @@ import pytest
 
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.types import DeploymentSettings, MirroredAnswer
+from mlrunway.deploy import rollout
+from mlrunway.deploy.rollout import RolloutPolicy, Verdict
+from mlrunway.deploy.shadow import ShadowRule, agree, compare
 from mlrunway.errors import SpecError
-from mlrunway.production import rollout
-from mlrunway.production.rollout import RolloutPolicy, Verdict
-from mlrunway.production.shadow import ShadowRule, agree, compare
 
 
 def pair(champion: Any, challenger: Any, statuses: tuple[int, int] = (200, 200), ms: tuple[float, float] = (5, 7),

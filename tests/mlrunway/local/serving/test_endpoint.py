@@ -18,9 +18,9 @@ import pytest
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import EndpointSettings
 from mlrunway.data.images import load_labeled
+from mlrunway.deploy.shadow import ShadowRule, compare
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.serving.endpoints import LocalEndpoints
-from mlrunway.production.shadow import ShadowRule, compare
 from tests.conftest import REPO, deployment, write_script
 
 pytestmark = pytest.mark.slow

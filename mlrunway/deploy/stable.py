@@ -23,9 +23,9 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.protocol import Backend, Shadow, rollout_of
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings
+from mlrunway.deploy import gate, rollout, shadow
+from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.production import gate, rollout, shadow
-from mlrunway.production.rollout import RolloutPolicy
 
 log = logging.getLogger(__name__)
 

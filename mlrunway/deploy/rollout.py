@@ -19,8 +19,8 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentMetrics
+from mlrunway.deploy.shadow import ShadowReport, ShadowRule, ms
 from mlrunway.errors import EndpointError
-from mlrunway.production.shadow import ShadowReport, ShadowRule, ms
 from mlrunway.settings import SettingsError, parse, setting
 
 _NUMBER = "{value!r} is not a number >= 0"
