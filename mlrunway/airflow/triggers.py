@@ -280,10 +280,10 @@ class WindowTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", {
             "until": self.until, "carry": self.carry, "backend_conn_id": self.backend_conn_id}
 
-    def progress(self) -> stable.Rollout | None:
+    def progress(self) -> stable.Progress | None:
         """The rollout the window belongs to, when it is watched."""
         rollout = self.carry.get("rollout") if self.backend_conn_id else None
-        return stable.Rollout.from_dict(rollout) if rollout else None
+        return stable.Progress.from_dict(rollout) if rollout else None
 
     def event(self, watched: str | None) -> dict[str, Any]:
         if watched:

@@ -5,7 +5,7 @@ production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task f
 ``require_approval`` a person answers between the gate and the first traffic change; ``rollback_to`` deploys the
 version an alias names through the same rollout, without the gate.
 
-Its state between waits is the :class:`~mlrunway.deploy.stable.Rollout` and the phase it waits in.
+Its state between waits is the :class:`~mlrunway.deploy.stable.Progress` and the phase it waits in.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from mlrunway.deploy import gate, smoke, stable
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import promote_blue
 from mlrunway.deploy.rollout import RolloutPolicy
-from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision
-from mlrunway.deploy.stable import Rollout as Progress
+from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision, Progress
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ class Serving:
 
 
 @dataclass(kw_only=True)
-class Rollout:
+class Progress:
     """A run's progress on a stable endpoint, kept as JSON between the deploy task's deferrals."""
 
     endpoint: str
@@ -74,7 +74,7 @@ class Rollout:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Rollout:
+    def from_dict(cls, data: dict[str, Any]) -> Progress:
         champion = data.get("champion")
         return cls(**{**data, "champion": Serving(**champion) if champion else None})
 
@@ -109,7 +109,7 @@ def not_newest(run_type: str, next_run_due: datetime | None, now: datetime) -> s
 
 
 def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSettings, policy: RolloutPolicy,
-          lease_s: float) -> Rollout:
+          lease_s: float) -> Progress:
     """Take the endpoint's lease, create or recover the endpoint, and start the challenger's deployment in the slot
     that is not serving (``blue`` on a new endpoint) at 0%."""
     held = rollout_of(backend).lease(endpoint, holder, lease_s)
@@ -125,7 +125,7 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
     log.info("endpoint %s: %s serves %s; the challenger %s goes to %s at 0%%", endpoint,
              champion["deployment"] if champion else "nothing", champion["model"] if champion else "-", settings.model,
              slot)
-    return Rollout(endpoint=endpoint, holder=holder, model=settings.model, slot=slot,
+    return Progress(endpoint=endpoint, holder=holder, model=settings.model, slot=slot,
                    champion=Serving(**champion) if champion else None,
                    policy=policy.to_dict())
 
@@ -145,7 +145,7 @@ def evaluation_set(backend: Backend, model: str, code_dir: str | Path, data_dir:
     return gate.classifier_set(data_dir, signature)
 
 
-def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSet,
+def judge_challenger(backend: Backend, r: Progress, evaluation: gate.EvaluationSet,
                      settings: gate.GateSettings) -> bool:
     """Both deployments answer the set through the endpoint; the paired comparison of their answers decides
     (:func:`gate.decide`). Records the figures and the interval in ``r.gate``; True to promote."""
@@ -161,7 +161,7 @@ def judge_challenger(backend: Backend, r: Rollout, evaluation: gate.EvaluationSe
     return promote
 
 
-def next_phase(backend: Backend, r: Rollout) -> float:
+def next_phase(backend: Backend, r: Progress) -> float:
     """Move to the rollout's next phase (the mirror window, or the next traffic step) and return its window in
     seconds. Traffic and models are read back after the change."""
     assert r.champion is not None
@@ -193,7 +193,7 @@ def watch_period(backend: Backend) -> float:
     return max(WATCH_POLL_S, backend.capabilities.metrics_period_s)
 
 
-def watch_once(backend: Backend, r: Rollout) -> str | None:
+def watch_once(backend: Backend, r: Progress) -> str | None:
     """One look of the window's watch (:func:`rollout.watch`): the challenger's last ``watch_s`` seconds against
     the champion's window so far (or its window before the rollout, when it serves nothing now); why it must go
     back, or None. Nothing to watch where the backend's metrics come later than ``watch_s`` (Azure: the window's
@@ -216,7 +216,7 @@ def watch_once(backend: Backend, r: Rollout) -> str | None:
     return rollout.watch(challenger, champion, policy)
 
 
-def watch_window(backend: Backend, r: Rollout, until: float) -> str | None:
+def watch_window(backend: Backend, r: Progress, until: float) -> str | None:
     """Watch the window until ``until`` (epoch seconds), in this process: a challenger the watch condemns goes back
     to 0% at once (:func:`roll_back`), and the reason is returned; None when the window ran its course."""
     while (left := until - time.time()) > 0:
@@ -229,7 +229,7 @@ def watch_window(backend: Backend, r: Rollout, until: float) -> str | None:
     return None
 
 
-def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
+def check_window(backend: Backend, r: Progress) -> rollout.Verdict:
     """Judge the window that has just ended. Too few challenger requests: the window is extended (the verdict's
     ``extend_s``) while ``max_extension_s`` allows, then the rollout ends held. A failure, a held end or metrics
     that cannot be read send traffic back to the champion at 100%."""
@@ -268,7 +268,7 @@ def check_window(backend: Backend, r: Rollout) -> rollout.Verdict:
     return verdict
 
 
-def compare_shadow(endpoints: Shadow, r: Rollout, end: float, verdict: rollout.Verdict) -> rollout.Verdict:
+def compare_shadow(endpoints: Shadow, r: Progress, end: float, verdict: rollout.Verdict) -> rollout.Verdict:
     """The mirror window's answers compared (:mod:`shadow`), in the challenger's figures; judged against
     ``max_disagreement`` when the window is otherwise within bounds. Answers that cannot be read hold the rollout
     when a bound is set (no evidence is never a pass), and are noted otherwise."""
@@ -285,7 +285,7 @@ def compare_shadow(endpoints: Shadow, r: Rollout, end: float, verdict: rollout.V
     return rollout.judge_shadow(report, policy, verdict) if verdict.ok else verdict
 
 
-def roll_back(backend: Backend, r: Rollout) -> None:
+def roll_back(backend: Backend, r: Progress) -> None:
     """The champion at 100%, the challenger at 0% (the backend retries a busy endpoint within its bound); if even
     that fails, an error that says so loudly, with the traffic left live."""
     assert r.champion is not None
@@ -311,7 +311,7 @@ class Next:
     reason: str = ""
 
 
-def after_window(backend: Backend, r: Rollout, watched: str | None = None) -> Next:
+def after_window(backend: Backend, r: Progress, watched: str | None = None) -> Next:
     """Judge the window that has just ended (:func:`check_window`) and say what comes next; a next phase has
     already begun when this returns a wait. ``watched``: the watch rolled the challenger back within the window,
     for that reason (traffic is already on the champion)."""
@@ -354,20 +354,20 @@ def read_metrics(backend: Backend, endpoint: str, deployment: str, start: float,
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def phase_of(r: Rollout) -> str:
+def phase_of(r: Progress) -> str:
     """The phase a window belongs to: its traffic step (``10%``), or ``mirror``."""
     return f"{r.rollout_policy.steps[r.step]}%" if r.step >= 0 else "mirror"
 
 
-def done(r: Rollout) -> bool:
+def done(r: Progress) -> bool:
     return r.step == len(r.rollout_policy.steps) - 1
 
 
-def _models(r: Rollout) -> dict[str, str]:
+def _models(r: Progress) -> dict[str, str]:
     return {r.slot: r.model, **({r.champion.deployment: r.champion.model} if r.champion else {})}
 
 
-def conclude(backend: Backend, r: Rollout, decision: Decision | str, reason: str) -> dict[str, Any]:
+def conclude(backend: Backend, r: Progress, decision: Decision | str, reason: str) -> dict[str, Any]:
     """Record the decision and its evidence on the challenger's version (tags), move the aliases when it went
     live (``production`` to it, ``previous`` to the old champion), and return the task's result."""
     decision = Decision(decision)
@@ -388,7 +388,7 @@ def conclude(backend: Backend, r: Rollout, decision: Decision | str, reason: str
             "model": r.model}
 
 
-def evidence(r: Rollout) -> str:
+def evidence(r: Progress) -> str:
     """The gate's figures and each window's verdict, as a version's tag holds them (at most 4,000 characters)."""
     windows = [{k: w[k] for k in ("phase", "ok", "reason")} for w in r.windows]
     return json.dumps({"gate": r.gate, "windows": windows})[:4000]
