@@ -31,7 +31,7 @@ from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.monitoring.drift import TESTS, DriftSettings, Signal, signal
-from mlrunway.settings import parse, setting
+from mlrunway.settings import NOT_A_FLAG, parse, setting
 
 __all__ = ["SIGNALS", "MonitorReport", "MonitorSettings", "check_endpoint", "ensure_reference", "read_rows",
            "hand_over", "reference_requests", "save", "saved_page", "serving_model"]
@@ -69,7 +69,7 @@ class MonitorSettings:
                                        "collection.", problem="{value!r} names no reference rows",
         fix='pass the folder of model_inputs.jsonl and model_outputs.jsonl, or {"model_inputs": <file>, '
             '"model_outputs": <file>}')
-    window_s: float = setting(24 * 3600.0, gt=0, allow_inf_nan=False,
+    window_s: Annotated[float, NOT_A_FLAG] = setting(24 * 3600.0, gt=0, allow_inf_nan=False,
                               description="How far back the collected traffic is read, in seconds.",
                               problem="{value!r} is not a positive number of seconds", fix="pass e.g. 86400")
     deployment: str | None = None
