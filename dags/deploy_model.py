@@ -53,8 +53,7 @@ with DAG(
     common = {"backend_conn_id": P % "backend_conn_id", "name_prefix": "deploy"}
     deploy = DeployBlueOperator(
         task_id="deploy_blue", model_name=P % "model_name", model_version="{{ params.model_version or 0 }}",
-        rollback_to=P % "rollback_to", code_dir=P % "code_dir", data_dir=P % "data_dir",
-        endpoint_name=P % "endpoint_name", min_improvement=P % "min_improvement",
-        require_approval=P % "require_approval", rollout=P % "rollout", **common,
+        code_dir=P % "code_dir", data_dir=P % "data_dir", production={name: P % name for name in (
+            "endpoint_name", "min_improvement", "require_approval", "rollout", "rollback_to")}, **common,
     )
     deploy >> CleanupOperator(task_id="cleanup", endpoint_name=P % "endpoint_name", **common)

@@ -37,6 +37,7 @@ from mlrunway.operators import (
     SweepOperator,
     TrainModelOperator,
 )
+from mlrunway.operators.deploy_blue import FLAT_KEYS, grouped
 from mlrunway.operators.preflight import check_run, check_scoring_script
 
 SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed", "limits", "early_termination")
@@ -83,7 +84,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
     sweep_args = _described("sweep", sweep, SWEEP_KEYS)
     deployment = dict(deployment or {})
     deploy_args = _described("deployment", {k: v for k, v in deployment.items() if k not in CLEANUP_KEYS},
-                             _arguments(DeployBlueOperator))
+                             (*_arguments(DeployBlueOperator), *FLAT_KEYS))
     export_args = _described("export", export or {}, _arguments(ExportOnnxOperator))
     if "code_dir" not in deploy_args:
         if not isinstance(job, Mapping) or not job.get("code"):
@@ -100,7 +101,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         described = task.render_template({"job": job, "sweep": {"trial": trial, **sweep_args},
                                           "deployment": deploy_args, "name_prefix": name_prefix}, context)
         check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"])
-        production = described["deployment"]
+        production = _flat(described["deployment"])
         DataCollector.parse(production.get("data_collector"))
         Instances.parse("deployment", instance_type=production.get("instance_type"),
                         instance_count=production.get("instance_count"))
@@ -122,14 +123,23 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                                  **common)
     exported = ExportOnnxOperator(task_id="export_onnx", model_name=_out(pick, "model_name"),
                                   model_version=_out(pick, "model_version"), **export_args, **common)
+    task_args = {k: v for k, v in deploy_args.items() if k not in FLAT_KEYS}
+    for group, settings in grouped(deploy_args).items():  # a description's flat keys, the task's two objects
+        task_args[group] = {**(task_args.get(group) or {}), **settings}
     deploy = DeployBlueOperator(task_id="deploy_blue", model_name=_out(exported, "model_name"),
                                 model_version=_out(exported, "model_version"),
-                                model_card={"job": job, "sweep": sweep_args}, **deploy_args,
-                                **common)
-    clean = CleanupOperator(task_id="cleanup", endpoint_name=deploy_args.get("endpoint_name"),
+                                model_card={"job": job, "sweep": sweep_args}, **task_args, **common)
+    clean = CleanupOperator(task_id="cleanup", endpoint_name=_flat(deploy_args).get("endpoint_name"),
                             keep_endpoint=deployment.get("keep_endpoint", False), **common)
     train >> swept >> pick >> exported >> deploy >> clean
     return Lifecycle(checks, train, swept, pick, exported, deploy, clean)
+
+
+def _flat(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """A deployment description with its ``smoke`` and ``production`` objects' settings among its own keys."""
+    objects = [deployment.get(group) for group in ("smoke", "production")]
+    return {**{k: v for k, v in deployment.items() if k not in ("smoke", "production")},
+            **{k: v for settings in objects if isinstance(settings, Mapping) for k, v in settings.items()}}
 
 
 def _out(task: BaseOperator, key: str) -> Any:

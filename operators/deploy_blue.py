@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway import lineage
+from mlrunway import check, lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.capture import DataCollector
@@ -34,6 +35,20 @@ from mlrunway.deploy import (
 from mlrunway.errors import EndpointError, MlrunwayError
 from mlrunway.operators._base import MlrunwayWaitingOperator
 
+SMOKE_KEYS = ("sample_request", "expected_response", "ignore_keys")
+PRODUCTION_KEYS = ("endpoint_name", "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval",
+                   "approval_timeout_s")
+FLAT_KEYS = SMOKE_KEYS + PRODUCTION_KEYS  # the task's own keywords until 0.3.0, read (with a warning) until 0.4.0
+FLAT_READ_UNTIL = "0.4.0"
+APPROVAL_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def grouped(arguments: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The smoke test's and a stable endpoint's settings among ``arguments`` (flat, as 0.2.x's keywords and the
+    builder's deployment description name them), as the task's ``smoke`` and ``production``."""
+    return {"smoke": {k: v for k, v in arguments.items() if k in SMOKE_KEYS},
+            "production": {k: v for k, v in arguments.items() if k in PRODUCTION_KEYS}}
+
 
 class DeployBlueOperator(MlrunwayWaitingOperator):
     """Create or update the run's endpoint, deploy `blue` at 0%, smoke-test it through the deployment header (the
@@ -51,6 +66,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param code_dir: folder holding the scoring script.
     :param scoring_script: its file name in ``code_dir`` (``init()`` and ``run(raw_data)``).
     :param data_dir: ImageFolder data; the smoke image comes from val/ (an image classifier's smoke test).
+    :param smoke: the smoke test's settings (:class:`~mlrunway.deploy.SmokeTest`), ``sample_request``,
+        ``expected_response`` and ``ignore_keys``:
+
     :param sample_request: a JSON request file score.py answers (Azure's ``request_file``), in the code folder
         or absolute: the smoke test sends it instead of an image, for any model, and `blue`'s answer must match
         the expected one (numbers by the ONNX parity rule, everything else equal) before traffic moves.
@@ -72,6 +90,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     the newest interval never moves production), ``promoted`` after a staged rollout, or ``rolled_back`` (the task
     fails with the figures). The XComs ``decision`` and ``live`` say which; a change of the live model is an
     event of the endpoint's Asset (:mod:`mlrunway.airflow.assets`).
+
+    :param production: a stable endpoint's settings, ``endpoint_name``, ``min_improvement``, ``evaluation``,
+        ``rollout``, ``require_approval``, ``approval_timeout_s`` and ``rollback_to``:
 
     :param endpoint_name: the stable endpoint; empty: the run's own endpoint, deleted at cleanup.
     :param min_improvement: how much better on the evaluation set the challenger must be (default 0: better).
@@ -102,33 +123,44 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     """
 
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
-                       "data_dir", "instance_type", "instance_count", "sample_request", "expected_response",
-                       "ignore_keys", "scoring_script", "endpoint_name",
-                       "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval", "strategy",
-                       "intended_use", "model_card", "data_collector")
+                       "data_dir", "instance_type", "instance_count", "smoke", "production", "scoring_script",
+                       "strategy", "intended_use", "model_card", "data_collector")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
-                 sample_request: str | None = None, expected_response: str | None = None,
-                 ignore_keys: list[str] | None = None, scoring_script: str = "score.py", workers: int = 2,
-                 instance_type: str | None = None, instance_count: int | str | None = None,
-                 endpoint_name: str | None = None, min_improvement: float | str = 0.0,
-                 evaluation: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
-                 rollback_to: str | None = None, require_approval: bool | str = False,
-                 approval_timeout_s: float = 7 * 24 * 3600.0, strategy: str | None = None,
+                 scoring_script: str = "score.py", workers: int = 2, instance_type: str | None = None,
+                 instance_count: int | str | None = None, smoke: dict[str, Any] | None = None,
+                 production: dict[str, Any] | None = None, strategy: str | None = None,
                  intended_use: str | None = None, model_card: dict[str, Any] | None = None,
                  data_collector: dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
+        given = {key: kwargs.pop(key) for key in FLAT_KEYS if key in kwargs}
+        if given:
+            warnings.warn(f"DeployBlueOperator({', '.join(f'{key}=' for key in given)}) is read as smoke= and "
+                          f"production= until mlrunway {FLAT_READ_UNTIL}: pass {grouped(given)}",
+                          FutureWarning, stacklevel=2)
         super().__init__(**kwargs)
-        self.endpoint_name, self.min_improvement = endpoint_name, min_improvement
-        self.evaluation, self.rollout, self.rollback_to = evaluation, rollout, rollback_to
-        self.require_approval, self.approval_timeout_s = require_approval, approval_timeout_s
+        flat = grouped(given)  # a whole-object template ("{{ params.production }}") is rendered before it is read
+        self.smoke = smoke if isinstance(smoke, str) else {**(smoke or {}), **flat["smoke"]}
+        self.production = production if isinstance(production, str) else {**(production or {}), **flat["production"]}
         self.model_name, self.model_version = model_name, model_version
         self.code_dir, self.data_dir, self.workers = code_dir, data_dir, workers
-        self.sample_request, self.scoring_script = sample_request, scoring_script
-        self.expected_response, self.ignore_keys = expected_response, ignore_keys
+        self.scoring_script = scoring_script
         self.instance_type, self.instance_count = instance_type, instance_count
         self.strategy, self.intended_use, self.model_card = strategy, intended_use, model_card
         self.data_collector = data_collector
+
+    @property
+    def endpoint_name(self) -> str | None:
+        """The stable endpoint (``production["endpoint_name"]``, as rendered); None: the run's own."""
+        return self._production().get("endpoint_name") or None
+
+    def _production(self) -> dict[str, Any]:
+        """``production`` as rendered, each key one of :data:`PRODUCTION_KEYS` (a SpecError naming it otherwise)."""
+        production = self.production if isinstance(self.production, dict) else {}
+        if unknown := sorted(set(production) - set(PRODUCTION_KEYS)):
+            raise check.fail(f"deploy.production.{unknown[0]}", "is not a production endpoint setting",
+                             f"use {', '.join(PRODUCTION_KEYS)}")
+        return production
 
     def chosen(self) -> DeploymentStrategy:
         return strategy(self.strategy or ("champion_challenger" if self.endpoint_name else "blue"))
@@ -137,11 +169,10 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
         capabilities = self.backend.capabilities
         size = Instances.parse("deploy", instance_type=self.instance_type, instance_count=self.instance_count)
-        promotion = Promotion.parse(endpoint_name=self.endpoint_name, min_improvement=self.min_improvement,
-                                    require_approval=self.require_approval)
-        checked = SmokeTest.parse({"sample_request": self.sample_request,
-                                         "expected_response": self.expected_response,
-                                         "ignore_keys": self.ignore_keys}, "deploy")
+        production = self._production()
+        promotion = Promotion.parse(**{key: production.get(key) for key in ("endpoint_name", "min_improvement",
+                                                                            "require_approval")})
+        checked = SmokeTest.parse(self.smoke if isinstance(self.smoke, dict) else {}, "deploy.smoke")
         return DeployRequest(
             endpoint=promotion.endpoint_name or self.run_endpoint(context),
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
@@ -153,11 +184,12 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             expected_response=Path(self.code_dir) / checked.expected_response if checked.expected_response else None,
             ignore_keys=checked.keys,
             run_key=self.names(context).run_key, not_newest=self.not_newest(context), max_wait_s=self.max_wait_s,
-            poll_s=self.poll_s, min_improvement=promotion.min_improvement, evaluation=self.evaluation,
-            rollout=RolloutPolicy.parse(self.rollout, default_window_s=capabilities.rollout_window_s,
+            poll_s=self.poll_s, min_improvement=promotion.min_improvement, evaluation=production.get("evaluation"),
+            rollout=RolloutPolicy.parse(production.get("rollout"), default_window_s=capabilities.rollout_window_s,
                                         metrics_lag_s=capabilities.metrics_lag_s),
             require_approval=promotion.require_approval,
-            approval_timeout_s=self.approval_timeout_s, rollback_to=self.rollback_to or None)
+            approval_timeout_s=float(production.get("approval_timeout_s") or APPROVAL_TIMEOUT_S),
+            rollback_to=production.get("rollback_to") or None)
 
     def run_endpoint(self, context: Context) -> str:
         """The run's own endpoint: its name, or the one it had before names were salted when a try made before the

@@ -10,6 +10,7 @@ cleanup through the real operators on a backend that is neither local nor Azure.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import re
@@ -680,3 +681,24 @@ def test_cleanup_says_a_run_endpoint_is_kept_only_when_it_was_made(fake):
     assert cleaned(cleanup(fake, NAMES, delete_endpoint=False)).startswith("no endpoint to delete")
     fake.endpoints.create_or_update(NAMES.endpoint)
     assert cleanup(fake, NAMES, delete_endpoint=False)["endpoint_kept"] is True
+
+
+def test_the_tasks_0_2_keywords_are_read_into_its_two_objects_with_a_warning_naming_them():
+    """``smoke=`` and ``production=`` group the smoke test's and a stable endpoint's settings (the task takes 14
+    arguments); 0.2.x's keywords are read into them until 0.4.0, with a FutureWarning that shows the new call."""
+    with pytest.warns(FutureWarning, match=r"DeployBlueOperator\(sample_request=, endpoint_name=\) is read as smoke= "
+                                           r"and production= until mlrunway 0\.4\.0: pass \{'smoke': \{'sample_request'"):
+        old = DeployBlueOperator(task_id="deploy", model_name="m", model_version=1, code_dir="/c",
+                                 sample_request="r.json", endpoint_name="digits-prod")
+    new = DeployBlueOperator(task_id="deploy", model_name="m", model_version=1, code_dir="/c",
+                             smoke={"sample_request": "r.json"}, production={"endpoint_name": "digits-prod"})
+    assert (old.smoke, old.production) == (new.smoke, new.production) == ({"sample_request": "r.json"},
+                                                                          {"endpoint_name": "digits-prod"})
+    assert new.endpoint_name == "digits-prod"
+    own = [p for p in inspect.signature(DeployBlueOperator.__init__).parameters if p not in ("self", "kwargs")]
+    assert len(own) == 14, own
+    stray = DeployBlueOperator(task_id="deploy", model_name="m", model_version=1, code_dir="/c",
+                               production={"endpoint": "digits-prod"})
+    with pytest.raises(SpecError, match=r"^deploy\.production\.endpoint: is not a production endpoint setting; use "
+                                        "endpoint_name, "):
+        stray.chosen()

@@ -68,13 +68,16 @@ def run(fake, team, version: int, run_id: str, *, run_type: str = "manual", **kw
     events, ti = Events(), TaskInstance()
     context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": run_id, "ti": ti,
                "dag_run": SimpleNamespace(run_type=run_type), "outlet_events": defaultdict(lambda: events)}
+    production = {"endpoint_name": ENDPOINT, "evaluation": {"file": "eval.jsonl", "metric": "metrics.py:rmse",
+                                                            "goal": "minimize", "min_samples": 20},
+                  "rollout": {"steps": [10, 50, 100], "window_s": 0}}
     task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
-                              model_version=version, code_dir=str(team), sample_request="sample.json",
-                              expected_response="expected.json",
-                              endpoint_name=ENDPOINT, evaluation={"file": "eval.jsonl", "metric": "metrics.py:rmse",
-                                                                  "goal": "minimize", "min_samples": 20},
-                              deferrable=False, poll_interval_s=0.001,
-                              **{"rollout": {"steps": [10, 50, 100], "window_s": 0}, **kwargs})
+                              model_version=version, code_dir=str(team), deferrable=False, poll_interval_s=0.001,
+                              smoke={"sample_request": "sample.json", "expected_response": "expected.json"},
+                              production={**production, **{k: kwargs.pop(k) for k in list(kwargs) if k in production
+                                                           or k in ("require_approval", "approval_timeout_s",
+                                                                    "min_improvement", "rollback_to")}},
+                              **kwargs)
     try:
         result = task.execute(context)
     finally:
