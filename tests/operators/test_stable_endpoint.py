@@ -440,3 +440,52 @@ def test_every_version_that_reaches_the_endpoint_gets_a_model_card_rebuilt_as_de
     assert "<h2>Decision history</h2>" in page and "replaced on digits-prod: m:2 promoted" in page
     assert "| input lr | 0.01 |" in (folder / "1" / card.MARKDOWN).read_text()
     assert ti.pushed["model_card_url"].endswith("/mlrunway/report/fake/card/m/1")
+
+
+CARRIES = json.loads((Path(__file__).parent.parent / "fixtures" / "carries-0.2.x.json").read_text())
+
+
+def test_a_task_deferred_by_0_2_resumes_from_its_recorded_carries(registered, team):
+    """Across the upgrade a deferred task comes back to new code with the carry the old one recorded: a stable
+    endpoint's WindowTrigger (carry["rollout"], the progress with its policy dict) and a per-run blue's
+    DeploymentTrigger (carry {"phase": "blue"}), as 0.2.x serialized them (tests/fixtures/carries-0.2.x.json)."""
+    from mlrunway.airflow.triggers import DeploymentTrigger
+    from mlrunway.backend.types import ProvisioningState
+
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    production = {"endpoint_name": ENDPOINT, "rollout": {"window_s": 60},
+                  "evaluation": {"file": "eval.jsonl", "metric": "metrics.py:rmse", "goal": "minimize",
+                                 "min_samples": 20}}
+    task = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=2, code_dir=str(team), production=production, poll_interval_s=0.001)
+    context = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__2", "ti": TaskInstance(),
+               "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
+    with pytest.raises(TaskDeferred):  # the endpoint as 0.2.x left it at its first window: green at 10%
+        task.execute(context)
+    recorded = CARRIES["window"]
+    assert recorded["classpath"].endswith("WindowTrigger") and recorded["kwargs"]["carry"]["rollout"]["policy"]
+    trigger: Any = WindowTrigger(**{**recorded["kwargs"], "until": 0})
+    for _ in range(3):  # the recorded window, then the new code's own
+        try:
+            result = getattr(task, recorded["method"])(context, first_event(trigger))
+            break
+        except TaskDeferred as deferred:
+            trigger = deferred.trigger
+            trigger.until = 0
+    assert result["decision"] == "promoted" and [w["phase"] for w in result["windows"]] == ["10%", "50%", "100%"]
+
+    fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING] * 3 + [ProvisioningState.SUCCEEDED]
+    blue = DeployBlueOperator(task_id="deploy", backend_conn_id="fake", name_prefix="fk", model_name="m",
+                              model_version=1, code_dir=str(team), defer_after_s=0, poll_interval_s=0.001,
+                              smoke={"sample_request": "sample.json", "expected_response": "expected.json"})
+    per_run = {"dag": SimpleNamespace(dag_id="prod"), "run_id": "manual__9", "ti": TaskInstance(),
+               "dag_run": SimpleNamespace(run_type="manual"), "outlet_events": defaultdict(Events)}
+    with pytest.raises(TaskDeferred):  # blue provisioning, as 0.2.x deferred on it
+        blue.execute(per_run)
+    recorded = CARRIES["blue"]
+    assert recorded["kwargs"]["carry"] == {"phase": "blue"}
+    old = DeploymentTrigger(**{**recorded["kwargs"], "deadline": time.time() + 60})
+    done = getattr(blue, recorded["method"])(per_run, first_event(old))
+    assert done["endpoint"] == recorded["kwargs"]["endpoint"] and fake.endpoints.get(done["endpoint"]).traffic == {
+        "blue": 100}
