@@ -3,8 +3,8 @@ rendered from Jinja2 templates with autoescaping on: whatever a user, a job or a
 template, not by each renderer. One layout (``templates/layout.html``: the page's policy, title, refresh and
 stylesheet) and one stylesheet (``style.css``, inlined: a saved page stands alone).
 
-A page's template extends the layout and fills its ``body`` block; :func:`render` gives it its values. A renderer not
-yet in a template of its own writes its body and starts its page with :func:`page_head` (the same layout's head).
+A page's template extends the layout (a plugin page: ``plugin.html``, the layout with the way back) and fills its
+block; :func:`render` gives it its values.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-__all__ = ["CSP", "page_head", "render"]
+__all__ = ["CSP", "render"]
 
 # What a page of mlrunway may load and run: no script at all (a value that slipped its escaping stays inert), its own
 # inline style, pictures inline; nothing else. The plugin sends it as a header too (mlrunway.airflow.ui).
@@ -37,9 +37,3 @@ def render(template: str, **values: Any) -> str:
     """The page ``template`` (a file of ``templates/``) with ``values``; ``title`` and ``refresh_s`` (None: no
     refresh) go to the layout."""
     return _environment().get_template(template).render(**{"refresh_s": None, **values})
-
-
-def page_head(title: str, refresh_s: int | None = None) -> str:
-    """The start of a page, up to ``</head>``: the layout's head (its policy, title and style);
-    ``refresh_s``: the browser asks again that often (a page of something still running)."""
-    return render("head.html", title=title, refresh_s=refresh_s)
