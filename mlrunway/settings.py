@@ -26,7 +26,7 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 from mlrunway import check
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["EMPTY_IS_NONE", "NOT_A_FLAG", "SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
+__all__ = ["ANY_CASE", "EMPTY_IS_NONE", "NOT_A_FLAG", "SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
 
 T = TypeVar("T")
 _WORDS = ("problem", "fix")  # a field's own error words, kept out of the form's schema
@@ -49,6 +49,7 @@ def _not_a_flag(value: Any) -> Any:
 
 NOT_A_FLAG = BeforeValidator(_not_a_flag)  # a number a template may render as text ("0.01"), but never true/false
 EMPTY_IS_NONE = BeforeValidator(lambda value: None if value == "" else value)  # an optional name left empty
+ANY_CASE = BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)  # "Hour", "Sobol"
 
 
 def setting(default: Any, *, description: str, problem: str, fix: str, schema: dict[str, Any] | None = None,
@@ -76,13 +77,22 @@ def parse(kind: type[T], value: Mapping[str, Any] | None, field: str, *, noun: s
 
 
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+_SCHEMAS: dict[type, dict[str, Any]] = {}
 
 
 def _adapter(kind: type) -> TypeAdapter[Any]:
-    """The group's validator and schema, built once per group."""
+    """The group's validator, built once per group."""
     if kind not in _ADAPTERS:
         _ADAPTERS[kind] = TypeAdapter(kind)
     return _ADAPTERS[kind]
+
+
+def _schema(kind: type) -> dict[str, Any]:
+    """The group's JSON Schema, made once per group (a DAG file's Params read it at every parse): read it, never
+    change it (what leaves this module is a copy)."""
+    if kind not in _SCHEMAS:
+        _SCHEMAS[kind] = _adapter(kind).json_schema(mode="validation")
+    return _SCHEMAS[kind]
 
 
 def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: ValidationError) -> Exception:
@@ -94,7 +104,7 @@ def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: Val
         return check.fail(".".join(filter(None, [name, cause.name])), cause.problem, cause.fix)
     if isinstance(cause, MlrunwayError):  # a check of the project's own, its message already whole
         return cause
-    node, value, depth, known = _walk(_adapter(kind).json_schema(mode="validation"), error["loc"], raw)
+    node, value, depth, known = _walk(_schema(kind), error["loc"], raw)
     if error["type"] == "extra_forbidden" or node is None:
         article = "an" if noun[:1] in "aeiou" else "a"
         return check.fail(name, f"is not {article} {noun} setting", f"use {', '.join(known)}")
@@ -121,8 +131,8 @@ def _walk(schema: dict[str, Any], loc: tuple[Any, ...],
         elif part in node.get("properties", {}):
             known = list(node["properties"])
             node, value = node["properties"][part], value.get(part) if isinstance(value, Mapping) else value
-        elif _values(node) is not None:  # a mapping's value, any key
-            node, value = _values(node) or {}, value.get(part) if isinstance(value, Mapping) else value
+        elif (values := _values(node)) is not None:  # a mapping's value, any key
+            node, value = values, value.get(part) if isinstance(value, Mapping) else value
         else:
             return None, value, index, list(node.get("properties", known))
         if "problem" in _inline(node, definitions):
@@ -138,10 +148,16 @@ def _values(node: dict[str, Any]) -> dict[str, Any] | None:
     return patterns[0] if len(patterns) == 1 else None
 
 
+def _deref(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """A schema node with the definition its ``$ref`` names merged in (its own keywords win)."""
+    if "$ref" not in node:
+        return node
+    return {**definitions[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+
+
 def _inline(node: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
     """A schema node with its reference, or its one non-null ``anyOf`` branch, merged in."""
-    if "$ref" in node:
-        node = {**definitions[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    node = _deref(node, definitions)
     branches = [b for b in node.get("anyOf", ()) if b.get("type") != "null"]
     if len(branches) == 1:
         node = {**_inline(branches[0], definitions), **{k: v for k, v in node.items() if k != "anyOf"}}
@@ -158,10 +174,10 @@ def form_schema(kind: type, *, title: str, description: str, section: str | None
     trigger form reads: ``type``, ``title``, ``section`` (where the form has sections), ``description``, and the
     group's ``properties`` (each with its bounds and description; a reference inlined, an optional value as a type
     list with ``"null"``), what is ``required``, with ``additionalProperties: false``."""
-    schema = _adapter(kind).json_schema(mode="validation")
+    schema = _schema(kind)
     definitions = schema.get("$defs", {})
     properties = {name: _form(prop, definitions) for name, prop in schema["properties"].items()}
-    own = {key: value for key, value in schema.items()  # the group's own keywords (dependentRequired, ...)
+    own = {key: copy.deepcopy(value) for key, value in schema.items()  # the group's own (dependentRequired, ...)
            if key not in ("type", "title", "description", "properties", "$defs", "additionalProperties")}
     return {"type": ["null", "object"], "title": title, **({"section": section} if section is not None else {}),
             "description": description, "properties": properties, **own, "additionalProperties": False}
@@ -169,19 +185,17 @@ def form_schema(kind: type, *, title: str, description: str, section: str | None
 
 def form_field(kind: type, name: str) -> dict[str, Any]:
     """One setting of the group ``kind`` as a Param's keywords of its own, in the form's dialect (its type, bounds
-    and description, its ``title``, and its declared ``default`` where it has one), for a form that shows a group's settings as
-    fields of their own."""
-    schema = _adapter(kind).json_schema(mode="validation")
+    and description, its ``title``, and its declared ``default`` where it has one), for a form that shows a group's
+    settings as fields of their own."""
+    schema = _schema(kind)
     declared = schema["properties"][name]
-    kept = {key: declared[key] for key in ("title", "default") if key in declared}
+    kept = {key: copy.deepcopy(declared[key]) for key in ("title", "default") if key in declared}
     return {**_form(declared, schema.get("$defs", {})), **kept}
 
 
 def _form(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
     """One property in the form's dialect (and, within it, each nested schema)."""
-    schema = copy.deepcopy(schema)
-    if "$ref" in schema:
-        schema = {**definitions[schema.pop("$ref").rsplit("/", 1)[1]], **schema}
+    schema = copy.deepcopy(_deref(schema, definitions))
     for key in (*_WORDS, "title", "default"):
         schema.pop(key, None)
     branches = [_form(b, definitions) for b in schema.get("anyOf", ())]

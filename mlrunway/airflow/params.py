@@ -66,10 +66,11 @@ def setting_param(kind: type, name: str, *, title: str | None = None, section: s
     return Param(declared if default is None else default, **schema)
 
 
-def setting_params(kind: type, *, section: str | None = None, **defaults: Any) -> dict[str, Param]:
-    """Every setting of the group ``kind`` as a Param of its own (:func:`setting_param`), by name; ``defaults``:
+def setting_params(kind: type, *, section: str | None = None, **own_defaults: Any) -> dict[str, Param]:
+    """Every setting of the group ``kind`` as a Param of its own (:func:`setting_param`), by name; ``own_defaults``:
     a deployment's own defaults for some of them."""
-    return {f.name: setting_param(kind, f.name, section=section, default=defaults.get(f.name)) for f in fields(kind)}
+    return {f.name: setting_param(kind, f.name, section=section, default=own_defaults.get(f.name))
+            for f in fields(kind)}
 
 
 def backend_param(*, section: str | None = None, description: str = "") -> Param:

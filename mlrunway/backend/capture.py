@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, Protocol, get_args, runtime_checkabl
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from mlrunway.settings import SettingsError, parse, setting
+from mlrunway.settings import ANY_CASE, SettingsError, parse, setting
 
 __all__ = ["PAYLOAD_COLLECTIONS", "ROLLING_RATES", "Capture", "Collecting", "DataCollector", "ModelMonitor", "Replay", "rows_of"]
 
@@ -37,10 +37,6 @@ ROLLING_RATES: tuple[str, ...] = get_args(RollingRate)
 MAX_CUSTOM = 5  # Azure ML: "as many as five" Collector objects in a scoring script
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRUE, _FALSE = ("true", "True", True), ("false", "False", False)
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
 
 
 _FLAG = {"type": ["boolean", "string"], "enum": [*_TRUE[::-1], *_FALSE[::-1]]}
@@ -84,7 +80,7 @@ class Collecting:
         1.0, gt=0, le=1, description="The share of the data kept, above 0 and at most 1.",
         problem="{value!r} is not a share of the data in (0, 1]",
         fix="pass e.g. 1.0 for all, 0.1 for a tenth; disable a collection to collect none")
-    rolling_rate: Annotated[RollingRate, BeforeValidator(_lower)] = setting(
+    rolling_rate: Annotated[RollingRate, ANY_CASE] = setting(
         "hour", description="How the collected files are partitioned in time.",
         problem="{value!r} is not supported", fix=f"use one of {', '.join(ROLLING_RATES)}")
 

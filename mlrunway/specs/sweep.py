@@ -14,7 +14,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from mlrunway import check
 from mlrunway.early_termination import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.errors import SpecError
-from mlrunway.settings import SettingsError, parse, setting
+from mlrunway.settings import ANY_CASE, SettingsError, parse, setting
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
@@ -26,10 +26,6 @@ Rule = Literal["random", "sobol"]
 SAMPLING: tuple[str, ...] = get_args(Sampling)
 RULES: tuple[str, ...] = get_args(Rule)
 BAYESIAN_EXPRESSIONS = ("choice", "uniform", "quniform")  # Azure ML's rule for bayesian sampling
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
 
 
 def _base(value: Any) -> float | str | None:
@@ -49,10 +45,10 @@ class SamplingAlgorithm:
     ``"grid"`` or ``"bayesian"``, declared once (:mod:`mlrunway.settings`). The seed is the sweep's
     (``SweepSpec.seed``); the object form's ``seed`` lands there (:meth:`parse`)."""
 
-    type: Annotated[Sampling, BeforeValidator(_lower)] = setting(
+    type: Annotated[Sampling, ANY_CASE] = setting(
         "random", description="random, grid (Choice only) or bayesian (choice, uniform and quniform only).",
         problem="{value!r} is not supported", fix=f"use one of {', '.join(SAMPLING)}")
-    rule: Annotated[Rule, BeforeValidator(_lower)] = setting(
+    rule: Annotated[Rule, ANY_CASE] = setting(
         "random", description="random, or sobol (a scrambled, seeded Sobol sequence); random sampling only.",
         problem="{value!r} is not supported", fix=f"use one of {', '.join(RULES)}")
     logbase: Annotated[float | str | None, BeforeValidator(_base)] = setting(
