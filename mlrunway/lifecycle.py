@@ -28,7 +28,7 @@ from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import Instances
-from mlrunway.deploy import strategy
+from mlrunway.deploy import strategy_for
 from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -106,8 +106,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         Instances.parse("deployment", instance_type=production.get("instance_type"),
                         instance_count=production.get("instance_count"))
         check_scoring_script(code_dir=production["code_dir"], scoring_script=production.get("scoring_script"))
-        chosen = production.get("strategy") or ("champion_challenger" if production.get("endpoint_name") else "blue")
-        strategy(chosen).validate(getattr(task, "backend", None), production)
+        strategy_for(production.get("strategy"), production.get("endpoint_name")).validate(
+            getattr(task, "backend", None), production)
 
     # The Train task checks what later steps need of its job as soon as it ends: the model against export's
     # settings, and the sweep's metric when the trials run this same job (a sweep's own trial may log others). An

@@ -11,7 +11,7 @@ from mlrunway import check, lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
 from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.backend.reports import ReportsFolder
-from mlrunway.deploy import strategy
+from mlrunway.deploy import strategy_for
 from mlrunway.errors import JobFailed
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import check_prefix, cleanup
@@ -42,8 +42,8 @@ class CleanupOperator(MlrunwayBaseOperator):
         self.save_report(context, names)
         done = cleanup(self.backend, names, delete_endpoint=not keep and not self.endpoint_name,
                        archive=self.archive_models)
-        chosen = strategy("champion_challenger" if self.endpoint_name else "blue")  # as the deploy task chose
-        done.update(chosen.clean_up(self.backend, self.endpoint_name or names.endpoint, names.run_key))
+        strategy = strategy_for(None, self.endpoint_name)  # as the deploy task chooses by default
+        done.update(strategy.clean_up(self.backend, self.endpoint_name or names.endpoint, names.run_key))
         run_id = context["run_id"]
         states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id]).get(run_id, {})
         failed = sorted(task for task, state in states.items() if state == "failed")

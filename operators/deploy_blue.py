@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,14 +31,13 @@ from mlrunway.deploy import (
     Window,
     not_newest,
     record_deployment,
-    strategy,
+    strategy_for,
 )
 from mlrunway.errors import EndpointError, MlrunwayError
 from mlrunway.operators._base import MlrunwayWaitingOperator
 
-SMOKE_KEYS = ("sample_request", "expected_response", "ignore_keys")
-PRODUCTION_KEYS = ("endpoint_name", "min_improvement", "evaluation", "rollout", "rollback_to", "require_approval",
-                   "approval_timeout_s")
+SMOKE_KEYS = tuple(f.name for f in fields(SmokeTest))
+PRODUCTION_KEYS = (*(f.name for f in fields(Promotion)), "evaluation", "rollout", "rollback_to", "approval_timeout_s")
 FLAT_KEYS = SMOKE_KEYS + PRODUCTION_KEYS  # the task's own keywords until 0.3.0, read (with a warning) until 0.4.0
 FLAT_READ_UNTIL = "0.4.0"
 APPROVAL_TIMEOUT_S = 7 * 24 * 3600.0
@@ -163,15 +163,14 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         return production
 
     def chosen(self) -> DeploymentStrategy:
-        return strategy(self.strategy or ("champion_challenger" if self.endpoint_name else "blue"))
+        return strategy_for(self.strategy, self.endpoint_name)
 
     def request(self, context: Context) -> DeployRequest:
         """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
         capabilities = self.backend.capabilities
         size = Instances.parse("deploy", instance_type=self.instance_type, instance_count=self.instance_count)
         production = self._production()
-        promotion = Promotion.parse(**{key: production.get(key) for key in ("endpoint_name", "min_improvement",
-                                                                            "require_approval")})
+        promotion = Promotion.of(production)
         checked = SmokeTest.parse(self.smoke if isinstance(self.smoke, dict) else {}, "deploy.smoke")
         return DeployRequest(
             endpoint=promotion.endpoint_name or self.run_endpoint(context),

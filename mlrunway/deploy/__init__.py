@@ -26,7 +26,7 @@ from mlrunway.deploy.stable import APPROVAL_TAG, not_newest
 # The public face: what a deploy task (and any host of a strategy) imports; a strategy's insides stay behind it.
 __all__ = ["APPROVAL_TAG", "STRATEGIES", "Approval", "DeployRequest", "DeploymentStrategy", "Done", "Promotion",
            "Provisioning", "Resumed", "RolloutPolicy", "SmokeTest", "Step", "Window", "not_newest",
-           "record_deployment", "strategy"]
+           "record_deployment", "strategy", "strategy_for"]
 
 STRATEGIES: dict[str, type[DeploymentStrategy]] = {PerRunBlue.name: PerRunBlue,
                                                     ChampionChallenger.name: ChampionChallenger}
@@ -35,3 +35,9 @@ STRATEGIES: dict[str, type[DeploymentStrategy]] = {PerRunBlue.name: PerRunBlue,
 def strategy(name: str) -> DeploymentStrategy:
     """The strategy registered as ``name``; a SpecError naming the field and the ones there are."""
     return STRATEGIES[check.one_of("strategy", name, tuple(STRATEGIES))]()
+
+
+def strategy_for(name: str | None, endpoint_name: str | None) -> DeploymentStrategy:
+    """The strategy a deployment runs: the one it names, else ``champion_challenger`` with a stable endpoint, else
+    ``blue`` (the deploy task, the builder's checks and the cleanup task choose alike)."""
+    return strategy(name or (ChampionChallenger.name if endpoint_name else PerRunBlue.name))

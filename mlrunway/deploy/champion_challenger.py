@@ -50,8 +50,7 @@ class ChampionChallenger:
         (:class:`~mlrunway.deploy.gate.Promotion`), the rollout policy, the evaluation set (the team's file and
         metric function, or a classifier's test/ split) and that the backend can roll out."""
         smoke.check_before_any_job(deployment)
-        promotion = gate.Promotion.parse(**{k: deployment.get(k) for k in ("endpoint_name", "require_approval",
-                                                                           "min_improvement")})
+        promotion = gate.Promotion.of(deployment)
         if not promotion.endpoint_name:
             raise check.fail("endpoint_name", "is empty", "name the stable endpoint, or use the blue strategy")
         RolloutPolicy.parse(dict(deployment.get("rollout") or {}))

@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -105,6 +105,11 @@ class Promotion:
     def parse(cls, **given: Any) -> Promotion:
         """From the deploy task's arguments of the same names (None: the default); a bad one names its field."""
         return parse(cls, {k: v for k, v in given.items() if v is not None}, "", noun="production endpoint")
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> Promotion:
+        """The promotion's own settings among a deployment's (``settings``: the deploy task's, a description's)."""
+        return cls.parse(**{f.name: settings.get(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,8 +35,8 @@ from mlrunway.errors import EndpointError, shorten
 from mlrunway.onnx_export.parity import tolerance_used
 from mlrunway.settings import EMPTY_IS_NONE, SettingsError, parse, setting
 
-__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_before_any_job", "check_prediction", "difference", "expected_answer",
-           "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
+__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_before_any_job", "check_prediction", "difference",
+           "expected_answer", "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
 
 REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
 SHOWN_CHARS = 300  # each answer as an error shows it
@@ -153,9 +153,8 @@ def check_before_any_job(deployment: Mapping[str, Any]) -> SmokeTest:
     """What the smoke test will send and compare, before any job: the settings as :class:`SmokeTest` declares
     them (without a request, ``data_dir`` to smoke-test with), and each file named, in ``code_dir`` (or absolute),
     exists and holds JSON."""
-    given = SmokeTest.parse({name: deployment.get(name) for name in ("sample_request", "expected_response",
-                                                                     "ignore_keys")},
-                            "deployment", data_dir=deployment.get("data_dir"))
+    given = SmokeTest.parse({f.name: deployment.get(f.name) for f in fields(SmokeTest)}, "deployment",
+                            data_dir=deployment.get("data_dir"))
     for field in ("sample_request", "expected_response"):
         name = getattr(given, field)
         if not name:
