@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.reports import ReportsFolder, size_of
 from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
 from mlrunway.errors import MlrunwayError, NotFound
@@ -60,6 +61,11 @@ class _Run:
     @property
     def name(self) -> str:
         return f"{self.prefix}-{self.key}" if self.prefix else self.key
+
+    @property
+    def report(self) -> str:
+        """Its report's folder in the reports folder (a DAG run's: its sweep's name, RunNames.sweep)."""
+        return RunNames(self.prefix, self.key).sweep
 
 
 def run_of(job_name: str) -> tuple[str, str]:
@@ -157,7 +163,7 @@ def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: f
     gone_versions = _plan_versions(workspace, policy, versions, reasons, newest, keep_runs, result)
     result.removed += _plan_captures(workspace, policy, now)
     result.removed += ReportsFolder(reports).plan(
-        policy, keep={f"{runs[k].name}-sweep": why or "one of the last runs of its prefix" for k, why in keep_runs.items()},
+        policy, keep={runs[k].report: why or "one of the last runs of its prefix" for k, why in keep_runs.items()},
         gone_runs=gone_runs, gone_versions=gone_versions, now=now)
     return result
 
@@ -219,7 +225,7 @@ def _plan_runs(workspace: Workspace, policy: RetentionPolicy, runs: dict[tuple[s
                 result.removed.append(Pruned("mlflow_run", run_id, f"job {job.name}'s; {reason}",
                                              size_of(workspace.root / "artifacts" / run_id)))
         if run.prefix:
-            gone[f"{run.name}-sweep"] = reason
+            gone[run.report] = reason
     return gone
 
 

@@ -69,9 +69,9 @@ class MonitorSettings:
                                        "collection.", problem="{value!r} names no reference rows",
         fix='pass the folder of model_inputs.jsonl and model_outputs.jsonl, or {"model_inputs": <file>, '
             '"model_outputs": <file>}')
-    window_s: Annotated[float, NOT_A_FLAG] = setting(24 * 3600.0, gt=0, allow_inf_nan=False,
-                              description="How far back the collected traffic is read, in seconds.",
-                              problem="{value!r} is not a positive number of seconds", fix="pass e.g. 86400")
+    window_s: Annotated[float, NOT_A_FLAG] = setting(
+        24 * 3600.0, gt=0, allow_inf_nan=False, description="How far back the collected traffic is read, in seconds.",
+        problem="{value!r} is not a positive number of seconds", fix="pass e.g. 86400")
     deployment: str | None = None
     drift: Annotated[DriftSettings, BeforeValidator(_drift), WithJsonSchema({"type": "object"})] = field(
         default_factory=DriftSettings)
