@@ -52,8 +52,11 @@ constraints: $(STAMP)
 	{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --disable-pip-version-check | grep -v -e '^-e ' -e '@ file:' \
 		| sed 's/^torch==\([0-9.]*\)+.*/torch==\1/'; } > constraints.new && mv constraints.new constraints.txt
 
+# The suite on TEST_WORKERS processes (pytest-xdist; CI has 2 cores), each test file whole on one of them, in order
+# (a module's fixtures and the state its tests build up stay in one process). TEST_WORKERS=0 runs it in this one.
+TEST_WORKERS ?= 2
 test: check
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: check
 	$(PY) -m pytest -m "not slow and not e2e"

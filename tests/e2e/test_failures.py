@@ -86,10 +86,28 @@ CASES = {
 }
 
 
+def listening(tmp_path: Path) -> set[int]:
+    """The ports listening in this test's processes: its own, its children's, and any process whose command line
+    names its folder (a daemonized endpoint server). Other tests may run beside it (pytest-xdist): their ports are
+    theirs."""
+    me = psutil.Process()
+    ours = {me.pid, *(child.pid for child in me.children(recursive=True))}
+    found = set()
+    for conn in psutil.net_connections("tcp"):
+        if conn.status != psutil.CONN_LISTEN or conn.pid is None:
+            continue
+        try:
+            if conn.pid in ours or str(tmp_path) in " ".join(psutil.Process(conn.pid).cmdline()):
+                found.add(conn.laddr.port)
+        except psutil.Error:
+            continue
+    return found
+
+
 @pytest.mark.parametrize("stage", list(CASES))
 def test_a_failure_at_each_stage_is_cleaned_up(stage, airflow_db, small_digits, tmp_path, monkeypatch):
     files, expected = CASES[stage]
-    before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    before = listening(tmp_path)
     run, _, states = run_dag({**TINY, "data_dir": str(small_digits), "code_dir": code_with(tmp_path, **files)},
                              tmp_path / "ws", monkeypatch)
     backend = LocalBackend.at(tmp_path / "ws")
@@ -97,7 +115,7 @@ def test_a_failure_at_each_stage_is_cleaned_up(stage, airflow_db, small_digits, 
     assert states == expected, {j.name: j.error for j in backend.jobs.list() if j.error}
     assert_nothing_left(backend)
     assert all(j.status.is_terminal() for j in backend.jobs.list())
-    after = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    after = listening(tmp_path)
     assert after <= before, f"ports left listening: {sorted(after - before)}"
     if stage == "parity":  # the ONNX model was never registered
         assert not [m for m in backend.models.list() if m.name.endswith("-onnx")]
