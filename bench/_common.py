@@ -329,7 +329,7 @@ def build_model(tmp: Path, epochs: int = 3) -> tuple[Path, Path, Path]:
 
 def validation_images(model_dir: Path, data: Path, limit: int | None = None) -> Any:
     """The validation split, preprocessed as the model's signature says: (N, 1, 8, 8) float32."""
-    from mlrunway.data.images import load_labeled
+    from mlrunway.onnx_export.images import load_labeled
 
     signature = json.loads((model_dir / "signature.json").read_text())
     inputs, _ = load_labeled(data / "val", signature["classes"], signature["preprocessing"], limit=limit)

@@ -89,7 +89,8 @@ def core_calls(workspace: Path, data: Path, args: argparse.Namespace) -> float:
                                                           early_termination=policy))
     backend.jobs.wait(names.sweep, poll_s=2.0)
     best = pick_best(backend, names.sweep, names.model)
-    onnx, _ = export_registered(backend.models, best["model_name"], best["model_version"], data_dir=data)
+    onnx, _ = export_registered(backend, best["model_name"], best["model_version"], job_name=names.export_job,
+                                data_dir=str(data))
     deploy_blue(backend, names.endpoint, DeploymentSettings(model=f"{onnx.name}:{onnx.version}",
                                                             code_dir=str(REPO / "training")), data)
     save_run_report(backend, names, workspace / "reports")  # the cleanup task saves the run's report first

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mlrunway import check
 from mlrunway.backend.naming import RunNames, attempts
-from mlrunway.backend.protocol import Backend
+from mlrunway.backend.protocol import Backend, OutputFiles
 from mlrunway.backend.types import (
     JobInfo,
     JobStatus,
@@ -24,7 +25,7 @@ from mlrunway.backend.types import (
     TrialInfo,
 )
 from mlrunway.errors import JobFailed, NotFound, SpecError
-from mlrunway.onnx_export.export import check_model_folder
+from mlrunway.onnx_export.export import SIGNATURE, check_model_folder
 from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import best_trial, trial_score
 
@@ -59,20 +60,46 @@ def check_model_output(backend: Backend, job_name: str, model_path: str,
     (``model.pt2`` or ``model.onnx``), then every rule the export step applies that needs no torch, with the
     export's settings (``inputs_file``, read from its header; ``data_dir``; whether ``atol``/``rtol`` are set):
     see :func:`mlrunway.onnx_export.export.check_model_folder`. JobFailed names what is missing, a SpecError
-    what export would refuse. A backend whose outputs are not files here (Azure ML) is read through a download;
-    the files found are returned."""
+    what export would refuse. A backend whose outputs are remote (:class:`~mlrunway.backend.protocol.OutputFiles`:
+    Azure ML) gives only ``signature.json`` and the inputs file, and says whether the model file is there: the
+    model itself is never downloaded. The contract's files found are returned."""
     base, path = model_source(backend, job_name, model_path)
     settings = dict(export or {})
-    with backend.output_folder(base, path) as folder:
-        found = _check_model_folder(job_name, model_path, folder)
+    inputs_file = settings.get("inputs_file") or None
+    with _model_folder(backend, base, path, inputs_file) as (folder, found):
+        _check_model_folder(job_name, model_path, folder, found)
         try:
-            check_model_folder(folder, inputs_file=settings.get("inputs_file") or None,
-                               data_dir=settings.get("data_dir") or None,
+            check_model_folder(folder, inputs_file=inputs_file, data_dir=settings.get("data_dir") or None,
                                tolerance_given=settings.get("atol") is not None or settings.get("rtol") is not None)
         except SpecError as exc:
             raise SpecError(f"{exc} (the model job {job_name} left at {model_path}, checked before anything else "
                             "spends on it)") from None
     return found
+
+
+@contextmanager
+def _model_folder(backend: Backend, base: str, path: str, inputs_file: str | None) -> Iterator[tuple[Path, list[str]]]:
+    """A folder with the model folder's signature.json (and inputs file), and the files of the contract found there:
+    a remote backend's few files downloaded and the model file's presence asked, else the folder as it is."""
+    if not isinstance(backend, OutputFiles):
+        with backend.output_folder(base, path) as folder:
+            yield folder, sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        return
+    wanted = [SIGNATURE, *([inputs_file] if inputs_file else [])]
+    with backend.output_files(base, path, wanted) as folder:
+        found = [name for name in wanted if (folder / name).is_file()]
+        model_file = _named_model_file(folder / SIGNATURE)
+        if model_file and backend.output_exists(base, path, model_file):
+            found.append(model_file)
+        yield folder, sorted(found)
+
+
+def _named_model_file(signature: Path) -> str | None:
+    """The model file a signature.json names (``model.pt2`` when it names none); None when it cannot be read."""
+    try:
+        return json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def check_metrics(backend: Backend, job_name: str, required: Sequence[str]) -> dict[str, float]:
@@ -86,9 +113,8 @@ def check_metrics(backend: Backend, job_name: str, required: Sequence[str]) -> d
     return metrics
 
 
-def _check_model_folder(job_name: str, model_path: str, folder: Path) -> list[str]:
-    found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    signature = folder / "signature.json"
+def _check_model_folder(job_name: str, model_path: str, folder: Path, found: list[str]) -> None:
+    signature = folder / SIGNATURE
     problem = None
     if not found:
         problem = "nothing is there"
@@ -105,7 +131,6 @@ def _check_model_folder(job_name: str, model_path: str, folder: Path) -> list[st
         raise JobFailed(f"job {job_name}: no model at {model_path}: {problem} (found: {', '.join(found) or 'none'}); "
                         "save model.pt2 (torch.export) or model.onnx with signature.json there, as the README's "
                         "model contract says, or point model_path at where the job saves it")
-    return found
 
 
 def pick_best(backend: Backend, sweep_name: str, model_name: str, model_path: str = "outputs/model") -> dict[str, Any]:
@@ -182,10 +207,10 @@ def _exists(backend: Backend, endpoint: str) -> bool:
 
 
 def _running_jobs(backend: Backend, names: RunNames) -> list[str]:
-    """The run's jobs that have not ended: each attempt of its training job and sweep, and the sweeps' trials
-    (a sweep whose controller died may have left trials running)."""
+    """The run's jobs that have not ended: each attempt of its training job, sweep, export and reference jobs, and
+    the sweeps' trials (a sweep whose controller died may have left trials running)."""
     running = []
-    for base in (names.train_job, names.sweep):
+    for base in (names.train_job, names.sweep, names.export_job, names.reference_job):
         for name in attempts(base):
             try:
                 info = backend.jobs.get(name)

@@ -188,7 +188,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
                                         metrics_lag_s=capabilities.metrics_lag_s),
             require_approval=promotion.require_approval,
             approval_timeout_s=float(production.get("approval_timeout_s") or APPROVAL_TIMEOUT_S),
-            rollback_to=production.get("rollback_to") or None)
+            rollback_to=production.get("rollback_to") or None, reference_job=self.names(context).reference_job)
 
     def run_endpoint(self, context: Context) -> str:
         """The run's own endpoint: its name, or the one it had before names were salted when a try made before the

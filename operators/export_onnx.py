@@ -1,4 +1,4 @@
-"""ExportOnnxOperator: export the picked model to ONNX, gate it on parity, register it."""
+"""ExportOnnxOperator: export the picked model to ONNX as a job on the backend, gate it on parity, register it."""
 
 from __future__ import annotations
 
@@ -7,14 +7,24 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import lineage
-from mlrunway.onnx_export import DEFAULT_OPSET, ParityReport, export_registered
-from mlrunway.operators._base import MlrunwayBaseOperator
+from mlrunway.backend.types import JobInfo
+from mlrunway.onnx_export import DEFAULT_OPSET, ExportSettings, ParityReport, export_job, read_verdict, register_export
+from mlrunway.onnx_export.registered import resolved_tolerance, shipped_code
+from mlrunway.operators._job import MlrunwayJobOperator
+from mlrunway.pipeline import require_completed
+
+ENVIRONMENT_FIELD = "export.environment (ExportOnnxOperator(environment=), or the connection's export_environment)"
 
 
-class ExportOnnxOperator(MlrunwayBaseOperator):
-    """:param model_name: registered model to export.
+class ExportOnnxOperator(MlrunwayJobOperator):
+    """Export and gate as a job on the backend's compute (the worker needs no torch, and never holds the model):
+    submitted under the run's name, waited on in the triggerer (or here), re-attached on retry. The job writes the
+    ONNX model as its ``onnx`` output and the gate's verdict as ``parity.json``; a gate that fails is a verdict, and
+    the task raises ParityError from it, registering nothing; one that passes registers ``<model_name>-onnx``.
+
+    :param model_name: registered model to export.
     :param model_version: its version.
-    :param data_dir: ImageFolder data; the gate uses its validation images.
+    :param data_dir: ImageFolder data; the gate uses its validation images (an input of the job: uploaded on Azure).
     :param opset: ONNX opset.
     :param atol: the parity gate's absolute tolerance: each ONNX output must be within ``atol + rtol * |torch|``
         of PyTorch's (numpy's ``isclose``); ``atol`` covers outputs near zero. Default (None): ``ATOL``; a model
@@ -25,27 +35,49 @@ class ExportOnnxOperator(MlrunwayBaseOperator):
         of one input (``sample_inputs.npy``), or an ``.npz`` of one array per input name; needed for an int or bool
         input, or an axis of any size. Default: the validation images ``data_dir`` holds for an image model,
         else random float inputs of the signature's shape.
+    :param environment: the export job's environment on Azure ML (:class:`~mlrunway.onnx_export.ExportSettings`):
+        it needs the trials' torch, onnx, onnxscript and onnxruntime. Default: the connection's
+        ``export_environment``, else the training image with those added. Locally ignored.
     """
 
-    template_fields = (*MlrunwayBaseOperator.template_fields, "model_name", "model_version", "data_dir", "inputs_file",
-                      "atol", "rtol")
+    template_fields = (*MlrunwayJobOperator.template_fields, "model_name", "model_version", "data_dir", "inputs_file",
+                       "atol", "rtol", "environment")
 
     def __init__(self, *, model_name: str, model_version: int | str, data_dir: str | None = None,
-                 opset: int = DEFAULT_OPSET, atol: float | None = None, rtol: float | None = None, inputs_file: str | None = None,
-                 **kwargs: Any) -> None:
+                 opset: int = DEFAULT_OPSET, atol: float | None = None, rtol: float | None = None,
+                 inputs_file: str | None = None, environment: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_name, self.model_version, self.data_dir = model_name, model_version, data_dir
         self.opset, self.atol, self.rtol, self.inputs_file = opset, atol, rtol, inputs_file
+        self.environment = environment
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        model, parity = export_registered(self.backend.models, self.model_name, int(self.model_version),
-                                          data_dir=self.data_dir, opset=self.opset, atol=self.atol, rtol=self.rtol,
-                                          inputs_file=self.inputs_file or None,
-                                          trainer_torch=self.backend.capabilities.trainer_torch)
+    def job_name(self, context: Context) -> str:
+        return self.names(context).export_job
+
+    def submit(self, name: str, context: Context) -> JobInfo:
+        environment = ExportSettings.parse(self.environment, "export.environment").environment
+        atol, rtol = resolved_tolerance(self.atol, self.rtol)
+        source = self.backend.models.get(self.model_name, int(self.model_version))
+        with shipped_code() as code:
+            spec = export_job(source, code, data_dir=self.data_dir or None, opset=self.opset, atol=atol, rtol=rtol,
+                              inputs_file=self.inputs_file or None, environment=environment,
+                              trainer_torch=self.backend.capabilities.trainer_torch)
+            info = self.backend.jobs.submit(name, spec)
+        self.log.info("Export job %s submitted: %s:%s to ONNX (opset %s)", name, source.name, source.version,
+                      self.opset)
+        return info
+
+    def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
+        require_completed(info, "export job")
+        verdict = read_verdict(self.backend, info.name, environment_field=ENVIRONMENT_FIELD)
+        parity = verdict["report"]
+        source = self.backend.models.get(self.model_name, int(self.model_version))
+        model = register_export(self.backend, info.name, source, verdict, opset=self.opset)
         self.link(context, "model", model.name, model.version)
-        self.log.info("Exported %s:%s to %s:%s; parity: %s", self.model_name, self.model_version, model.name,
-                      model.version, ParityReport.from_dict(parity).summary())
-        return {"model_name": model.name, "model_version": model.version, "opset": self.opset, "parity": parity}
+        self.log.info("Exported %s:%s to %s:%s in job %s; parity: %s", self.model_name, self.model_version,
+                      model.name, model.version, info.name, ParityReport.from_dict(parity).summary())
+        return {"model_name": model.name, "model_version": model.version, "opset": self.opset, "parity": parity,
+                "job_name": info.name}
 
     # -- OpenLineage -------------------------------------------------------------------------------------
     def lineage_inputs(self) -> list[lineage.LineageDataset]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from mlrunway.backend.retention import RetentionPolicy
 from mlrunway.backend.waiting import Waits
+from mlrunway.onnx_export.registered import ExportSettings
 from mlrunway.settings import defaults, form_field
 
 _STRING = {"type": ["string", "null"]}
@@ -85,6 +86,8 @@ def get_provider_info() -> dict[str, Any]:
                                           "description": "VM size of serverless jobs (empty: the service's)."},
                     "environment": {"label": "Training environment", "schema": _STRING,
                                     "description": "Empty: a pinned image with the project's torch."},
+                    "export_environment": {"label": "Export environment", "schema": _STRING,
+                                           "description": form_field(ExportSettings, "environment")["description"]},
                     "cloud": {"label": "Azure cloud", "schema": {"type": ["string", "null"], "default": "AzureCloud",
                                                                  "enum": ["AzureCloud", "AzureChinaCloud",
                                                                           "AzureUSGovernment", None]}},

@@ -12,6 +12,7 @@ This module sets up and wires; each resource is its own module over the small cl
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
 from mlrunway.backend.types import Instances
 from mlrunway.backend.waiting import Waits
+from mlrunway.onnx_export.registered import ExportSettings
 
 __all__ = ["AzureBackend"]
 
@@ -49,6 +51,8 @@ class AzureBackend:
     :param instance_type: VM size of online deployments; ``instance_count`` instances each.
     :param environment: the jobs' environment (a curated ``name@version`` or a registered one); None pins one to
         the project's torch (``mlrunway.azure.environments``).
+    :param export_environment: the export job's environment (its torch must be the trials'); None: the training
+        image with onnx, onnxscript and the scoring environment's onnxruntime added.
     :param cloud: the Azure cloud (``AzureCloud``, ``AzureChinaCloud``, ``AzureUSGovernment``): it sets the ARM
         host, the token's scope and the studio's host; the workspace's own hosts come from the workspace.
     :param cache_dir: where downloaded models are kept.
@@ -70,7 +74,7 @@ class AzureBackend:
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
-                 environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
+                 environment: str | None = None, export_environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
                  transient_outage_s: float = TRANSIENT_OUTAGE_S, **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
@@ -90,7 +94,7 @@ class AzureBackend:
         self.workspace_rest = WorkspaceRest(client, credential, cloud_hosts, **transport)
         self.rest, self.plain = self.workspace_rest.rest, self.workspace_rest.plain
         self.jobs = AzureJobs(client, self.workspace_rest, compute=self.compute, job_instance_type=job_instance_type,
-                              environment=environment)
+                              environment=environment, export_environment=export_environment)
         self.models = AzureModels(client, self.cache_dir)
         self.endpoints = self._endpoints(RetriedWrites())
         self.monitors = ModelMonitors(client, model_monitor) if model_monitor else None
@@ -121,6 +125,8 @@ class AzureBackend:
                    job_instance_type=fields.get("job_instance_type") or None,
                    instance_type=size.instance_type or "Standard_DS3_v2", instance_count=size.instance_count or 1,
                    environment=fields.get("environment") or None, cloud=cloud,
+                   export_environment=ExportSettings.parse(fields.get("export_environment"),
+                                                           "azure_ml connection.export_environment").environment,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,
                    **client_kwargs)
@@ -145,6 +151,13 @@ class AzureBackend:
     def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
         """A job's outputs downloaded from their datastore into a scratch folder for the context, then removed."""
         return outputs.output_folder(self.client.datastores, self.cache_dir, base, path)
+
+    def output_files(self, base: str, path: str, names: Sequence[str]) -> AbstractContextManager[Path]:
+        """Those of ``names`` under ``base``/``path`` that exist, downloaded one by one (:class:`OutputFiles`)."""
+        return outputs.output_files(self.client.datastores, self.cache_dir, base, path, names)
+
+    def output_exists(self, base: str, path: str, name: str) -> bool:
+        return outputs.output_exists(self.client.datastores, base, path, name)
 
     @property
     def workspace_id(self) -> str:

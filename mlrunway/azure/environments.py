@@ -28,6 +28,9 @@ _TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # Azure's GPU VM families: NC, ND and NV (Standard_NC6s_v3, Standard_ND96asr_v4, Standard_NV36ads_A10_v5...).
 _GPU_SIZE = re.compile(r"^(standard_)?n[cdv]", re.IGNORECASE)
 
+# What the export job adds to the trials' packages beside the scoring onnxruntime (constraints.txt's versions).
+EXPORT_PACKAGES = ("onnx==1.23.2", "onnxscript==0.7.2")
+
 SCORING_CONDA: dict[str, Any] = {
     "name": "mlrunway-onnx-inference",
     "channels": ["conda-forge"],
@@ -53,6 +56,25 @@ def training_conda(gpu: bool) -> dict[str, Any]:
             *torch, "numpy<3", "pillow", "mlflow-skinny", "azureml-mlflow",
         ]}],
     }
+
+
+def export_conda(gpu: bool) -> dict[str, Any]:
+    """The export job's packages: the trials' torch (a ``.pt2`` loads in the torch that wrote it) and the scoring
+    environment's onnxruntime (parity is measured with the runtime that serves), with onnx and onnxscript."""
+    conda = training_conda(gpu)
+    pip = conda["dependencies"][-1]["pip"]
+    runtime = next(p for p in SCORING_CONDA["dependencies"][-1]["pip"] if p.startswith("onnxruntime=="))
+    pip = [p for p in pip if not p.startswith(("mlflow", "azureml-mlflow"))] + [runtime, *EXPORT_PACKAGES]
+    return {**conda, "name": f"mlrunway-export-torch-{TORCH_VERSION}-{'cuda' if gpu else 'cpu'}",
+            "dependencies": [*conda["dependencies"][:-1], {"pip": pip}]}
+
+
+def export_environment(gpu: bool) -> Any:
+    """An ``Environment`` entity for the export job: the training image with :func:`export_conda`."""
+    from azure.ai.ml.entities import Environment
+
+    return Environment(image=GPU_IMAGE if gpu else CPU_IMAGE, conda_file=export_conda(gpu),
+                       description=f"mlrunway export: torch {TORCH_VERSION}, onnx and onnxruntime")
 
 
 def training_environment(gpu: bool) -> Any:

@@ -14,7 +14,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from mlrunway import check
 from mlrunway.azure.entities import command_job, sweep_job
-from mlrunway.azure.environments import is_gpu_size, training_environment
+from mlrunway.azure.environments import export_environment, is_gpu_size, scoring_environment, training_environment
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import transient_reads
@@ -23,7 +23,7 @@ from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
 from mlrunway.early_termination import applies_at
 from mlrunway.errors import JobFailed, NotFound
-from mlrunway.specs.job import CommandJobSpec
+from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 
 __all__ = ["NOT_RESPONDING_S", "AzureJobs", "job_status"]
@@ -63,6 +63,8 @@ class AzureJobs(Jobs):
     :param compute: compute cluster for jobs and sweep trials; None runs them on serverless compute.
     :param job_instance_type: VM size of a serverless job (None: the service's default).
     :param environment: the jobs' environment; None picks ours for the compute's VM size.
+    :param export_environment: the export job's (a job tagged ``mlrunway.role: export``); None: ours, the training
+        image with onnx and onnxruntime added.
     :param cancel_wait_s: how long ``cancel`` waits for a canceled job to reach Canceled; ``poll_s`` between.
     :param refresh_s: how old a running trial's metrics may be before ``sweep_result`` reads them again (an
         ended trial's are read once; a trial whose status changed is read at once).
@@ -71,10 +73,12 @@ class AzureJobs(Jobs):
     wait_poll_s = 10.0  # each poll is ARM and Run History reads, which count against the subscription's limits
 
     def __init__(self, ml: MLClient, rest: WorkspaceRest, *, compute: str | None = None,
-                 job_instance_type: str | None = None, environment: str | None = None, cancel_wait_s: float = 300.0,
+                 job_instance_type: str | None = None, environment: str | None = None,
+                 export_environment: str | None = None, cancel_wait_s: float = 300.0,
                  poll_s: float = 5.0, refresh_s: float = 60.0, not_responding_s: float = NOT_RESPONDING_S) -> None:
         self.ml, self.rest = ml, rest
         self.compute, self.job_instance_type, self.environment = compute, job_instance_type, environment
+        self.export_environment = export_environment
         self.cancel_wait_s, self.poll_s, self.refresh_s = cancel_wait_s, poll_s, refresh_s
         self.not_responding_s = not_responding_s
         self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
@@ -159,12 +163,22 @@ class AzureJobs(Jobs):
         if (existing := self._find(name)) is not None:
             return existing
         compute = trial.compute or self.compute
-        environment = self.environment or training_environment(is_gpu_size(self._vm_size(compute)))
+        environment = self._environment(trial.tags.get(ROLE_TAG), compute)
         job = entity(spec, name=name, compute=compute, environment=environment, instance_type=self.job_instance_type)
         try:
             return self._info(self.ml.jobs.create_or_update(job))
         except HttpResponseError as exc:
             raise JobFailed(f"job {name} was refused by Azure ML: {exc.message}") from exc
+
+    def _environment(self, role: str | None, compute: str | None) -> Any:
+        """A job's environment when its spec names none: the export job's (the connection's export_environment, else
+        ours with onnx), the reference job's (the deployments' scoring environment), or the trials' (the connection's
+        environment, else ours), for the compute's VM size."""
+        if role == "export":
+            return self.export_environment or export_environment(is_gpu_size(self._vm_size(compute)))
+        if role == "reference":  # the smoke test's reference answer: where the deployment's score.py runs
+            return scoring_environment()
+        return self.environment or training_environment(is_gpu_size(self._vm_size(compute)))
 
     @transient_reads
     def get(self, name: str) -> JobInfo:

@@ -1,19 +1,20 @@
 """Where a job's outputs are on Azure ML, and how they come down to this machine.
 
-``output_folder`` holds the one private import of azure-ai-ml's artifact download: the SDK has no public call
-that downloads a datastore path (``jobs.download`` takes a job's named outputs, ``models.download`` a model),
-and this is the function ``models.download`` itself uses, with the same credentials and datastores.
+``output_folder`` and ``output_files`` hold the private imports of azure-ai-ml's artifact download and existence
+check: the SDK has no public call that downloads a datastore path (``jobs.download`` takes a job's named outputs,
+``models.download`` a model), and these are the functions ``models.download`` and the SDK's own input checks use,
+with the same credentials and datastores.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["job_outputs", "named_output", "output_folder"]
+__all__ = ["job_outputs", "named_output", "output_exists", "output_files", "output_folder"]
 
 
 def job_outputs(job_name: str) -> str:
@@ -42,3 +43,26 @@ def output_folder(datastores: Any, cache_dir: Path, base: str, path: str) -> Ite
         uri = f"{base.rstrip('/')}/{path}".rstrip("/") + "/"
         download_artifact_from_aml_uri(uri, scratch, datastores)
         yield Path(scratch)
+
+
+def _under(base: str, path: str, name: str = "") -> str:
+    return "/".join(part.strip("/") for part in (base.rstrip("/"), path, name) if part.strip("/"))
+
+
+@contextmanager
+def output_files(datastores: Any, cache_dir: Path, base: str, path: str, names: Sequence[str]) -> Iterator[Path]:
+    """Those of ``names`` (files directly under ``base``/``path``) that exist, downloaded one by one into a scratch
+    folder of ``cache_dir`` for the context: a model check reads its signature, never the model."""
+    from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
+
+    with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
+        for name in names:
+            download_artifact_from_aml_uri(_under(base, path, name), scratch, datastores)
+        yield Path(scratch)
+
+
+def output_exists(datastores: Any, base: str, path: str, name: str) -> bool:
+    """Whether the file ``name`` is under ``base``/``path`` (one existence check, no download)."""
+    from azure.ai.ml._artifacts._artifact_utilities import aml_datastore_path_exists
+
+    return bool(aml_datastore_path_exists(_under(base, path, name), datastores))

@@ -42,7 +42,7 @@ from mlrunway.backend.types import (
     TrialInfo,
 )
 from mlrunway.errors import EndpointError, NotFound
-from mlrunway.specs.job import CommandJobSpec
+from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
 __all__ = ["FakeBackend"]
@@ -121,6 +121,12 @@ class FakeJobs(Jobs):
             "model/signature.json": json.dumps({"file": "model.pt2", "inputs": [
                 {"name": "input", "dtype": "float32", "shape": [None, 1, 8, 8]}]}),
             "model/model.pt2": "a torch.export program"}
+        # What an export job (tagged mlrunway.role: export) leaves as its parity.json: a passed gate by default; a
+        # test sets a refusal ({"passed": False, "error": "ParityError", "message": ...}). Its onnx output is the
+        # model input's files with an ONNX signature: no torch runs here.
+        self.export_verdict: dict[str, Any] = {"passed": True, "report": {
+            "max_abs_diff": 1e-6, "top1_agreement": 1.0, "samples": 8, "inputs": "random inputs", "atol": 1e-5,
+            "rtol": 1e-4, "min_top1_agreement": 1.0, "tolerance_used": 0.01}}
 
     # -- scripting ---------------------------------------------------------------------------------
     def script(self, name: str, *statuses: JobStatus, error: str | None = None) -> None:
@@ -165,10 +171,40 @@ class FakeJobs(Jobs):
                 (outputs / relative).write_bytes(text)
             else:
                 (outputs / relative).write_text(text)
+        if isinstance(spec, CommandJobSpec) and spec.tags.get(ROLE_TAG) == "export":
+            self._exported(name, spec)
+        if isinstance(spec, CommandJobSpec) and spec.tags.get(ROLE_TAG) == "reference":
+            self._referenced(name, spec)
         info = JobInfo(name=name, kind=kind, status=JobStatus.QUEUED, outputs=self.backend.job_outputs(name),
                        error=error)
         self.records[name] = _Job(info, spec, list(statuses))
         return info
+
+    def _exported(self, name: str, spec: CommandJobSpec) -> None:
+        """What the export job leaves: its ``onnx`` output and ``report/parity.json`` (:attr:`export_verdict`)."""
+        model = spec.inputs["model"]
+        onnx = Path(self.backend.named_output(name, "onnx"))
+        if self.export_verdict.get("passed"):
+            shutil.copytree(Path(getattr(model, "path", str(model))), onnx, dirs_exist_ok=True)
+            signature = json.loads((onnx / "signature.json").read_text()) if (onnx / "signature.json").is_file() else {}
+            (onnx / "signature.json").write_text(json.dumps({**signature, "format": "onnx", "file": "model.onnx"}))
+            (onnx / "model.onnx").write_text("an ONNX model")
+        report = Path(self.backend.named_output(name, "report"))
+        report.mkdir(parents=True, exist_ok=True)
+        signature = json.loads((onnx / "signature.json").read_text()) if (onnx / "signature.json").is_file() else {}
+        (report / "parity.json").write_text(json.dumps({"format": 1, "signature": signature, **self.export_verdict}))
+
+    def _referenced(self, name: str, spec: CommandJobSpec) -> None:
+        """What the smoke test's reference job leaves in ``answer/answer.json``: the endpoints' scorer's answer to the
+        request (as score.py on the same model would give), or its error."""
+        request = json.loads(Path(getattr(spec.inputs["request"], "path", "")).read_text())
+        try:
+            answer: dict[str, Any] = {"status": 200, "body": self.backend.endpoints.scorer(request, None)}
+        except Exception as exc:  # noqa: BLE001 - what the scorer raised is the job's error, as score.py's would be
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        folder = Path(self.backend.named_output(name, "answer"))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "answer.json").write_text(json.dumps(answer))
 
     def get(self, name: str) -> JobInfo:
         if name not in self.records:

@@ -76,6 +76,16 @@ class RunNames:
         return f"{self.prefix}-{self.run_key}-sweep"
 
     @property
+    def export_job(self) -> str:
+        """The export job (ONNX and its parity gate, :mod:`mlrunway.onnx_export.job`)."""
+        return f"{self.prefix}-{self.run_key}-export"
+
+    @property
+    def reference_job(self) -> str:
+        """The job that computes the smoke test's expected answer with the team's score.py."""
+        return f"{self.prefix}-{self.run_key}-reference"
+
+    @property
     def model(self) -> str:
         return f"{self.prefix}-{self.run_key}"
 

@@ -23,7 +23,7 @@ import functools
 import inspect
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -406,6 +406,21 @@ class Backend(Protocol):
     @property
     def reports(self) -> Path:
         """The folder, on the machine Airflow runs on, where this backend's run reports are saved and read."""
+        ...
+
+
+@runtime_checkable
+class OutputFiles(Protocol):
+    """A backend whose job outputs are remote and can be read a file at a time (Azure ML's datastores): a model's
+    check reads ``signature.json`` and the inputs file, and asks whether the model file is there, never downloading
+    the model. A backend without it (its outputs are folders here) is read through ``output_folder``."""
+
+    def output_files(self, base: str, path: str, names: Sequence[str]) -> AbstractContextManager[Path]:
+        """A folder holding those of ``names`` (files directly under ``base``/``path``) that exist."""
+        ...
+
+    def output_exists(self, base: str, path: str, name: str) -> bool:
+        """Whether the file ``name`` is directly under ``base``/``path``."""
         ...
 
 

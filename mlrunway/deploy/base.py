@@ -30,6 +30,8 @@ class DeployRequest:
     :param run_key: the run's key: the holder of a stable endpoint's rollout lease.
     :param not_newest: why this run may not change production (a backfill, a catch-up run), or None.
     :param max_wait_s: the most a provisioning may take; ``poll_s`` between looks at it.
+    :param reference_job: the name of the job that computes the smoke test's expected answer with score.py, when the
+        smoke test needs one (a ``sample_request`` without ``expected_response``); None: ``<endpoint>-reference``.
     The rest are the deploy task's arguments of the same names (see operators/deploy_blue.py).
     """
 
@@ -50,6 +52,7 @@ class DeployRequest:
     require_approval: bool = False
     approval_timeout_s: float = 7 * 24 * 3600.0
     rollback_to: str | None = None
+    reference_job: str | None = None
 
     @property
     def model(self) -> tuple[str, int]:

@@ -23,7 +23,7 @@ from mlrunway.backend.protocol import Backend, Rollout, Shadow, rollout_of
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import gate, smoke, stable
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
-from mlrunway.deploy.blue import promote_blue
+from mlrunway.deploy.blue import begin_reference, promote_blue
 from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision, Progress
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
@@ -91,8 +91,10 @@ class ChampionChallenger:
             settings = replace(settings, model=f"{name}:{target.version}")
         else:
             request.check_version()
-        if stable.serving(backend, endpoint) is None and request.not_newest:
-            return Done(result=stable.skip_creation(backend, endpoint, settings.model, request.not_newest))
+        if stable.serving(backend, endpoint) is None:
+            if request.not_newest:
+                return Done(result=stable.skip_creation(backend, endpoint, settings.model, request.not_newest))
+            begin_reference(backend, replace(request, settings=settings))  # the first model is smoke-tested
         r = stable.begin(backend, endpoint, request.run_key, settings, request.rollout, lease_s(request))
         info = backend.endpoints.get_deployment(endpoint, r.slot)
         return Provisioning(state=state(r, Phase.PROVISIONED), endpoint=endpoint, deployment=r.slot,
@@ -128,7 +130,7 @@ class ChampionChallenger:
             name, _, version = r.model.partition(":")
             promote_blue(backend, r.endpoint, name, int(version), request.data_dir, request.sample_request,
                          settings=request.settings, expected_response=request.expected_response,
-                         ignore_keys=request.ignore_keys)
+                         ignore_keys=request.ignore_keys, reference_job=request.reference_job)
             return self._conclude(backend, r, Decision.CREATED, "the endpoint's first model")
         if request.rollback_to:
             r.gate = {"summary": f"rollback_to={request.rollback_to}: {r.model} goes back, by a person's decision, "

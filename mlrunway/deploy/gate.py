@@ -192,7 +192,7 @@ def accuracy(answers: list[Any], expected: list[Any]) -> float:
 
 def classifier_set(data_dir: str | Path, signature: dict[str, Any]) -> EvaluationSet:
     """The ``test/`` split of an ImageFolder dataset, preprocessed as the model's signature says."""
-    from mlrunway.data.images import load_labeled
+    from mlrunway.onnx_export.images import load_labeled
 
     folder = Path(data_dir) / "test"
     if not folder.is_dir():

@@ -3,8 +3,9 @@
 A deployment that answers 200 with JSON may still serve the wrong numbers (the wrong model version, a score.py
 that scales or reorders its outputs). So a request file (``sample_request``, as Azure's ``invoke(request_file=...)``)
 is held to an expected answer: the team's ``expected_response`` file, or else the answer the team's own score.py
-gives here, run once in a subprocess on the deployed model version (:func:`reference_answer`), as the serving
-container runs it. The two answers match (:func:`difference`) when their numbers agree by the ONNX parity rule
+gives on the deployed model version, run once as a job in the deployment's scoring environment (the reference job,
+:func:`start_reference`; its runner is :mod:`mlrunway.deploy.score_once`), as the serving container runs it. The
+two answers match (:func:`difference`) when their numbers agree by the ONNX parity rule
 (:func:`mlrunway.onnx_export.parity.tolerance_used` at most 1) and everything else is equal, keys named in
 ``ignore_keys`` (a request id, a timestamp) aside wherever they appear.
 
@@ -16,9 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
+import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -29,47 +28,28 @@ from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationInfo,
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
+from mlrunway.backend.attempts import latest_attempt, submit_or_reattach
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.types import DeploymentSettings
-from mlrunway.errors import EndpointError, shorten
+from mlrunway.backend.types import DeploymentSettings, JobStatus
+from mlrunway.errors import EndpointError, JobTimedOut, shorten
 from mlrunway.onnx_export.parity import tolerance_used
 from mlrunway.settings import EMPTY_IS_NONE, SettingsError, parse, setting
+from mlrunway.specs.job import ROLE_TAG, CommandJobSpec, Input, Output
 
-__all__ = ["REFERENCE_TIMEOUT_S", "Match", "SmokeTest", "check_before_any_job", "check_prediction", "difference",
-           "expected_answer", "match", "read_expected", "reference_answer", "shown", "smoke_payload"]
+__all__ = ["REFERENCE_TIMEOUT_S", "REFERENCE_WAIT_S", "Match", "SmokeTest", "check_before_any_job", "check_prediction",
+           "difference", "expected_answer", "match", "needs_reference", "read_expected", "reference_job", "shown",
+           "smoke_payload", "start_reference"]
 
-REFERENCE_TIMEOUT_S = 300.0  # score.py's import, init() and one run() here: a model load, not a training
+REFERENCE_TIMEOUT_S = 300.0  # the reference job's run: score.py's import, init() and one run(), not a training
+REFERENCE_WAIT_S = 3600.0  # how long the deploy task waits for it (its queue and start-up, on Azure ML)
+ROLE = "reference"  # the job's mlrunway.role tag: a backend runs it in the scoring environment
+ANSWER_OUTPUT = "answer"
+RUNNER = Path(__file__).with_name("score_once.py")
 SHOWN_CHARS = 300  # each answer as an error shows it
-
-# What the reference subprocess runs: Azure's scoring contract, loaded as Azure ML's scoring server and the local
-# endpoint load it (the code folder appended to sys.path, score.py by spec_from_file_location, the working
-# directory unchanged, AZUREML_MODEL_DIR set, init() then run(<the request's text>)), and the body the server
-# would send: an AMLResponse's message, else the JSON of what run() returned. It imports nothing of mlrunway, so
-# the team's imports meet only their own environment. Its answer goes to a file (argv[4]): score.py may print what
-# it likes.
-_SCORE_ONCE = """\
-import importlib.util, json, os, sys
-code_dir, script, request, out = sys.argv[1:5]
-sys.path.append(code_dir)
-spec = importlib.util.spec_from_file_location("score", os.path.join(code_dir, script))
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-module.init()
-with open(request, encoding="utf-8") as handle:
-    result = module.run(handle.read())
-if hasattr(result, "status_code"):
-    message = result.message
-    answer = {"status": int(result.status_code), "body": message if isinstance(message, str) else json.dumps(message)}
-else:
-    answer = {"status": 200, "body": json.dumps(result)}
-with open(out, "w", encoding="utf-8") as handle:
-    json.dump(answer, handle)
-"""
-
 
 def smoke_payload(data_dir: str | Path, signature: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """One real validation image as a request, and its true label."""
-    from mlrunway.data.images import load_labeled
+    from mlrunway.onnx_export.images import load_labeled
 
     inputs, labels = load_labeled(Path(data_dir) / "val", signature["classes"], signature["preprocessing"], limit=1)
     return {"data": inputs.tolist()}, signature["classes"][int(labels[0])]
@@ -254,15 +234,84 @@ def _kind(value: Any) -> str:
     return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
 
 
-def expected_answer(backend: Backend, model_name: str, model_version: int, settings: DeploymentSettings | None,
-                    request: Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> tuple[Any, str]:
+def needs_reference(sample_request: Any, expected_response: Any) -> bool:
+    """Whether the smoke test's expected answer is computed by a reference job (a request, no expected answer)."""
+    return bool(sample_request) and not expected_response
+
+
+def reference_job(model: Any, settings: DeploymentSettings, request: Path, code: Path) -> CommandJobSpec:
+    """The reference job of ``model`` (a ModelVersion): :mod:`.score_once` as its code folder (``code``), the team's
+    code folder, the model version's folder and the request file as its inputs, the deployment's environment
+    variables set; its answer in ``outputs.answer``."""
+    command = ("python score_once.py --code ${{inputs.code}} --script ${{inputs.script}} --model ${{inputs.model}} "
+               "--request ${{inputs.request}} --out ${{outputs.answer}}")
+    return CommandJobSpec(
+        code=str(code), command=command,
+        inputs={"code": Input(path=str(Path(settings.code_dir).resolve())), "script": settings.scoring_script,
+                "model": Input(path=model.path), "request": Input(path=str(request.resolve()), type="uri_file")},
+        outputs={ANSWER_OUTPUT: Output()}, environment_variables=dict(settings.environment_variables),
+        timeout=REFERENCE_TIMEOUT_S, display_name=f"smoke reference: {settings.scoring_script} on {settings.model}",
+        tags={ROLE_TAG: ROLE, "model": settings.model})
+
+
+def start_reference(backend: Backend, base: str, settings: DeploymentSettings, request: Path) -> str:
+    """Submit the reference job as ``base`` (or re-attach to its newest attempt); its name. The deploy task calls it
+    before provisioning starts, so the job's queue and start-up overlap the deployment's."""
+    script = Path(settings.code_dir) / settings.scoring_script
+    if not script.is_file():
+        raise check.fail("deploy.expected_response", f"is missing, and there is no {script} to compute it with",
+                         "pass expected_response: a JSON file in the code folder holding the answer to sample_request")
+    if not request.is_file():
+        raise check.fail("deploy.sample_request", f"{request} does not exist", "pass a JSON request file")
+    model = backend.models.get(settings.model_name, settings.model_version)
+
+    def submit(name: str) -> Any:
+        with tempfile.TemporaryDirectory(prefix="mlrunway-reference-") as code:
+            shutil.copyfile(RUNNER, Path(code) / RUNNER.name)
+            return backend.jobs.submit(name, reference_job(model, settings, request, Path(code)))
+
+    return submit_or_reattach(backend.jobs, base, submit).job.name
+
+
+def expected_answer(backend: Backend, base: str, settings: DeploymentSettings | None, request: Path,
+                    timeout_s: float = REFERENCE_WAIT_S) -> tuple[Any, str]:
     """What `blue` must answer to ``request`` when the team gave no ``expected_response``, and where that came
-    from: :func:`reference_answer` with the deployment's code folder (``settings``)."""
+    from: the answer of the reference job ``base`` (its newest attempt; submitted now if none was), waited for up to
+    ``timeout_s``. A score.py that cannot answer there (an import its environment lacks, an ``init()`` that fails)
+    is a SpecError with its error, asking for ``expected_response``."""
     if settings is None:
         raise check.fail("deploy.expected_response", "is missing, and no code folder was given to compute it "
                          "with score.py", "pass expected_response: the JSON answer to sample_request")
-    return reference_answer(backend, model_name, model_version, settings, request, timeout_s), \
-        f"{settings.scoring_script} run here on {model_name}:{model_version}"
+    script = settings.scoring_script
+    fix = (f"pass expected_response: a JSON file in the code folder holding the answer {request.name} should get, "
+           "so the smoke test need not run score.py")
+    latest = latest_attempt(backend.jobs, base)
+    name = latest.name if latest is not None else start_reference(backend, base, settings, request)
+    try:
+        info = backend.jobs.wait(name, timeout=timeout_s)
+    except JobTimedOut as exc:
+        raise check.fail("deploy.expected_response", f"is missing, and the reference job {name} running {script} "
+                         f"did not end within {timeout_s:g} s", fix) from exc
+    if info.status is not JobStatus.COMPLETED:
+        raise check.fail("deploy.expected_response", f"is missing, and the reference job {name} running {script} "
+                         f"ended {info.status.value}: {info.error or 'see its log'}", fix)
+    with backend.output_folder(backend.named_output(name, ANSWER_OUTPUT), "") as folder:
+        path = Path(folder) / "answer.json"
+        answer = json.loads(path.read_text()) if path.is_file() else {"error": f"it left no {path.name}"}
+    if "error" in answer:
+        raise check.fail("deploy.expected_response", f"is missing, and {script} could not compute it in the "
+                         f"reference job {name}", f"{fix}. Its error:\n{shorten(str(answer['error']), 1500)}")
+    where = f"{script} run on {settings.model} in job {name}"
+    if answer["status"] != 200:
+        raise check.fail("deploy.sample_request", f"{script} answers {request.name} with status {answer['status']} "
+                         f"in job {name}: {shorten(answer['body'], SHOWN_CHARS)}", "pass a request score.py answers "
+                         "with 200")
+    try:
+        return json.loads(answer["body"]), where
+    except ValueError as exc:
+        raise check.fail("deploy.sample_request", f"{script} answers {request.name} with "
+                         f"{shorten(answer['body'], SHOWN_CHARS)!r} in job {name}, not JSON",
+                         "pass a request score.py answers with JSON") from exc
 
 
 def read_expected(path: Path) -> Any:
@@ -275,49 +324,6 @@ def read_expected(path: Path) -> Any:
     except ValueError as exc:
         raise check.fail("deploy.expected_response", f"{path} is not JSON ({exc})",
                          "write the answer score.py should give to sample_request, as JSON") from exc
-
-
-def reference_answer(backend: Backend, model_name: str, model_version: int, settings: DeploymentSettings,
-                     request: Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> Any:
-    """The team's score.py's answer to ``request`` on the registered model ``model_name:model_version``: the
-    version downloaded into a scratch folder that is ``AZUREML_MODEL_DIR``, score.py imported from the code
-    folder in a fresh interpreter (this one's: it has onnxruntime and numpy), ``init()``, then ``run(<the request's
-    text>)``, within ``timeout_s``. A score.py that cannot run here (an import the worker lacks, an ``init()``
-    that fails) is a SpecError with its error, asking for ``expected_response``."""
-    code_dir = Path(settings.code_dir).resolve()
-    script = code_dir / settings.scoring_script
-    fix = (f"pass expected_response: a JSON file in the code folder holding the answer {request.name} should get, "
-           "so the smoke test need not run score.py here")
-    if not script.is_file():
-        raise check.fail("deploy.expected_response", f"is missing, and there is no {script} to compute it with", fix)
-    with tempfile.TemporaryDirectory(prefix="mlrunway-smoke-") as scratch:
-        model_dir = backend.models.download(model_name, model_version, Path(scratch) / "model")
-        out = Path(scratch) / "answer.json"
-        env = {**os.environ, **settings.environment_variables, "AZUREML_MODEL_DIR": str(Path(model_dir).resolve())}
-        argv = [sys.executable, "-c", _SCORE_ONCE, str(code_dir), settings.scoring_script, str(request.resolve()),
-                str(out)]
-        try:
-            done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, errors="replace", timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise check.fail("deploy.expected_response", f"is missing, and {settings.scoring_script} did not answer "
-                             f"{request.name} here within {timeout_s:g} s", fix) from exc
-        if done.returncode != 0 or not out.is_file():
-            tail = shorten((done.stderr or done.stdout).strip(), 1500)
-            raise check.fail("deploy.expected_response", f"is missing, and {settings.scoring_script} could not "
-                             f"compute it here with {sys.executable} (exit code {done.returncode})",
-                             f"{fix}. Its error:\n{tail}")
-        answer = json.loads(out.read_text())
-    if answer["status"] != 200:
-        raise check.fail("deploy.sample_request", f"{settings.scoring_script} answers {request.name} here with status "
-                         f"{answer['status']}: {shorten(answer['body'], SHOWN_CHARS)}",
-                         "pass a request score.py answers with 200")
-    try:
-        return json.loads(answer["body"])
-    except ValueError as exc:
-        raise check.fail("deploy.sample_request", f"{settings.scoring_script} answers {request.name} here with "
-                         f"{shorten(answer['body'], SHOWN_CHARS)!r}, not JSON",
-                         "pass a request score.py answers with JSON") from exc
 
 
 def shown(answer: Any) -> str:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from mlrunway.errors import ParityError, SpecError, shorten
-from mlrunway.onnx_export.parity import ATOL, RTOL, ParityReport, check_tolerance, compare, outputs_of
-from mlrunway.onnx_export.signature import InputSpec, check_inputs, inputs_of, load_inputs, read_headers
+from .errors import ParityError, SpecError, shorten
+from .parity import ATOL, RTOL, ParityReport, check_tolerance, compare, outputs_of
+from .signature import InputSpec, check_inputs, inputs_of, load_inputs, read_headers
 
 DEFAULT_OPSET = 18
 ONNX_FILE = "model.onnx"
@@ -41,7 +41,7 @@ def check_signature(signature: Any) -> None:
     """Every input (:func:`.signature.inputs_of`: a name, a dtype, a shape of sizes with null for any);
     ``preprocessing`` (when present) with a 2-number ``size`` and a ``mean``/``std`` of one number or one per
     channel; ``classes`` a list when present."""
-    from mlrunway.data.images import normalization
+    from .images import normalization
 
     inputs_of(signature)
     if "classes" in signature and not (isinstance(signature["classes"], list) and signature["classes"]):
@@ -80,7 +80,7 @@ def held_out_inputs(signature: dict[str, Any], data_dir: str | Path | None, samp
     shape; return (inputs, description). :func:`.signature.check_inputs` refuses what has no inputs."""
     import numpy as np
 
-    from mlrunway.data.images import load_labeled
+    from .images import load_labeled
 
     images = reads_images(signature, data_dir)
     specs = check_inputs(signature, None if inputs_file is None else read_headers(inputs_file), images=images,

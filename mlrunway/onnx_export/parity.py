@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlrunway.errors import ParityError, SpecError
+from .errors import ParityError, SpecError
 
 # The parity rule, numpy's ``isclose``: |candidate - reference| <= ATOL + RTOL * |reference|, on every output. The
 # relative part scales with the outputs (float32 rounding grows with them); the absolute part covers outputs

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrunway.errors import SpecError
+from .errors import SpecError
 
 DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 FLOATS = ("float32", "float64", "float16")

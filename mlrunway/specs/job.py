@@ -24,6 +24,10 @@ __all__ = [
 
 PLACEHOLDER = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _IO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The tag that says which of mlrunway's own jobs a job is ("export", "reference"): a backend runs such a job in the
+# environment that role needs (Azure: the export environment, the deployment's scoring environment) unless the spec
+# names one. A team's jobs have no such tag.
+ROLE_TAG = "mlrunway.role"
 Literal_ = str | int | float | bool
 
 

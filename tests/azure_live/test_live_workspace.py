@@ -72,7 +72,8 @@ def test_artifact_store_download_and_an_update_through_scaling(tmp_path, digits)
         "Completed"
     model = azure.models.register(name, "model", base=azure.job_outputs(f"{name}-train"))
     assert (azure.models.download(name, model.version, tmp_path / "model") / "signature.json").is_file()
-    onnx, _ = export_registered(azure.models, name, model.version, data_dir=str(digits))
+    onnx, _ = export_registered(azure, name, model.version, job_name=f"{name}-export", data_dir=str(digits),
+                                timeout=3600)
     settings = DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(REPO / "training"),
                                   instance_count=1)
     try:

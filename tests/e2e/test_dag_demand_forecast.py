@@ -45,6 +45,6 @@ def test_a_regressor_of_its_own_trains_with_ddp_sweeps_minimizing_exports_and_de
     answer = json.loads(answer) if isinstance(answer, str) else answer
     assert len(answer["predictions"]) == 2 and all(isinstance(p, float) for p in answer["predictions"])
     # The answer was checked against score.py's own, run in the worker on the deployed version, not only parsed.
-    assert deployed["smoke_matched"].startswith(f"as expected (score.py run here on {export_name(results)}")
+    assert deployed["smoke_matched"].startswith(f"as expected (score.py run on {export_name(results)} in job ")  # its reference job
     assert results["cleanup"]["endpoint_deleted"] is True
     assert backend.endpoints.list() == [] and backend.leftovers() == []

@@ -81,6 +81,9 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     parity = results["export_onnx"]["parity"]
     assert parity["passed"] and parity["top1_agreement"] == 1.0 and parity["inputs"] == "validation images"
     assert parity["max_abs_diff"] < 1e-4
+    export_job = backend.jobs.get(results["export_onnx"]["job_name"])  # export ran as the run's export job
+    assert export_job.name.endswith("-export") and export_job.status.value == "Completed"
+    assert backend.models.get(results["export_onnx"]["model_name"], 1).properties["source_job"] == export_job.name
 
     deploy = results["deploy_blue"]
     # Read back from Airflow's XCom table a label such as "8" arrives as 8: compare as text.
@@ -104,8 +107,9 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     # What the UI shows: the links Airflow asked for as each task ended (stored as _link_<class> XComs).
     shown = {task: {k.removeprefix("_link_"): v for k, v in pushed.items() if k.startswith("_link_") and v}
              for task, pushed in results.items()}
-    assert shown.pop("pick_best") == shown.pop("export_onnx") == {}  # a local model has no page: the report shows it
+    assert shown.pop("pick_best") == {}  # a local model has no page: the report shows it
     assert shown == {"train": {"MlflowRunLink": results["train"]["mlflow_url"]},
+                     "export_onnx": {"MlflowRunLink": f"/mlrunway/mlflow/mlrunway_default/{results['export_onnx']['job_name']}"},
                      "sweep": {"MlflowRunLink": f"/mlrunway/mlflow/mlrunway_default/{sweep}",
                                "SweepReportLink": results["sweep"]["report_url"]},
                      "deploy_blue": {"EndpointLink": f"/mlrunway/endpoint/mlrunway_default/{deploy['endpoint']}",

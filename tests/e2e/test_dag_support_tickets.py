@@ -47,7 +47,7 @@ def test_a_text_classifier_of_its_own_sweeps_exports_with_dynamic_length_and_ans
     assert all(d.dim_param for d in tokens.type.tensor_type.shape.dim)  # any batch, any text length
 
     deployed = results["deploy_blue"]
-    assert deployed["smoke_matched"].startswith("as expected (score.py run here on")
+    assert deployed["smoke_matched"].startswith("as expected (score.py run on ") and "-reference:" in deployed["smoke_matched"]
     endpoint = deployed["endpoint"]
     try:
         answer = json.loads(backend.endpoints.invoke(endpoint, payload=FRESH))

@@ -32,7 +32,7 @@ from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import STRATEGIES, strategy
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
-from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, MlrunwayError, NotFound, SpecError
+from mlrunway.errors import EndpointError, JobFailed, JobTimedOut, MlrunwayError, NotFound, ParityError, SpecError
 from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -487,6 +487,7 @@ def test_a_long_smoke_answer_is_shown_whole_up_to_a_stated_size_then_cut_with_a_
 
 def test_a_sample_request_the_endpoint_answers_with_no_json_fails_and_leaves_traffic(fake, tmp_path):
     (tmp_path / "req.json").write_text("{}")
+    (tmp_path / "score.py").write_text("def init():\n    pass\n\ndef run(raw):\n    return {}\n")
     fake.models.register("reg", REPO / "training" / "score.py")
     fake.endpoints.scorer = lambda payload, deployment: "<html>oops</html>"
     with pytest.raises(EndpointError, match="smoke test: the endpoint answered '<html>oops</html>' to req.json"):
@@ -702,3 +703,110 @@ def test_the_tasks_0_2_keywords_are_read_into_its_two_objects_with_a_warning_nam
     with pytest.raises(SpecError, match=r"^deploy\.production\.endpoint: is not a production endpoint setting; use "
                                         "endpoint_name, "):
         stray.chosen()
+
+
+# -- export as a job ----------------------------------------------------------------------------------------------
+def export(**kwargs: Any):
+    from mlrunway.operators import ExportOnnxOperator
+
+    return ExportOnnxOperator(**{"task_id": "export_onnx", "backend_conn_id": "fake", "name_prefix": "fk",
+                                 "model_name": "fk-model", "model_version": 1, "poll_interval_s": 0.01, **kwargs})
+
+
+def registered(fake: FakeBackend, tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "signature.json").write_text(json.dumps({"inputs": [{"name": "x", "shape": [None, 4]}]}))
+    (folder / "model.pt2").write_text("a torch.export program")
+    fake.models.register("fk-model", folder)
+
+
+def test_export_runs_as_a_job_whose_onnx_output_is_registered_with_its_parity(fake, tmp_path):
+    """The worker builds the job (the exporter's code folder, the model version's folder as an input), reads its
+    parity.json and registers its onnx output: no model is downloaded here."""
+    registered(fake, tmp_path)
+    result = export(data_dir="/data/digits", atol=1e-3, defer_after_s=0).execute(context())
+    assert result["job_name"] == NAMES.export_job and (result["model_name"], result["model_version"]) == ("fk-model-onnx", 1)
+    spec = fake.jobs.spec(NAMES.export_job)
+    assert spec.command.startswith("python -m mlrunway_export.job --model ${{inputs.model}}")
+    assert "--atol 0.001" in spec.command and "--rtol" not in spec.command and "--data-dir ${{inputs.data}}" in spec.command
+    assert spec.inputs["model"].path == fake.models.get("fk-model", 1).path and spec.inputs["data"].path == "/data/digits"
+    assert spec.tags["mlrunway.role"] == "export" and set(spec.outputs) == {"onnx", "report"}
+    model = fake.models.get("fk-model-onnx", 1)
+    assert model.properties["source_job"] == NAMES.export_job and model.properties["parity"] == result["parity"]
+    assert json.loads((Path(model.path) / "signature.json").read_text())["format"] == "onnx"
+    # A retry re-attaches to the completed job and finds the version it registered.
+    again = export().execute(context())
+    assert again["model_version"] == 1 and list(fake.jobs.records) == [NAMES.export_job]
+
+
+@pytest.mark.parametrize(("verdict", "raises", "match"), [
+    pytest.param({"passed": False, "error": "ParityError", "message": "onnx parity: worst output used 4.2x the tolerance"},
+                 ParityError, "export job fk-.*-export: onnx parity: worst output used 4.2x", id="gate"),
+    pytest.param({"passed": False, "error": "SpecError", "message": "signature.json inputs[0].dtype: 'int8' is not"},
+                 SpecError, "signature.json inputs\\[0\\].dtype", id="model"),
+    pytest.param({"passed": False, "error": "environment", "missing": ["onnx", "onnxruntime"],
+                  "message": "the export job's environment lacks onnx, onnxruntime"}, SpecError,
+                 r"^export.environment \(ExportOnnxOperator\(environment=\), or the connection's export_environment\): "
+                 r"export job .* lacks onnx, onnxruntime; name an environment", id="environment"),
+])
+def test_a_refused_export_is_the_jobs_verdict_raised_for_good_and_registers_nothing(fake, tmp_path, verdict, raises,
+                                                                                     match):
+    """A gate that fails is the job's answer (it completed): the task raises it, not retried, and registers nothing."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    registered(fake, tmp_path)
+    fake.jobs.export_verdict = verdict
+    with pytest.raises(raises, match=match) as raised:
+        export(retries=2).execute(context())
+    assert isinstance(raised.value, AirflowFailException)
+    assert fake.jobs.get(NAMES.export_job).status is JobStatus.COMPLETED and fake.models.list("fk-model-onnx") == []
+
+
+def test_a_bad_tolerance_or_environment_fails_before_the_export_job(fake, tmp_path):
+    registered(fake, tmp_path)
+    with pytest.raises(SpecError, match=r"onnx parity atol: -1 is not a number >= 0"):
+        export(atol=-1).execute(context())
+    with pytest.raises(SpecError, match=r"^export.environment: 'x{300}' is not an environment name; name an environment"):
+        export(environment="x" * 300).execute(context())
+    assert fake.jobs.records == {}
+
+
+def test_cleanup_cancels_a_running_export_job(fake, tmp_path):
+    registered(fake, tmp_path)
+    fake.jobs.script(NAMES.export_job, JobStatus.RUNNING)
+    with pytest.raises(TaskDeferred):
+        export(defer_after_s=0).execute(context())
+    done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
+    assert done["canceled_jobs"] == [NAMES.export_job]
+    assert [name for name, _ in fake.jobs.canceled] == [NAMES.export_job]
+
+
+def test_a_missing_score_py_for_the_reference_answer_fails_before_anything_is_provisioned(fake, tmp_path):
+    """No expected_response: the reference job needs the team's score.py, checked as the deploy task starts it."""
+    (tmp_path / "req.json").write_text("{}")
+    fake.models.register("reg", REPO / "training" / "score.py")
+    with pytest.raises(SpecError, match=r"deploy.expected_response: is missing, and there is no .*score.py to compute"):
+        DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                           model_version=1, code_dir=str(tmp_path), sample_request="req.json",
+                           defer_after_s=1, poll_interval_s=0.001).execute(context())
+    assert fake.endpoints.endpoints == {} and fake.jobs.records == {}
+
+
+def test_the_reference_job_starts_before_provisioning_and_cleanup_cancels_it_while_it_runs(fake, tmp_path):
+    (tmp_path / "req.json").write_text('{"x": 1}')
+    (tmp_path / "score.py").write_text("def init():\n    pass\n\ndef run(raw):\n    return {}\n")
+    fake.models.register("reg", REPO / "training" / "score.py")
+    fake.endpoints.scorer = lambda payload, deployment: '{"y": 2}'
+    fake.jobs.script(NAMES.reference_job, JobStatus.QUEUED, JobStatus.RUNNING)
+    fake.endpoints.provisioning["blue"] = [ProvisioningState.CREATING]
+    task = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                              model_version=1, code_dir=str(tmp_path), sample_request="req.json", defer_after_s=0,
+                              poll_interval_s=0.001)
+    with pytest.raises(TaskDeferred):
+        task.execute(context())
+    spec = fake.jobs.spec(NAMES.reference_job)
+    assert spec.tags["mlrunway.role"] == "reference" and spec.inputs["code"].path == str(tmp_path.resolve())
+    assert spec.inputs["request"].path == str((tmp_path / "req.json").resolve())
+    done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
+    assert NAMES.reference_job in done["canceled_jobs"]

@@ -22,6 +22,8 @@ import itertools
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -38,6 +40,7 @@ from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest._http_response_impl import HttpResponseImpl
 from azure.core.utils import CaseInsensitiveDict
 
+from mlrunway.specs.job import ROLE_TAG
 from tests.mlrunway.azure.fake_blob_lease import BlobLeases
 from tests.mlrunway.azure.spec_validator import SpecValidator
 
@@ -261,6 +264,7 @@ class FakeAzureML(HttpTransport):
         self.history_page_size = 2  # MLflow's metric-history pages, small here so every reader must follow them
         self.job_final: dict[str, str] = {}  # job name -> final status (default Completed)
         self.job_error: dict[str, str] = {}  # job name -> the error a failed run records
+        self.job_logs: dict[str, str] = {}  # mlrunway's own command jobs (export, reference) -> what they printed
         self.deployment_failure: str | None = None  # a provisioning error for every deployment
         self.metrics_lag_s = 0.0  # how long after a request Azure Monitor's answers count it
         self.tokens: dict[str, float] = {}  # AMLToken scoring tokens handed out -> when each expires
@@ -756,6 +760,8 @@ class FakeAzureML(HttpTransport):
         children = [run_id for run_id, run in self.runs.items() if run.get("parent") == name]
         if status in ("Completed", "Failed", "Canceled"):
             self.job_script.pop(name, None)
+            if status == "Completed" and props.get("jobType") == "Command" and props.get("tags", {}).get(ROLE_TAG):
+                self._run_command(name, props)
             for child in children:
                 trial = self.runs[child]["trial"]
                 self.runs[child]["status"] = trial.status if status == "Completed" else "Canceled"
@@ -1098,6 +1104,51 @@ class FakeAzureML(HttpTransport):
                     os.environ["AZUREML_MODEL_DIR"] = previous
             self._scorers[key] = module
         return self._scorers[key]
+
+    def _run_command(self, name: str, props: dict[str, Any]) -> None:
+        """Run one of mlrunway's own command jobs (export, reference) as the compute would: its uploaded code folder
+        and inputs materialized from their blobs, its command run in a fresh interpreter where ``mlrunway`` cannot be
+        imported (the job's environment has none), and its named outputs uploaded where the service keeps them
+        (``azureml/<job>/<output>/`` of the default datastore). What the command printed is kept in ``job_logs``."""
+        folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{name}-"))
+        code = self._materialize(self.resources[props["codeId"].lower()]["properties"]["codeUri"], folder / "code")
+        values: dict[str, str] = {}
+        for key, value in (props.get("inputs") or {}).items():
+            if value.get("jobInputType") in ("uri_folder", "custom_model"):
+                values[f"inputs.{key}"] = str(self._materialize(value["uri"], folder / "inputs" / key))
+            elif value.get("jobInputType") == "uri_file":  # the file itself, not its folder
+                (file,) = self._materialize(value["uri"], folder / "inputs" / key).iterdir()
+                values[f"inputs.{key}"] = str(file)
+            else:
+                values[f"inputs.{key}"] = str(value.get("value"))
+        for key in props.get("outputs") or {}:
+            values[f"outputs.{key}"] = str(folder / "outputs" / key)
+            (folder / "outputs" / key).mkdir(parents=True)
+        argv = [re.sub(r"\$\{\{\s*([a-z]+\.[A-Za-z_0-9]+)\s*\}\}", lambda m: values[m.group(1)], part)
+                for part in props["command"].split()]
+        assert argv[0] == "python", argv
+        # python -m <module> ... or python <script> ...: run as Python would, with mlrunway unimportable.
+        runner = ("import runpy, sys; sys.modules['mlrunway'] = None; how = sys.argv.pop(1); what = sys.argv.pop(1); "
+                  "sys.argv[0] = what; (runpy.run_module(what, run_name='__main__', alter_sys=True) if how == '-m' "
+                  "else runpy.run_path(what, run_name='__main__'))")
+        argv = argv[1:] if argv[1] == "-m" else ["-f", *argv[1:]]
+        env = {**os.environ, **(props.get("environmentVariables") or {})}
+        env.pop("PYTHONPATH", None)
+        done = subprocess.run([sys.executable, "-c", runner, *argv], cwd=code, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        self.job_logs[name] = done.stdout + done.stderr
+        if done.returncode != 0:
+            self._fail_command(name, props, f"exit code {done.returncode}: {done.stderr[-1500:]}")
+            return
+        for key in props.get("outputs") or {}:
+            for file in sorted((folder / "outputs" / key).rglob("*")):
+                if file.is_file():
+                    self.blobs[f"{CONTAINER}/azureml/{name}/{key}/{file.relative_to(folder / 'outputs' / key)}"] = \
+                        file.read_bytes()
+
+    def _fail_command(self, name: str, props: dict[str, Any], error: str) -> None:
+        props["status"] = self.runs[name]["status"] = "Failed"
+        self.job_error[name] = error
 
     def _materialize(self, uri: str, dest: Path) -> Path:
         """Copy the blobs under a datastore URI (or a blob URL) into ``dest``."""

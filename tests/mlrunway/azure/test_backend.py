@@ -158,11 +158,23 @@ def test_lifecycle_sweep_pick_export_deploy_cleanup(fake, azure, small_digits: P
     assert model["properties"]["source_job"] == "mlr-run-sweep_1"
     assert pipeline.pick_best(azure, "mlr-run-sweep", "mlr-run")["model_version"] == 1  # a retry registers nothing
 
-    onnx, parity = export_registered(azure.models, "mlr-run", 1, data_dir=str(small_digits))
-    assert parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4
+    # Export and its gate run as a job: the exporter is its code folder, run by the fake's compute where mlrunway
+    # cannot be imported; the task's side reads parity.json and registers the job's onnx output.
+    onnx, parity = export_registered(azure, "mlr-run", 1, job_name="mlr-run-export", data_dir=str(small_digits),
+                                     wait=lambda job: azure.jobs.wait(job, poll_s=0))
+    assert parity["top1_agreement"] == 1.0 and parity["max_abs_diff"] < 1e-4, fake.job_logs["mlr-run-export"]
+    export = only(fake.sent("PUT", f"{ARM_JOB}mlr-run-export$"), "export job PUT").json()["properties"]
+    assert export["command"].startswith("python -m mlrunway_export.job --model ${{inputs.model}}")
+    assert export["inputs"]["model"] == {"jobInputType": "uri_folder", "uri": model["modelUri"]}
+    assert export["inputs"]["data"]["uri"].startswith("azureml://datastores/workspaceblobstore/paths/LocalUpload/")
+    assert set(export["outputs"]) == {"onnx", "report"} and export["tags"]["mlrunway.role"] == "export"
+    environment = fake.resources[export["environmentId"].lower()]["properties"]
+    for package in (f"torch=={TORCH_VERSION}", "onnxruntime==", "onnx==", "onnxscript=="):
+        assert package in environment["condaFile"], package  # the trials' torch, and what export needs
     onnx_put = only(fake.sent("PUT", r"/models/mlr-run-onnx/versions/1$"), "ONNX model PUT").json()["properties"]
+    assert onnx_put["modelUri"].endswith("/paths/azureml/mlr-run-export/onnx/")
     assert json.loads(onnx_put["properties"]["parity"])["samples"] == parity["samples"]
-    onnx_files = {k.rsplit("/", 1)[1] for k in fake.blobs if "/onnx/" in k}
+    onnx_files = {k.rsplit("/", 1)[1] for k in fake.blobs if "/mlr-run-export/onnx/" in k}
     assert onnx_files == {"model.onnx", "signature.json"}
 
     settings = DeploymentSettings(model=f"{onnx.name}:{onnx.version}", code_dir=str(CODE),
@@ -360,3 +372,30 @@ def test_an_ended_trials_metrics_are_read_once_however_often_the_sweep_is_polled
     again = [azure.jobs.sweep_result("mlr-poll-sweep") for _ in range(3)]
     assert all(result.trials == first.trials for result in again) and first.trials[0].history == (0.5, 0.6, 0.7)
     assert len(fake.sent("GET", r"/mlflow/v1\.0/.*/metrics/get-history$")) == calls
+
+
+def test_the_smoke_tests_reference_answer_is_a_job_in_the_scoring_environment_started_before_provisioning(fake, azure,
+                                                                                                      tmp_path):
+    """No expected_response: the team's score.py answers sample_request in a reference job (score_once.py its code,
+    the team's code folder, the model version and the request its inputs; the fake's compute runs it where mlrunway
+    cannot be imported), submitted before the deployment's PUT, and blue's answer must match it."""
+    from mlrunway.azure.environments import INFERENCE_IMAGE
+    from tests.mlrunway.deploy.test_smoke import FORECAST, answers_as, regressor
+
+    azure.models.register("reg", regressor(tmp_path / "reg"))
+    settings = DeploymentSettings(model="reg:1", code_dir=str(FORECAST), instance_type="Standard_DS3_v2",
+                                  instance_count=1, environment_variables={"FORECAST_UNITS": "kg"})
+    deployed = deploy_blue(azure, "reg-ep", settings, None, sample_request=FORECAST / "sample_request.json",
+                           ignore_keys=["request_id"])
+    assert answers_as(json.loads(deployed["smoke_answer"])) and answers_as(json.loads(deployed["smoke_expected"]))
+    (put,) = [r for r in fake.sent("PUT", f"{ARM_JOB}reg-ep-reference-[0-9a-f]{{8}}$")]
+    job = put.json()["properties"]
+    assert f"in job {put.path.rsplit('/', 1)[1]}" in deployed["smoke_matched"]
+    assert job["command"].startswith("python score_once.py --code ${{inputs.code}} --script ${{inputs.script}}")
+    assert job["inputs"]["script"] == {"jobInputType": "literal", "value": "score.py"}
+    assert job["inputs"]["request"]["jobInputType"] == "uri_file" and job["inputs"]["model"]["jobInputType"] == "uri_folder"
+    assert job["environmentVariables"] == {"FORECAST_UNITS": "kg"} and job["tags"]["mlrunway.role"] == "reference"
+    assert fake.resources[job["environmentId"].lower()]["properties"]["image"] == INFERENCE_IMAGE
+    order = [r.path for r in fake.requests if r.method == "PUT"]
+    first_deployment = next(i for i, p in enumerate(order) if "/deployments/blue" in p)
+    assert order.index(put.path) < first_deployment  # its queue and start-up overlap the provisioning

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrunway.azure.environments import CPU_IMAGE, SCORING_CONDA, TORCH_VERSION, is_gpu_size
+from mlrunway.azure.environments import CPU_IMAGE, SCORING_CONDA, TORCH_VERSION, export_conda, is_gpu_size
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import JobFailed, SpecError
 from tests.conftest import REPO
@@ -151,6 +151,16 @@ def test_the_trials_torch_and_the_scorings_onnxruntime_are_the_projects():
     assert f"torch=={TORCH_VERSION}" in pins
     ort = importlib.metadata.version("onnxruntime")
     assert f"onnxruntime=={ort}" in SCORING_CONDA["dependencies"][2]["pip"]
+    # The export job measures parity with the scoring onnxruntime, on the trials' torch, with the project's onnx.
+    for gpu in (False, True):
+        export = export_conda(gpu)["dependencies"][-1]["pip"]
+        assert f"torch=={TORCH_VERSION}" in export and f"onnxruntime=={ort}" in export
+        for package in ("onnx", "onnxscript"):
+            assert f"{package}=={importlib.metadata.version(package)}" in export and f"{package}==" in " ".join(pins)
+    from mlrunway.data.digits import IMAGE_SUFFIXES
+    from mlrunway.onnx_export.images import IMAGE_SUFFIXES as EXPORTED  # the exporter's own copy (it ships alone)
+
+    assert EXPORTED == IMAGE_SUFFIXES
 
 
 @pytest.mark.parametrize(("size", "gpu"), [
@@ -163,9 +173,11 @@ def test_gpu_vm_sizes_are_the_n_families(size, gpu):
 
 
 @pytest.mark.parametrize("model_path", ["outputs/model", "${{outputs.model}}"])
-def test_the_model_contract_is_checked_on_azure_through_the_artifact_download(fake, azure, trained_model, model_path):
-    """A training job's outputs are not files here: they are downloaded from their datastore and checked, so a
-    job that saved no model fails before the sweep, as locally."""
+def test_the_model_contract_is_checked_on_azure_reading_the_signature_and_never_the_model(fake, azure, trained_model,
+                                                                                         model_path):
+    """A training job's outputs are not files here: their signature.json is downloaded from the datastore and the
+    model file's presence asked, so a job that saved no model fails before the sweep, as locally, and the worker
+    never holds the model (issue 64, 4)."""
     from mlrunway.errors import JobFailed
     from mlrunway.pipeline import check_model_output
     from tests.mlrunway.azure.fake_azureml import ARTIFACT_CONTAINER, CONTAINER
@@ -176,24 +188,50 @@ def test_the_model_contract_is_checked_on_azure_through_the_artifact_download(fa
         check_model_output(azure, "job-m", model_path)
     for file in (f for f in trained_model.rglob("*") if f.is_file()):
         fake.blobs[f"{prefix}/{file.relative_to(trained_model)}"] = file.read_bytes()
+    sent = len(fake.requests)
     assert check_model_output(azure, "job-m", model_path) == ["model.pt2", "signature.json"]
     assert not any(azure.cache_dir.iterdir())  # the scratch download is gone
+    read = [r.path for r in fake.requests[sent:] if r.method == "GET" and not r.query.get("restype")]
+    assert any(p.endswith("/model/signature.json") for p in read), read
+    assert not any(p.endswith("/model.pt2") for p in read), read  # asked about (HEAD), never downloaded
+    del fake.blobs[f"{prefix}/model.pt2"]
+    with pytest.raises(JobFailed, match=r"signature.json names 'model.pt2', which is not there \(found: signature.json\)"):
+        check_model_output(azure, "job-m", model_path)
 
 
-def test_an_export_worker_whose_torch_is_not_the_trials_is_refused_naming_both(fake, azure, tmp_path):
-    """A .pt2 is only promised to load in the torch that wrote it: on Azure the trials train with the project's
-    environment's torch, so export on a worker with another refuses before it downloads anything (issue 61, 2)."""
+def test_an_export_job_whose_torch_is_not_the_trials_is_refused_naming_its_environment(fake, azure, tmp_path,
+                                                                                      trained_model):
+    """A .pt2 is only promised to load in the torch that wrote it: the export job is told the trials' torch (the
+    project's environment's), and the job (run by the fake's compute without mlrunway) refuses another, naming the
+    setting that picks its environment. A team's own training environment: its torch is not known, so not told."""
     from mlrunway.azure.backend import AzureBackend
-    from mlrunway.errors import MlrunwayError
     from mlrunway.onnx_export import export_registered
-    from tests.mlrunway.azure.fake_azureml import FakeCredential
 
     assert azure.capabilities.trainer_torch == TORCH_VERSION
     own = AzureBackend.from_connection({**CONNECTION, "environment": "azureml:team-env:3",
                                         "cache_dir": str(tmp_path / "own")}, credential=FakeCredential(), transport=fake)
     assert own.capabilities.trainer_torch is None  # a team's own environment: its torch is not known here
-    sent = len(fake.requests)
-    with pytest.raises(MlrunwayError, match=rf"the backend's jobs train with torch 9\.9\.9, this worker has torch "
-                                            rf"{re.escape(TORCH_VERSION)}.*install torch==9\.9\.9 where the export"):
-        export_registered(azure.models, "digits", 1, trainer_torch="9.9.9")
-    assert len(fake.requests) == sent
+    azure.models.register("digits", trained_model)
+    wait = {"wait": lambda job: azure.jobs.wait(job, poll_s=0)}
+    with pytest.raises(SpecError, match=rf"^export.environment: export job digits-export: the export job's environment "
+                                        rf"has torch {re.escape(TORCH_VERSION)}, and the trials train with torch 9\.9\.9"):
+        export_registered(azure, "digits", 1, job_name="digits-export", trainer_torch="9.9.9", **wait)
+    assert azure.models.list("digits-onnx") == []
+    props = fake.sent("PUT", r"/jobs/digits-export$")[0].json()["properties"]
+    assert "--trainer-torch 9.9.9" in props["command"]
+
+
+def test_the_connections_export_environment_runs_the_export_job_and_a_bad_one_is_refused_naming_it(fake, tmp_path):
+    azure = backend(fake, tmp_path, export_environment="azureml:team-export:2")
+    assert azure.jobs.export_environment == "azureml:team-export:2"
+    from mlrunway.onnx_export.registered import export_job, shipped_code
+
+    model = type("Model", (), {"name": "m", "version": 1, "path": "azureml://datastores/workspaceblobstore/paths/m/"})
+    with shipped_code() as code:
+        azure.jobs.submit("m-export", export_job(model, code))
+        azure.jobs.submit("m-train", train_job(str(CODE), "azureml://datastores/workspaceblobstore/paths/d/"))
+    export_env = fake.sent("PUT", r"/jobs/m-export$")[0].json()["properties"]["environmentId"]
+    assert export_env.endswith("/environments/team-export/versions/2")
+    assert "team-export" not in fake.sent("PUT", r"/jobs/m-train$")[0].json()["properties"]["environmentId"]
+    with pytest.raises(SpecError, match=r"^azure_ml connection.export_environment: 42 is not an environment name"):
+        backend(fake, tmp_path, export_environment=42)

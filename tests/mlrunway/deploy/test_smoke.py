@@ -1,5 +1,5 @@
 """The smoke test that checks the answer: the matcher (the parity rule on numbers, ignore_keys, shapes and types,
-the first differing path), the reference answer computed with the team's score.py in a subprocess, and `blue` on
+the first differing path), the reference answer computed with the team's score.py in a reference job, and `blue` on
 the local backend for real: a right deployment passes, one that answers wrong numbers fails with both answers
 shown and traffic where it was."""
 
@@ -17,7 +17,7 @@ import pytest
 from mlrunway.airflow.summary import format_summary
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.deploy.blue import promote_blue
-from mlrunway.deploy.smoke import SmokeTest, difference, match, reference_answer
+from mlrunway.deploy.smoke import SmokeTest, difference, expected_answer, match, start_reference
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.backend import LocalBackend
 from mlrunway.onnx_export.parity import ATOL, RTOL
@@ -152,27 +152,39 @@ def broken_copy(tmp_path: Path) -> Path:
     return code
 
 
+def answer_of(backend, base: str, settings: DeploymentSettings, request: Path, **wait):
+    """The reference job's answer: started as the deploy task starts it, then waited for as promote_blue does."""
+    start_reference(backend, base, settings, request)
+    return expected_answer(backend, base, settings, request, **wait)[0]
+
+
 @pytest.mark.slow
-def test_score_py_computes_the_expected_answer_on_the_registered_version_and_says_when_it_cannot(backend, tmp_path):
+def test_a_reference_job_computes_the_expected_answer_on_the_registered_version_and_says_when_it_cannot(backend,
+                                                                                                       tmp_path):
     request = FORECAST / "sample_request.json"
-    settings = DeploymentSettings(model="reg:1", code_dir=str(FORECAST))
-    assert answers_as(reference_answer(backend, "reg", 1, settings, request))
-    assert answers_as(reference_answer(backend, "reg", 2, settings, request), 1.05)
+    before = sorted(p.name for p in FORECAST.rglob("*"))
+    assert answers_as(answer_of(backend, "ref-1", DeploymentSettings(model="reg:1", code_dir=str(FORECAST)), request))
+    assert answers_as(answer_of(backend, "ref-2", DeploymentSettings(model="reg:2", code_dir=str(FORECAST)), request),
+                      1.05)
+    assert sorted(p.name for p in FORECAST.rglob("*")) == before  # nothing written into the team's folder
+    job = backend.jobs.get("ref-1")
+    assert job.status.value == "Completed" and "score_once" not in {p.name for p in FORECAST.iterdir()}
 
     broken = DeploymentSettings(model="reg:1", code_dir=str(broken_copy(tmp_path)))
     with pytest.raises(SpecError) as raised:
-        reference_answer(backend, "reg", 1, broken, request)
+        answer_of(backend, "ref-broken", broken, request)
     message = str(raised.value)
-    assert message.startswith("deploy.expected_response: is missing, and score.py could not compute it here")
-    assert "No module named 'package_the_worker_lacks'" in message  # the subprocess's own error
+    assert message.startswith("deploy.expected_response: is missing, and score.py could not compute it in the "
+                              "reference job ref-broken")
+    assert "No module named 'package_the_worker_lacks'" in message  # the job's own error
     assert "pass expected_response: a JSON file in the code folder" in message
 
     slow = tmp_path / "slow"
     shutil.copytree(FORECAST, slow)
-    (slow / "score.py").write_text("import time\ndef init():\n    time.sleep(30)\ndef run(raw):\n    return {}\n")
-    with pytest.raises(SpecError, match="did not answer sample_request.json here within 0.5 s"):
-        reference_answer(backend, "reg", 1, DeploymentSettings(model="reg:1", code_dir=str(slow)), request,
-                         timeout_s=0.5)
+    (slow / "score.py").write_text("import time\ndef init():\n    time.sleep(60)\ndef run(raw):\n    return {}\n")
+    with pytest.raises(SpecError, match="the reference job ref-slow running score.py did not end within 3 s"):
+        answer_of(backend, "ref-slow", DeploymentSettings(model="reg:1", code_dir=str(slow)), request, timeout_s=3)
+    assert backend.jobs.get("ref-slow").status.value == "Canceled"
 
 
 def context() -> dict:
@@ -182,14 +194,17 @@ def context() -> dict:
 
 @pytest.mark.slow
 def test_the_right_deployment_passes_against_score_pys_own_answer(backend):
-    """The deploy task as a DAG runs it, no expected_response: the answer is computed with score.py here."""
+    """The deploy task as a DAG runs it, no expected_response: the answer is computed with score.py in the run's
+    reference job, started before provisioning."""
     deployed = DeployBlueOperator(task_id="deploy_blue", model_name="reg", model_version=1, code_dir=str(FORECAST),
                                   sample_request="sample_request.json", ignore_keys=["request_id"], workers=1,
                                   deferrable=False, poll_interval_s=0.1).execute(context())
     assert json.loads(deployed["smoke_answer"]) == json.loads(deployed["smoke_expected"])
     assert answers_as(json.loads(deployed["smoke_answer"]))
-    assert deployed["smoke_matched"] == "as expected (score.py run here on reg:1: 0% of the parity tolerance used; " \
-                                        "request_id ignored)"
+    reference = "mlrunway-8d49d6ca-reference"  # the run's reference job (RunNames.reference_job)
+    assert deployed["smoke_matched"] == f"as expected (score.py run on reg:1 in job {reference}: 0% of the parity " \
+                                        "tolerance used; request_id ignored)"
+    assert backend.jobs.get(reference).status.value == "Completed"
     assert backend.endpoints.get(deployed["endpoint"]).traffic == {"blue": 100}
     line = format_summary("success", {"deploy_blue": deployed}, []).splitlines()[1]
     assert line.endswith(f"; sample_request.json -> {deployed['smoke_answer']}, {deployed['smoke_matched']}")
@@ -211,7 +226,7 @@ def test_a_deployment_answering_wrong_numbers_fails_before_traffic_moves(backend
         promote_blue(backend, "smoke-ep", "reg", 1, None, request, settings=served)
     message = str(raised.value)
     assert "answered sample_request.json by the blue deployment header, before any traffic moved" in message
-    assert "not as expected (score.py run here on reg:1)" in message
+    assert re.search(r"not as expected \(score.py run on reg:1 in job smoke-ep-reference-[0-9a-f]{8}\)", message)
     right = json.loads(re.search(r"\n  expected: (.*)\n", message).group(1))
     high = json.loads(re.search(r"\n  answered: (.*)\n", message).group(1))
     assert answers_as(right) and answers_as(high, 1.05)  # both answers shown, whole

@@ -75,13 +75,28 @@ def test_compare_reports_shape_mismatch():
                 source="random inputs", atol=1e-4, min_top1_agreement=1.0)
 
 
-def test_export_registered_adds_an_onnx_version_with_parity_opset_and_source(workspace, trained_model, digits):
-    from mlrunway.local.registry import LocalModels
+def test_export_registered_runs_a_job_and_adds_an_onnx_version_with_parity_opset_and_source(workspace, trained_model,
+                                                                                          digits):
+    """Export and its gate run as a local job (the exporter's code folder, in the backend's Python); the task's
+    side reads its parity.json and registers its onnx output."""
+    from mlrunway.local.backend import LocalBackend
 
-    models = LocalModels(workspace)
-    models.register("digits", trained_model)
-    onnx_version, figures = export_registered(models, "digits", 1, data_dir=digits)
+    backend = LocalBackend(workspace)
+    backend.models.register("digits", trained_model)
+    onnx_version, figures = export_registered(backend, "digits", 1, job_name="run-export", data_dir=str(digits))
     assert (onnx_version.name, onnx_version.version, onnx_version.format) == ("digits-onnx", 1, "onnx")
     assert onnx_version.properties["source_model"] == "digits:1" and onnx_version.properties["opset"] == DEFAULT_OPSET
+    assert onnx_version.properties["source_job"] == "run-export"
     assert onnx_version.properties["parity"]["passed"] and figures["samples"] == 256
     assert sorted(p.name for p in Path(onnx_version.path).iterdir()) == ["model.onnx", "signature.json"]
+    job = backend.jobs.get("run-export")
+    assert job.status.value == "Completed"
+    verdict = json.loads((Path(backend.named_output("run-export", "report")) / "parity.json").read_text())
+    assert verdict["passed"] and verdict["report"] == figures and verdict["torch"]
+    # The ONNX model's signature is a property of its version: the deploy task reads it without a download.
+    assert onnx_version.properties["signature"] == json.loads((Path(onnx_version.path) / "signature.json").read_text())
+    # A retried task registers nothing new: the version it registered is found by its job.
+    from mlrunway.onnx_export import register_export
+
+    again = register_export(backend, "run-export", backend.models.get("digits", 1), verdict, opset=DEFAULT_OPSET)
+    assert again.version == 1 and [m.version for m in backend.models.list("digits-onnx")] == [1]

@@ -68,8 +68,8 @@ def score_module(model_dir: Path, monkeypatch: pytest.MonkeyPatch):
 def test_normalisation_is_the_same_in_export_smoke_and_score_py(tmp_path, monkeypatch, mean, std):
     from PIL import Image
 
-    from mlrunway.data.images import preprocess
     from mlrunway.deploy.blue import smoke_payload
+    from mlrunway.onnx_export.images import preprocess
 
     data = colour_images(tmp_path / "data")
     report = export_onnx(colour_model(tmp_path / "model", mean, std), tmp_path / "onnx", data_dir=data)

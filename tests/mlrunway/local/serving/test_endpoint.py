@@ -17,10 +17,10 @@ import pytest
 
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import EndpointSettings
-from mlrunway.data.images import load_labeled
 from mlrunway.deploy.shadow import ShadowRule, compare
 from mlrunway.errors import EndpointError, SpecError
 from mlrunway.local.serving.endpoints import LocalEndpoints
+from mlrunway.onnx_export.images import load_labeled
 from tests.conftest import REPO, deployment, write_script
 
 pytestmark = pytest.mark.slow

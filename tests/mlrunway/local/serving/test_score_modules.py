@@ -75,7 +75,7 @@ def test_a_lazy_import_of_a_code_folder_module_in_run_is_refused_with_the_reason
 
 
 def test_the_smoke_reference_and_the_deployment_load_score_py_alike(endpoints, tmp_path, workspace):
-    from mlrunway.deploy.smoke import reference_answer
+    from mlrunway.deploy.smoke import expected_answer, start_reference
     from mlrunway.local.backend import LocalBackend
 
     folder = code(tmp_path / "blue", "from the neighbour")
@@ -84,8 +84,9 @@ def test_the_smoke_reference_and_the_deployment_load_score_py_alike(endpoints, t
     endpoints.set_traffic("mods", {"blue": 100})
     request = tmp_path / "request.json"
     request.write_text("{}")
-    name, version = settings.model.split(":")
-    expected = reference_answer(LocalBackend.at(workspace.root), name, int(version), settings, request)
+    backend = LocalBackend.at(workspace.root)
+    start_reference(backend, "mods-reference", settings, request)  # a job: score_once.py, the code folder an input
+    expected, _ = expected_answer(backend, "mods-reference", settings, request)
     assert expected == ask(endpoints) == {"answer": "from the neighbour", "now": "from the neighbour"}
 
 

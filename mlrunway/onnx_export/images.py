@@ -6,8 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlrunway.data.digits import IMAGE_SUFFIXES
-from mlrunway.errors import SpecError
+from .errors import SpecError
+
+# The image files read (mlrunway.data.digits's own list: a test keeps the two the same; this module also runs
+# without mlrunway, in an export job's code folder).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
 
