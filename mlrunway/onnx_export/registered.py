@@ -107,9 +107,10 @@ def export_job(model: Any, code: str | Path, *, data_dir: str | None = None, ops
         raise SpecError(f"export.opset: {opset!r} is not an ONNX opset from 7 to 30; pass e.g. {DEFAULT_OPSET}")
     atol, rtol = resolved_tolerance(atol, rtol)
     if inputs_file is not None and (not isinstance(inputs_file, str) or Path(inputs_file).is_absolute()
-                                    or ".." in Path(inputs_file).parts or not inputs_file.endswith((".npy", ".npz"))):
+                                    or ".." in Path(inputs_file).parts or not inputs_file.endswith((".npy", ".npz"))
+                                    or any(c.isspace() for c in inputs_file)):
         raise SpecError(f"export.inputs_file: {inputs_file!r} is not a .npy or .npz file inside the model folder; "
-                        "pass its name there, e.g. sample_inputs.npy")
+                        "pass its name there, without spaces, e.g. sample_inputs.npy")
     inputs: dict[str, Any] = {"model": Input(path=model.path)}
     command = [f"python -m {RUNNER_PACKAGE}.job --model ${{{{inputs.model}}}} --onnx ${{{{outputs.{ONNX_OUTPUT}}}}}",
                f"--report ${{{{outputs.{REPORT_OUTPUT}}}}} --opset {opset}"]

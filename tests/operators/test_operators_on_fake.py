@@ -810,3 +810,15 @@ def test_the_reference_job_starts_before_provisioning_and_cleanup_cancels_it_whi
     assert spec.inputs["request"].path == str((tmp_path / "req.json").resolve())
     done = CleanupOperator(task_id="cleanup", backend_conn_id="fake", name_prefix="fk").execute(context())
     assert NAMES.reference_job in done["canceled_jobs"]
+
+
+def test_with_expected_response_no_reference_job_is_started(fake, tmp_path):
+    (tmp_path / "req.json").write_text('{"x": 1}')
+    (tmp_path / "expected.json").write_text('{"y": 2}')
+    fake.models.register("reg", REPO / "training" / "score.py")
+    fake.endpoints.scorer = lambda payload, deployment: '{"y": 2}'
+    deployed = DeployBlueOperator(task_id="deploy_blue", backend_conn_id="fake", name_prefix="fk", model_name="reg",
+                                  model_version=1, code_dir=str(tmp_path), sample_request="req.json",
+                                  expected_response="expected.json", defer_after_s=1,
+                                  poll_interval_s=0.001).execute(context())
+    assert deployed["smoke_matched"].startswith("as expected (expected.json") and fake.jobs.records == {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -111,3 +112,14 @@ def test_a_job_that_left_no_verdict_fails_naming_its_log(tmp_path, content, matc
         (report / job.REPORT_FILE).write_text(content)
     with pytest.raises(JobFailed, match=match):
         read_verdict(fake, "m-export", environment_field="export.environment")
+
+
+@pytest.mark.parametrize(("inputs_file", "opset"), [("/abs/x.npy", 18), ("../x.npy", 18), ("x.csv", 18),
+                                                    ("my inputs.npy", 18), (None, 99), (None, True)])
+def test_an_export_job_that_could_not_run_is_refused_before_it_is_submitted(tmp_path, inputs_file, opset):
+    from mlrunway.onnx_export import export_job
+
+    model = type("Model", (), {"name": "m", "version": 1, "path": str(tmp_path)})
+    field = "export.inputs_file" if inputs_file else "export.opset"
+    with pytest.raises(SpecError, match=rf"^{re.escape(field)}: "):
+        export_job(model, tmp_path, inputs_file=inputs_file, opset=opset)
