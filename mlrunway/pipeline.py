@@ -89,17 +89,19 @@ def _model_folder(backend: Backend, base: str, path: str, inputs_file: str | Non
     with backend.output_files(base, path, wanted) as folder:
         found = [name for name in wanted if (folder / name).is_file()]
         model_file = _named_model_file(folder / SIGNATURE)
-        if model_file and backend.output_exists(base, path, model_file):
-            found.append(model_file)
+        # The file signature.json names; without signature.json, the contract's model files (to say what is there).
+        probe = [model_file] if model_file else [] if (folder / SIGNATURE).is_file() else list(MODEL_FILES)
+        found += [name for name in probe if backend.output_exists(base, path, name)]
         yield folder, sorted(found)
 
 
 def _named_model_file(signature: Path) -> str | None:
     """The model file a signature.json names (``model.pt2`` when it names none); None when it cannot be read."""
     try:
-        return json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
+        named = json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
     except (OSError, ValueError, AttributeError):
         return None
+    return named if isinstance(named, str) else None
 
 
 def check_metrics(backend: Backend, job_name: str, required: Sequence[str]) -> dict[str, float]:

@@ -70,6 +70,11 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         """Submit the job as ``name`` (an attempt of the run's job) and return it."""
         raise NotImplementedError
 
+    def stale(self, info: JobInfo, context: Context) -> str | None:
+        """Why a Completed attempt found on a re-run no longer answers this task (then the next attempt is
+        submitted), or None to re-attach to it (the default: a completed job's result stands)."""
+        return None
+
     def progress(self, name: str) -> Callable[[JobInfo], None] | None:
         """Called on every poll in the worker, and once at the end when deferred (log lines, trials)."""
         return None
@@ -136,7 +141,8 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         """Submit the run's job, or re-attach to its newest attempt (a retry, a re-run, a worker that died)
         unless that attempt ended Failed or Canceled: then submit the next attempt. Returns the job's name."""
         attempt = self.attempt = submit_or_reattach(self.backend.jobs, self.job_name(context),
-                                                    lambda n: self.submit(n, context))
+                                                    lambda n: self.submit(n, context),
+                                                    lambda info: self.stale(info, context))
         if attempt.action is not Action.SUBMITTED:
             self.log.info(attempt.describe())
         name = self._job = attempt.job.name  # for on_kill, which gets no context

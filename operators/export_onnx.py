@@ -9,11 +9,13 @@ from airflow.sdk import Context
 from mlrunway import lineage
 from mlrunway.backend.types import JobInfo
 from mlrunway.onnx_export import DEFAULT_OPSET, ExportSettings, ParityReport, export_job, read_verdict, register_export
-from mlrunway.onnx_export.registered import resolved_tolerance, shipped_code
+from mlrunway.onnx_export.registered import export_key, resolved_tolerance, shipped_code, stale_export
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
 
 ENVIRONMENT_FIELD = "export.environment (ExportOnnxOperator(environment=), or the connection's export_environment)"
+LOCAL_FIX = ('install torch (first, from PyTorch\'s index) and "mlrunway[local]" where the local backend runs: its '
+             "jobs run in its own Python")
 
 
 class ExportOnnxOperator(MlrunwayJobOperator):
@@ -54,22 +56,34 @@ class ExportOnnxOperator(MlrunwayJobOperator):
     def job_name(self, context: Context) -> str:
         return self.names(context).export_job
 
-    def submit(self, name: str, context: Context) -> JobInfo:
+    def asked(self) -> dict[str, Any]:
+        """The export job's settings, as rendered and checked (a bad one fails here, before any job)."""
         environment = ExportSettings.parse(self.environment, "export.environment").environment
         atol, rtol = resolved_tolerance(self.atol, self.rtol)
+        return {"data_dir": self.data_dir or None, "opset": self.opset, "atol": atol, "rtol": rtol,
+                "inputs_file": self.inputs_file or None, "environment": environment,
+                "trainer_torch": self.backend.capabilities.trainer_torch}
+
+    def submit(self, name: str, context: Context) -> JobInfo:
         source = self.backend.models.get(self.model_name, int(self.model_version))
         with shipped_code() as code:
-            spec = export_job(source, code, data_dir=self.data_dir or None, opset=self.opset, atol=atol, rtol=rtol,
-                              inputs_file=self.inputs_file or None, environment=environment,
-                              trainer_torch=self.backend.capabilities.trainer_torch)
-            info = self.backend.jobs.submit(name, spec)
+            info = self.backend.jobs.submit(name, export_job(source, code, **self.asked()))
         self.log.info("Export job %s submitted: %s:%s to ONNX (opset %s)", name, source.name, source.version,
                       self.opset)
         return info
 
+    def stale(self, info: JobInfo, context: Context) -> str | None:
+        """A completed export job that refused (a person may have mended its environment or tolerance since) or was
+        asked otherwise is followed by the next attempt; one that passed with these settings is re-attached to."""
+        source = self.backend.models.get(self.model_name, int(self.model_version))
+        return stale_export(self.backend, info.name, export_key(source, **self.asked()))
+
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         require_completed(info, "export job")
-        verdict = read_verdict(self.backend, info.name, environment_field=ENVIRONMENT_FIELD)
+        local = self.backend.kind == "local"  # its jobs run in the backend's own Python: no environment to name
+        verdict = read_verdict(self.backend, info.name,
+                               environment_field="the local backend's Python" if local else ENVIRONMENT_FIELD,
+                               **({"environment_fix": LOCAL_FIX} if local else {}))
         parity = verdict["report"]
         source = self.backend.models.get(self.model_name, int(self.model_version))
         model = register_export(self.backend, info.name, source, verdict, opset=self.opset)

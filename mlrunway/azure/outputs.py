@@ -56,8 +56,9 @@ def output_files(datastores: Any, cache_dir: Path, base: str, path: str, names: 
     from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
 
     with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
-        for name in names:
-            download_artifact_from_aml_uri(_under(base, path, name), scratch, datastores)
+        for name in names:  # a file's download lands in the folder given, under its own name: keep its subfolder
+            (Path(scratch) / name).parent.mkdir(parents=True, exist_ok=True)
+            download_artifact_from_aml_uri(_under(base, path, name), str((Path(scratch) / name).parent), datastores)
         yield Path(scratch)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlrunway.backend.naming import attempt_name, attempt_number, attempts
 from mlrunway.backend.protocol import Jobs
@@ -63,10 +63,13 @@ def earlier_attempts(jobs: Jobs, name: str, base: str) -> list[JobInfo]:
     return [jobs.get(attempt_name(base, n)) for n in range(1, attempt_number(name))]
 
 
-def submit_or_reattach(jobs: Jobs, base: str, submit: Callable[[str], JobInfo]) -> Attempt:
+def submit_or_reattach(jobs: Jobs, base: str, submit: Callable[[str], JobInfo],
+                       stale: Callable[[JobInfo], str | None] | None = None) -> Attempt:
     """Re-attach to the newest attempt of ``base`` unless it ended Failed or Canceled; then ``submit`` the next.
 
-    ``submit(name)`` submits the job under ``name`` and returns it.
+    ``submit(name)`` submits the job under ``name`` and returns it. ``stale(job)``, asked of a Completed attempt, says
+    why its result no longer answers what is asked (a refusal a person may have mended since, other settings), or
+    None: a stale attempt is followed by the next one too.
     """
     latest = latest_attempt(jobs, base)
     if latest is None:
@@ -74,6 +77,9 @@ def submit_or_reattach(jobs: Jobs, base: str, submit: Callable[[str], JobInfo]) 
     if latest.status in RETRYABLE:  # what the backend can restart (a local sweep whose controller died) goes on
         latest = jobs.recover(latest.name)
     if latest.status not in RETRYABLE:
-        return Attempt(Action.REATTACHED, latest)
+        why = stale(latest) if stale is not None and latest.status is JobStatus.COMPLETED else None
+        if why is None:
+            return Attempt(Action.REATTACHED, latest)
+        latest = replace(latest, error=why)
     name = attempt_name(base, attempt_number(latest.name) + 1)
     return Attempt(Action.RETRIED, submit(name), previous=latest)

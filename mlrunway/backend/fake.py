@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -192,7 +193,9 @@ class FakeJobs(Jobs):
         report = Path(self.backend.named_output(name, "report"))
         report.mkdir(parents=True, exist_ok=True)
         signature = json.loads((onnx / "signature.json").read_text()) if (onnx / "signature.json").is_file() else {}
-        (report / "parity.json").write_text(json.dumps({"format": 1, "signature": signature, **self.export_verdict}))
+        key = re.search(r"--key (\S+)", spec.command)  # echoed as the runner does
+        (report / "parity.json").write_text(json.dumps({"format": 1, "key": key.group(1) if key else "",
+                                                        "signature": signature, **self.export_verdict}))
 
     def _referenced(self, name: str, spec: CommandJobSpec) -> None:
         """What the smoke test's reference job leaves in ``answer/answer.json``: the endpoints' scorer's answer to the
@@ -204,7 +207,8 @@ class FakeJobs(Jobs):
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         folder = Path(self.backend.named_output(name, "answer"))
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "answer.json").write_text(json.dumps(answer))
+        key = re.search(r"--key (\S+)", spec.command)  # echoed as score_once.py does
+        (folder / "answer.json").write_text(json.dumps({"key": key.group(1) if key else "", **answer}))
 
     def get(self, name: str) -> JobInfo:
         if name not in self.records:

@@ -10,7 +10,7 @@ to ``sys.path``, score.py by ``spec_from_file_location``, ``AZUREML_MODEL_DIR`` 
 ``run(<the request's text>)``. Nothing is written into the code folder (no bytecode). The answer is the body the
 server would send: an ``AMLResponse``'s message, else the JSON of what ``run()`` returned.
 
-``<out>/answer.json``: ``{"status": 200, "body": "..."}``, or ``{"error": "<traceback>"}`` when score.py could not
+``<out>/answer.json``: ``{"key": "<--key>", "status": 200, "body": "..."}``, or ``{"key": ..., "error": "<traceback>"}`` when score.py could not
 answer; exit 0 either way (the deploy task reads it).
 """
 
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parse = argparse.ArgumentParser(prog="score_once", description=__doc__.split("\n\n")[0])
     for name in ("--code", "--script", "--model", "--request", "--out"):
         parse.add_argument(name, required=True)
+    parse.add_argument("--key", default="", help="what the task asked, as a digest, echoed into the answer")
     args = parse.parse_args(argv)
     try:
         outcome = answer(args.code, args.script, args.model, args.request)
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = {"error": traceback.format_exc(limit=20)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / ANSWER_FILE).write_text(json.dumps(outcome))
+    (out / ANSWER_FILE).write_text(json.dumps({"key": args.key, **outcome}))
     print(f"score_once: {'answered ' + str(outcome['status']) if 'status' in outcome else 'failed'}", flush=True)
     return 0
 

@@ -15,6 +15,7 @@ An image classifier with no request file is smoke-tested as before: one real val
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -239,12 +240,24 @@ def needs_reference(sample_request: Any, expected_response: Any) -> bool:
     return bool(sample_request) and not expected_response
 
 
-def reference_job(model: Any, settings: DeploymentSettings, request: Path, code: Path) -> CommandJobSpec:
+def reference_key(settings: DeploymentSettings, request: Path) -> str:
+    """A digest of what a reference job is asked: the model version, the scoring script, the deployment's environment
+    variables, the request's bytes and every file of the code folder (a score.py mended since is asked anew)."""
+    digest = hashlib.sha256(json.dumps([settings.model, settings.scoring_script,
+                                        sorted(settings.environment_variables.items())]).encode())
+    digest.update(request.read_bytes())
+    code = Path(settings.code_dir)
+    for path in sorted(p for p in code.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(code)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def reference_job(model: Any, settings: DeploymentSettings, request: Path, code: Path, key: str = "") -> CommandJobSpec:
     """The reference job of ``model`` (a ModelVersion): :mod:`.score_once` as its code folder (``code``), the team's
     code folder, the model version's folder and the request file as its inputs, the deployment's environment
-    variables set; its answer in ``outputs.answer``."""
+    variables set; its answer in ``outputs.answer``, with ``key`` (:func:`reference_key`) echoed."""
     command = ("python score_once.py --code ${{inputs.code}} --script ${{inputs.script}} --model ${{inputs.model}} "
-               "--request ${{inputs.request}} --out ${{outputs.answer}}")
+               f"--request ${{{{inputs.request}}}} --out ${{{{outputs.answer}}}} --key {key or '-'}")
     return CommandJobSpec(
         code=str(code), command=command,
         inputs={"code": Input(path=str(Path(settings.code_dir).resolve())), "script": settings.scoring_script,
@@ -264,13 +277,32 @@ def start_reference(backend: Backend, base: str, settings: DeploymentSettings, r
     if not request.is_file():
         raise check.fail("deploy.sample_request", f"{request} does not exist", "pass a JSON request file")
     model = backend.models.get(settings.model_name, settings.model_version)
+    key = reference_key(settings, request)
 
     def submit(name: str) -> Any:
         with tempfile.TemporaryDirectory(prefix="mlrunway-reference-") as code:
             shutil.copyfile(RUNNER, Path(code) / RUNNER.name)
-            return backend.jobs.submit(name, reference_job(model, settings, request, Path(code)))
+            return backend.jobs.submit(name, reference_job(model, settings, request, Path(code), key))
 
-    return submit_or_reattach(backend.jobs, base, submit).job.name
+    return submit_or_reattach(backend.jobs, base, submit, lambda info: _stale(backend, info.name, key)).job.name
+
+
+def _answer(backend: Backend, name: str) -> dict[str, Any] | None:
+    with backend.output_folder(backend.named_output(name, ANSWER_OUTPUT), "") as folder:
+        try:
+            answer = json.loads((Path(folder) / "answer.json").read_text())
+        except (OSError, ValueError):
+            return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _stale(backend: Backend, name: str, key: str) -> str | None:
+    """Why the completed reference job ``name`` does not answer ``key`` (score.py failed there, or it was asked
+    otherwise: a re-run after a person mended score.py submits the next attempt), or None."""
+    answer = _answer(backend, name)
+    if answer is None or "error" in answer:
+        return "score.py did not answer there"
+    return None if answer.get("key") == key else "it was asked otherwise (the model, code, request or environment)"
 
 
 def expected_answer(backend: Backend, base: str, settings: DeploymentSettings | None, request: Path,
@@ -288,16 +320,15 @@ def expected_answer(backend: Backend, base: str, settings: DeploymentSettings | 
     latest = latest_attempt(backend.jobs, base)
     name = latest.name if latest is not None else start_reference(backend, base, settings, request)
     try:
-        info = backend.jobs.wait(name, timeout=timeout_s)
+        info = backend.jobs.wait(name, timeout=timeout_s, outage_s=backend.capabilities.transient_outage_s,
+                                 backend=backend.kind)
     except JobTimedOut as exc:
         raise check.fail("deploy.expected_response", f"is missing, and the reference job {name} running {script} "
                          f"did not end within {timeout_s:g} s", fix) from exc
     if info.status is not JobStatus.COMPLETED:
         raise check.fail("deploy.expected_response", f"is missing, and the reference job {name} running {script} "
                          f"ended {info.status.value}: {info.error or 'see its log'}", fix)
-    with backend.output_folder(backend.named_output(name, ANSWER_OUTPUT), "") as folder:
-        path = Path(folder) / "answer.json"
-        answer = json.loads(path.read_text()) if path.is_file() else {"error": f"it left no {path.name}"}
+    answer = _answer(backend, name) or {"error": "it left no readable answer.json"}
     if "error" in answer:
         raise check.fail("deploy.expected_response", f"is missing, and {script} could not compute it in the "
                          f"reference job {name}", f"{fix}. Its error:\n{shorten(str(answer['error']), 1500)}")

@@ -45,7 +45,7 @@ from mlrunway.local.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-_RUN_JOB = re.compile(r"^(?P<prefix>.+)-(?P<key>[0-9a-f]{8})-(?:train|sweep)(?:-a\d+)?$")
+_RUN_JOB = re.compile(r"^(?P<prefix>.+)-(?P<key>[0-9a-f]{8})-(?:train|sweep|export|reference)(?:-a\d+)?$")
 _TRIAL = re.compile(r"^(?P<sweep>.+)_trial_\d+$")
 _CAPTURE_HOUR = re.compile(r"^\d{4}/\d{2}/\d{2}/\d{2}$")
 

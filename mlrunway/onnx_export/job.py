@@ -9,7 +9,7 @@ installed (they import only numpy, torch, onnx, onnxscript, onnxruntime and, for
 ``<report>/parity.json`` and exits 0 whatever the verdict, a failed gate included: a gate that fails is an answer,
 read by the export task (which raises the ParityError), not a crash. Only what it did not foresee exits non-zero.
 
-``parity.json``: ``{"format": 1, "passed": true, "report": {<ParityReport.to_dict()>}, "signature": {<the ONNX
+``parity.json``: ``{"format": 1, "key": "<--key>", "passed": true, "report": {<ParityReport.to_dict()>}, "signature": {<the ONNX
 model's signature.json>}, "torch": "2.13.0", "onnxruntime": "1.31.1"}``, or ``{"format": 1, "passed": false, "error": "ParityError" | "SpecError" |
 "environment", "message": "...", "missing": [<packages the environment lacks>]}``.
 """
@@ -71,12 +71,13 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--inputs-file", default=None, help="the gate's inputs, relative to the model folder")
     parse.add_argument("--data-dir", default=None, help="an image classifier's ImageFolder data (val/ is read)")
     parse.add_argument("--trainer-torch", default=None, help="the torch the trials trained with")
+    parse.add_argument("--key", default="", help="what the task asked, as a digest, echoed into the verdict")
     return parse
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    outcome = {"format": FORMAT, **verdict(args)}
+    outcome = {"format": FORMAT, "key": args.key, **verdict(args)}
     report = Path(args.report)
     report.mkdir(parents=True, exist_ok=True)
     (report / REPORT_FILE).write_text(json.dumps(outcome, indent=1))

@@ -9,6 +9,7 @@ structural :class:`ExportBackend` (this layer sits under :mod:`mlrunway.backend`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -112,8 +113,10 @@ def export_job(model: Any, code: str | Path, *, data_dir: str | None = None, ops
         raise SpecError(f"export.inputs_file: {inputs_file!r} is not a .npy or .npz file inside the model folder; "
                         "pass its name there, without spaces, e.g. sample_inputs.npy")
     inputs: dict[str, Any] = {"model": Input(path=model.path)}
+    key = export_key(model, data_dir=data_dir, opset=opset, atol=atol, rtol=rtol, inputs_file=inputs_file,
+                     trainer_torch=trainer_torch, environment=environment)
     command = [f"python -m {RUNNER_PACKAGE}.job --model ${{{{inputs.model}}}} --onnx ${{{{outputs.{ONNX_OUTPUT}}}}}",
-               f"--report ${{{{outputs.{REPORT_OUTPUT}}}}} --opset {opset}"]
+               f"--report ${{{{outputs.{REPORT_OUTPUT}}}}} --opset {opset} --key {key}"]
     command += [f"--atol {atol!r}"] if atol is not None else []
     command += [f"--rtol {rtol!r}"] if rtol is not None else []
     command += [f"--inputs-file {inputs_file}"] if inputs_file else []
@@ -128,26 +131,55 @@ def export_job(model: Any, code: str | Path, *, data_dir: str | None = None, ops
         tags={ROLE_TAG: ROLE, "source_model": f"{model.name}:{model.version}", "opset": str(opset)})
 
 
-def read_verdict(backend: ExportBackend, job_name: str, *, environment_field: str) -> dict[str, Any]:
+def export_key(model: Any, **settings: Any) -> str:
+    """A digest of what an export job is asked (the model version and every setting that changes its answer): the
+    job echoes it into its verdict, so a re-run finds whether a completed job answered the same question."""
+    asked = {"model": f"{model.name}:{model.version}", "path": model.path, **settings}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stale_export(backend: ExportBackend, job_name: str, key: str) -> str | None:
+    """Why the completed export job ``job_name`` does not answer ``key`` (it refused, or was asked otherwise: a
+    re-run after a person mended the environment or the tolerance submits the next attempt), or None."""
+    verdict = _verdict(backend, job_name)
+    if verdict is None:
+        return f"it left no readable {REPORT_FILE}"
+    if not verdict.get("passed"):
+        return f"it refused: {str(verdict.get('message'))[:200]}"
+    if verdict.get("key") != key:
+        return "it was asked with other settings"
+    return None
+
+
+def _verdict(backend: ExportBackend, job_name: str) -> dict[str, Any] | None:
+    with backend.output_folder(backend.named_output(job_name, REPORT_OUTPUT), "") as folder:
+        try:
+            verdict = json.loads((Path(folder) / REPORT_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+    return verdict if isinstance(verdict, dict) else None
+
+
+AZURE_ENVIRONMENT_FIX = ("name an environment with the trials' torch, onnx, onnxscript and onnxruntime, or leave it "
+                         "empty for mlrunway's own")
+
+
+def read_verdict(backend: ExportBackend, job_name: str, *, environment_field: str,
+                 environment_fix: str = AZURE_ENVIRONMENT_FIX) -> dict[str, Any]:
     """The export job's ``parity.json``; a gate it failed raises ParityError, a model or setting it refused
     SpecError, an environment without what export needs SpecError naming ``environment_field``; a job that left
     no verdict JobFailed. Returns the verdict of a passed gate: its ``report`` (the parity figures) and the ONNX
     model's ``signature``."""
-    with backend.output_folder(backend.named_output(job_name, REPORT_OUTPUT), "") as folder:
-        path = Path(folder) / REPORT_FILE
-        try:
-            verdict = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise JobFailed(f"export job {job_name} left no readable {REPORT_FILE} ({type(exc).__name__}: {exc}); "
-                            "its log says why") from None
-    if not isinstance(verdict, dict) or verdict.get("format") != FORMAT:
+    verdict = _verdict(backend, job_name)
+    if verdict is None:
+        raise JobFailed(f"export job {job_name} left no readable {REPORT_FILE}; its log says why")
+    if verdict.get("format") != FORMAT:
         raise JobFailed(f"export job {job_name}: {REPORT_FILE} is not a verdict of format {FORMAT}: {verdict!r}")
     if verdict.get("passed"):
         return verdict
     error, message = verdict.get("error"), f"export job {job_name}: {verdict.get('message')}"
     if error == "environment":
-        raise SpecError(f"{environment_field}: {message}; name an environment with the trials' torch, onnx, onnxscript "
-                        "and onnxruntime, or leave it empty for mlrunway's own")
+        raise SpecError(f"{environment_field}: {message}; {environment_fix}")
     if error == "SpecError":
         raise SpecError(message)
     raise ParityError(message)

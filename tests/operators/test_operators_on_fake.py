@@ -735,8 +735,8 @@ def test_export_runs_as_a_job_whose_onnx_output_is_registered_with_its_parity(fa
     model = fake.models.get("fk-model-onnx", 1)
     assert model.properties["source_job"] == NAMES.export_job and model.properties["parity"] == result["parity"]
     assert json.loads((Path(model.path) / "signature.json").read_text())["format"] == "onnx"
-    # A retry re-attaches to the completed job and finds the version it registered.
-    again = export().execute(context())
+    # A retry (the same settings) re-attaches to the completed job and finds the version it registered.
+    again = export(data_dir="/data/digits", atol=1e-3).execute(context())
     assert again["model_version"] == 1 and list(fake.jobs.records) == [NAMES.export_job]
 
 
@@ -822,3 +822,43 @@ def test_with_expected_response_no_reference_job_is_started(fake, tmp_path):
                                   expected_response="expected.json", defer_after_s=1,
                                   poll_interval_s=0.001).execute(context())
     assert deployed["smoke_matched"].startswith("as expected (expected.json") and fake.jobs.records == {}
+
+
+def test_a_rerun_after_a_refused_export_or_with_other_settings_submits_the_next_attempt(fake, tmp_path):
+    """A refusal is the job's answer (Completed): a person mends the tolerance or the environment and clears the
+    task; the re-run must ask again, not re-read the old refusal. One that passed with these settings re-attaches."""
+    registered(fake, tmp_path)
+    fake.jobs.export_verdict = {"passed": False, "error": "ParityError", "message": "worst output used 4.2x"}
+    with pytest.raises(ParityError):
+        export().execute(context())
+    fake.jobs.export_verdict = FakeBackend().jobs.export_verdict  # the mended setting passes
+    mended = export(atol=1e-3)
+    assert mended.execute(context())["job_name"] == f"{NAMES.export_job}-a2"
+    assert mended.attempt.describe().startswith(f"{NAMES.export_job} ended Completed (it refused: worst output")
+    again = export(atol=1e-3)
+    assert again.execute(context())["job_name"] == f"{NAMES.export_job}-a2" and again.attempt.action is Action.REATTACHED
+    other = export(atol=1e-2)  # asked otherwise: the next attempt, its own ONNX version
+    assert other.execute(context())["job_name"] == f"{NAMES.export_job}-a3"
+    assert other.attempt.describe().startswith(f"{NAMES.export_job}-a2 ended Completed (it was asked with other settings)")
+    assert [m.properties["source_job"] for m in fake.models.list("fk-model-onnx")] == [f"{NAMES.export_job}-a2",
+                                                                                       f"{NAMES.export_job}-a3"]
+
+
+def test_a_reference_job_is_asked_again_when_score_py_failed_there_or_changed_since(fake, tmp_path):
+    from mlrunway.backend.types import DeploymentSettings
+    from mlrunway.deploy.smoke import expected_answer, start_reference
+
+    (tmp_path / "req.json").write_text('{"x": 1}')
+    (tmp_path / "score.py").write_text("def init():\n    pass\n")
+    fake.models.register("reg", REPO / "training" / "score.py")
+    settings = DeploymentSettings(model="reg:1", code_dir=str(tmp_path))
+    fake.endpoints.scorer = lambda payload, deployment: (_ for _ in ()).throw(RuntimeError("score.py: init failed"))
+    assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref"
+    with pytest.raises(SpecError, match="could not compute it in the reference job ref"):
+        expected_answer(fake, "ref", settings, tmp_path / "req.json")
+    fake.endpoints.scorer = lambda payload, deployment: '{"y": 2}'  # mended
+    assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref-a2"
+    assert expected_answer(fake, "ref", settings, tmp_path / "req.json")[0] == {"y": 2}
+    assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref-a2"  # the same question: re-attach
+    (tmp_path / "score.py").write_text("def init():\n    pass\n# changed\n")
+    assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref-a3"  # the code changed: ask again

@@ -194,6 +194,16 @@ def test_the_model_contract_is_checked_on_azure_reading_the_signature_and_never_
     read = [r.path for r in fake.requests[sent:] if r.method == "GET" and not r.query.get("restype")]
     assert any(p.endswith("/model/signature.json") for p in read), read
     assert not any(p.endswith("/model.pt2") for p in read), read  # asked about (HEAD), never downloaded
+    # The inputs file in a subfolder comes down to the same subfolder (the download lands a file by its own name).
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((4, 1, 8, 8), np.float32))
+    fake.blobs[f"{prefix}/inputs/sample.npy"] = buffer.getvalue()
+    checked = check_model_output(azure, "job-m", model_path, {"inputs_file": "inputs/sample.npy"})
+    assert checked == ["inputs/sample.npy", "model.pt2", "signature.json"]
     del fake.blobs[f"{prefix}/model.pt2"]
     with pytest.raises(JobFailed, match=r"signature.json names 'model.pt2', which is not there \(found: signature.json\)"):
         check_model_output(azure, "job-m", model_path)
