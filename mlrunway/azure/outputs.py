@@ -51,7 +51,7 @@ def _under(base: str, path: str, name: str = "") -> str:
 
 @contextmanager
 def output_files(datastores: Any, cache_dir: Path, base: str, path: str, names: Sequence[str]) -> Iterator[Path]:
-    """Those of ``names`` (files directly under ``base``/``path``) that exist, downloaded one by one into a scratch
+    """Those of ``names`` (files under ``base``/``path``, by their relative paths) that exist, downloaded one by one into a scratch
     folder of ``cache_dir`` for the context: a model check reads its signature, never the model."""
     from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
 

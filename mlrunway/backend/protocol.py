@@ -416,7 +416,7 @@ class OutputFiles(Protocol):
     the model. A backend without it (its outputs are folders here) is read through ``output_folder``."""
 
     def output_files(self, base: str, path: str, names: Sequence[str]) -> AbstractContextManager[Path]:
-        """A folder holding those of ``names`` (files directly under ``base``/``path``) that exist."""
+        """A folder holding those of ``names`` (files under ``base``/``path``, by their relative paths) that exist."""
         ...
 
     def output_exists(self, base: str, path: str, name: str) -> bool:
