@@ -88,20 +88,24 @@ def _model_folder(backend: Backend, base: str, path: str, inputs_file: str | Non
     wanted = [SIGNATURE, *([inputs_file] if inputs_file else [])]
     with backend.output_files(base, path, wanted) as folder:
         found = [name for name in wanted if (folder / name).is_file()]
-        model_file = _named_model_file(folder / SIGNATURE)
-        # The file signature.json names; without signature.json, the contract's model files (to say what is there).
-        probe = [model_file] if model_file else [] if (folder / SIGNATURE).is_file() else list(MODEL_FILES)
+        if (folder / SIGNATURE).is_file():  # the file it names (one it cannot name is the check's to refuse)
+            named, _ = _named_model_file(folder / SIGNATURE)
+            probe = [named] if isinstance(named, str) else []
+        else:  # the contract's model files, to say what is there
+            probe = list(MODEL_FILES)
         found += [name for name in probe if backend.output_exists(base, path, name)]
         yield folder, sorted(found)
 
 
-def _named_model_file(signature: Path) -> str | None:
-    """The model file a signature.json names (``model.pt2`` when it names none); None when it cannot be read."""
+def _named_model_file(signature: Path) -> tuple[Any, str | None]:
+    """(the model file signature.json names, ``model.pt2`` when it names none; None) or (None, why it cannot say)."""
     try:
-        named = json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
-    except (OSError, ValueError, AttributeError):
-        return None
-    return named if isinstance(named, str) else None
+        named = json.loads(signature.read_text())
+    except ValueError as exc:
+        return None, f"signature.json is not JSON ({exc})"
+    if not isinstance(named, dict):
+        return None, f"signature.json is {type(named).__name__}, not an object"
+    return named.get("file") or MODEL_FILES[0], None
 
 
 def check_metrics(backend: Backend, job_name: str, required: Sequence[str]) -> dict[str, float]:
@@ -123,10 +127,7 @@ def _check_model_folder(job_name: str, model_path: str, folder: Path, found: lis
     elif not signature.is_file():
         problem = "signature.json is missing"
     else:
-        try:
-            model_file = json.loads(signature.read_text()).get("file") or MODEL_FILES[0]
-        except ValueError as exc:
-            model_file, problem = None, f"signature.json is not JSON ({exc})"
+        model_file, problem = _named_model_file(signature)
         if model_file is not None and model_file not in found:
             problem = f"signature.json names {model_file!r}, which is not there"
     if problem:

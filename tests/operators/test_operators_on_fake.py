@@ -396,6 +396,8 @@ def npy(array: Any) -> bytes:
                  "signature.json names 'model.onnx', which is not there", id="names-a-missing-file"),
     pytest.param({"model/signature.json": "{}", "model/model.pt2": "x"}, "outputs/weights", "nothing is there",
                  id="elsewhere"),
+    pytest.param({"model/signature.json": '["model.pt2"]', "model/model.pt2": "x"}, "outputs/model",
+                 "signature.json is list, not an object", id="not-an-object"),
 ])
 def test_a_training_job_without_the_model_contract_fails_before_the_sweep(fake, files, model_path, problem):
     fake.jobs.output_files = files
