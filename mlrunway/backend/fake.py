@@ -193,9 +193,8 @@ class FakeJobs(Jobs):
         report = Path(self.backend.named_output(name, "report"))
         report.mkdir(parents=True, exist_ok=True)
         signature = json.loads((onnx / "signature.json").read_text()) if (onnx / "signature.json").is_file() else {}
-        key = re.search(r"--key (\S+)", spec.command)  # echoed as the runner does
-        (report / "parity.json").write_text(json.dumps({"format": 1, "key": key.group(1) if key else "",
-                                                        "signature": signature, **self.export_verdict}))
+        (report / "parity.json").write_text(json.dumps({"format": 1, "key": _echoed_key(spec), "signature": signature,
+                                                        **self.export_verdict}))
 
     def _referenced(self, name: str, spec: CommandJobSpec) -> None:
         """What the smoke test's reference job leaves in ``answer/answer.json``: the endpoints' scorer's answer to the
@@ -207,8 +206,7 @@ class FakeJobs(Jobs):
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         folder = Path(self.backend.named_output(name, "answer"))
         folder.mkdir(parents=True, exist_ok=True)
-        key = re.search(r"--key (\S+)", spec.command)  # echoed as score_once.py does
-        (folder / "answer.json").write_text(json.dumps({"key": key.group(1) if key else "", **answer}))
+        (folder / "answer.json").write_text(json.dumps({"key": _echoed_key(spec), **answer}))
 
     def get(self, name: str) -> JobInfo:
         if name not in self.records:
@@ -443,6 +441,12 @@ class FakeEndpoints(Endpoints):
             raise EndpointError(f"endpoint {endpoint}: HTTP 404: no deployment {target or 'has traffic'}")
         self.invocations.append((endpoint, target, payload))
         return self.scorer(payload, target)
+
+
+def _echoed_key(spec: CommandJobSpec) -> str:
+    """The ``--key`` an export or reference job echoes into its answer, as their runners do."""
+    found = re.search(r"--key (\S+)", spec.command)
+    return found.group(1) if found else ""
 
 
 def _no_scorer(payload: Any, deployment: str | None) -> str:

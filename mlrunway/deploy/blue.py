@@ -75,10 +75,15 @@ def model_signature(backend: Backend, model_name: str, model_version: int) -> di
 def begin_reference(backend: Backend, request: DeployRequest) -> None:
     """Start the smoke test's reference job when it needs one, before provisioning: its queue and start-up (minutes
     on Azure ML) overlap the deployment's; :func:`promote_blue` waits for its answer."""
-    if smoke.needs_reference(request.sample_request, request.expected_response):
-        smoke.start_reference(backend, reference_name(request.endpoint, request.reference_job, request.settings,
-                                                      request.sample_request), request.settings,
-                              Path(request.sample_request))  # type: ignore[arg-type]
+    _begin_reference(backend, request.endpoint, request.settings, request.sample_request, request.expected_response,
+                     request.reference_job)
+
+
+def _begin_reference(backend: Backend, endpoint: str, settings: DeploymentSettings, sample_request: str | Path | None,
+                     expected_response: str | Path | None, reference_job: str | None = None) -> None:
+    if sample_request is not None and smoke.needs_reference(sample_request, expected_response):
+        smoke.start_reference(backend, reference_name(endpoint, reference_job, settings, sample_request), settings,
+                              Path(sample_request))
 
 
 def reference_name(endpoint: str, reference_job: str | None, settings: DeploymentSettings | None = None,
@@ -187,9 +192,7 @@ def deploy_blue(backend: Backend, endpoint: str, settings: DeploymentSettings, d
                 ignore_keys: Sequence[str] = ()) -> dict[str, Any]:
     """Safe rollout, waiting here: the endpoint, `blue` with no traffic, a smoke test by header, then 100% (the smoke
     test's reference job, when it needs one, started first: ``<endpoint>-reference-<8 hex>``, :func:`reference_name`)."""
-    if smoke.needs_reference(sample_request, expected_response):
-        smoke.start_reference(backend, reference_name(endpoint, None, settings, sample_request), settings,
-                              Path(sample_request))  # type: ignore[arg-type]
+    _begin_reference(backend, endpoint, settings, sample_request, expected_response)
     backend.endpoints.create_or_update(endpoint, endpoint_settings)
     backend.endpoints.create_or_update_deployment(endpoint, "blue", settings, timeout_s=timeout_s)
     return promote_blue(backend, endpoint, settings.model_name, settings.model_version, data_dir, sample_request,
