@@ -40,8 +40,7 @@ def output_folder(datastores: Any, cache_dir: Path, base: str, path: str) -> Ite
     from azure.ai.ml._artifacts._artifact_utilities import download_artifact_from_aml_uri
 
     with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
-        uri = f"{base.rstrip('/')}/{path}".rstrip("/") + "/"
-        download_artifact_from_aml_uri(uri, scratch, datastores)
+        download_artifact_from_aml_uri(_under(base, path) + "/", scratch, datastores)
         yield Path(scratch)
 
 

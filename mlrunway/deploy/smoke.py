@@ -34,6 +34,7 @@ from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import EndpointError, JobTimedOut, shorten
 from mlrunway.onnx_export.parity import tolerance_used
+from mlrunway.onnx_export.registered import output_json
 from mlrunway.settings import EMPTY_IS_NONE, SettingsError, parse, setting
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec, Input, Output
 
@@ -288,12 +289,7 @@ def start_reference(backend: Backend, base: str, settings: DeploymentSettings, r
 
 
 def _answer(backend: Backend, name: str) -> dict[str, Any] | None:
-    with backend.output_folder(backend.named_output(name, ANSWER_OUTPUT), "") as folder:
-        try:
-            answer = json.loads((Path(folder) / "answer.json").read_text())
-        except (OSError, ValueError):
-            return None
-    return answer if isinstance(answer, dict) else None
+    return output_json(backend, name, ANSWER_OUTPUT, "answer.json")
 
 
 def _stale(backend: Backend, name: str, key: str) -> str | None:

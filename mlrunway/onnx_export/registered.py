@@ -151,13 +151,19 @@ def stale_export(backend: ExportBackend, job_name: str, key: str) -> str | None:
     return None
 
 
-def _verdict(backend: ExportBackend, job_name: str) -> dict[str, Any] | None:
-    with backend.output_folder(backend.named_output(job_name, REPORT_OUTPUT), "") as folder:
+def output_json(backend: ExportBackend, job_name: str, output: str, file: str) -> dict[str, Any] | None:
+    """The JSON object a job left as ``file`` in its named ``output`` (the export job's verdict, the reference job's
+    answer), read through the backend; None when it is not there or not an object."""
+    with backend.output_folder(backend.named_output(job_name, output), "") as folder:
         try:
-            verdict = json.loads((Path(folder) / REPORT_FILE).read_text())
+            found = json.loads((Path(folder) / file).read_text())
         except (OSError, ValueError):
             return None
-    return verdict if isinstance(verdict, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def _verdict(backend: ExportBackend, job_name: str) -> dict[str, Any] | None:
+    return output_json(backend, job_name, REPORT_OUTPUT, REPORT_FILE)
 
 
 AZURE_ENVIRONMENT_FIX = ("name an environment with the trials' torch, onnx, onnxscript and onnxruntime, or leave it "
@@ -218,7 +224,7 @@ def export_registered(backend: ExportBackend, name: str, version: int | str, *, 
                                                  inputs_file=inputs_file, trainer_torch=trainer_torch,
                                                  environment=environment))
     info = (wait or (lambda job: backend.jobs.wait(job, timeout=timeout)))(job_name)
-    if getattr(info, "status", None) is not None and info.status.value != "Completed":
+    if info.status.value != "Completed":  # pipeline.require_completed's rule (that layer sits above this one)
         raise JobFailed(f"export job {job_name} ended {info.status.value}: {info.error or 'see its log'}")
     verdict = read_verdict(backend, job_name, environment_field="export.environment")
     return register_export(backend, job_name, source, verdict, opset=opset), verdict["report"]
