@@ -14,8 +14,8 @@ from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
 
 ENVIRONMENT_FIELD = "export.environment (ExportOnnxOperator(environment=), or the connection's export_environment)"
-LOCAL_FIX = ('install torch (first, from PyTorch\'s index) and "mlrunway[local]" where the local backend runs: its '
-             "jobs run in its own Python")
+OWN_PYTHON_FIX = ('install torch (first, from PyTorch\'s index) and "mlrunway[local]" where the {kind} backend runs: '
+                  "its jobs run in its own Python")
 
 
 class ExportOnnxOperator(MlrunwayJobOperator):
@@ -80,10 +80,12 @@ class ExportOnnxOperator(MlrunwayJobOperator):
 
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         require_completed(info, "export job")
-        local = self.backend.kind == "local"  # its jobs run in the backend's own Python: no environment to name
-        verdict = read_verdict(self.backend, info.name,
-                               environment_field="the local backend's Python" if local else ENVIRONMENT_FIELD,
-                               **({"environment_fix": LOCAL_FIX} if local else {}))
+        if self.backend.capabilities.job_environments:
+            verdict = read_verdict(self.backend, info.name, environment_field=ENVIRONMENT_FIELD)
+        else:  # its jobs run in the backend's own Python: no environment to name
+            kind = self.backend.kind
+            verdict = read_verdict(self.backend, info.name, environment_field=f"the {kind} backend's Python",
+                                   environment_fix=OWN_PYTHON_FIX.format(kind=kind))
         parity = verdict["report"]
         source = self.backend.models.get(self.model_name, int(self.model_version))
         model = register_export(self.backend, info.name, source, verdict, opset=self.opset)

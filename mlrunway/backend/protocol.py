@@ -67,6 +67,9 @@ class Capabilities:
     :param transient_outage_s: how long a wait rides out reads that bring no news (``Unavailable``: a service
         briefly away) before it gives up on the watch (the work may still run; a retry re-attaches). 0: at once
         (a local backend raises no Unavailable).
+    :param trainer_torch: the torch its jobs train with, where mlrunway knows it (the export job must load theirs).
+    :param job_environments: whether each job runs in an environment it names (Azure ML); False: every job runs in
+        the backend's own Python (the local backend), so what a job lacks is installed there.
     """
 
     poll_interval_s: float = 2.0
@@ -75,6 +78,7 @@ class Capabilities:
     metrics_period_s: float = 0.25
     transient_outage_s: float = 0.0
     trainer_torch: str | None = None
+    job_environments: bool = True
 
 
 class _NamesChecked:

@@ -31,7 +31,7 @@ class LocalBackend:
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
     kind: str = "local"
-    capabilities: Capabilities = Capabilities(poll_interval_s=0.25)
+    capabilities: Capabilities = Capabilities(poll_interval_s=0.25, job_environments=False)
     endpoint_salt: str = ""  # a workspace's endpoints are its own: names derive from the run alone
 
     def __post_init__(self) -> None:

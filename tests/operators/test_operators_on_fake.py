@@ -864,3 +864,19 @@ def test_a_reference_job_is_asked_again_when_score_py_failed_there_or_changed_si
     assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref-a2"  # the same question: re-attach
     (tmp_path / "score.py").write_text("def init():\n    pass\n# changed\n")
     assert start_reference(fake, "ref", settings, tmp_path / "req.json") == "ref-a3"  # the code changed: ask again
+
+
+def test_where_jobs_run_in_the_backends_own_python_a_lacking_environment_says_to_install_there(fake, tmp_path,
+                                                                                                monkeypatch):
+    from dataclasses import replace
+
+    from mlrunway.local.backend import LocalBackend
+
+    assert LocalBackend.capabilities.job_environments is False  # the local backend's jobs run in its own Python
+    monkeypatch.setattr(fake, "capabilities", replace(fake.capabilities, job_environments=False))
+    registered(fake, tmp_path)
+    fake.jobs.export_verdict = {"passed": False, "error": "environment", "missing": ["onnx"],
+                                "message": "the export job's environment lacks onnx"}
+    with pytest.raises(SpecError, match=r"^the fake backend's Python: export job .* lacks onnx; install torch \(first, "
+                                        r"from PyTorch's index\) and \"mlrunway\[local\]\" where the fake backend runs"):
+        export().execute(context())
