@@ -14,7 +14,7 @@ DEMO_CONF ?= {}
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 
-.PHONY: setup check test test-fast test-long soak fuzz-long demo ui data bench bench-long bench-quick bench-readme clean constraints
+.PHONY: setup check test test-fast test-long soak fuzz-long demo ui docs data bench bench-long bench-quick bench-readme clean constraints
 
 setup: $(STAMP)
 
@@ -29,7 +29,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 	touch $@
 
 $(STAMP): $(DEMO_STAMP) tests/fake_backend/pyproject.toml
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow,test]"
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow,test,docs]"
 	# The fake backend as a connection type, for the tests only (tests/fake_backend/pyproject.toml).
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./tests/fake_backend
 	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).
@@ -42,7 +42,7 @@ $(STAMP): $(DEMO_STAMP) tests/fake_backend/pyproject.toml
 
 # Lint, then the layers (import-linter contracts in pyproject.toml) and types (mypy), then every test.
 check: $(STAMP)
-	$(PY) -m ruff check mlrunway operators dags plugins training examples tests bench
+	$(PY) -m ruff check mlrunway operators dags plugins training examples tests bench docs
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
 
@@ -64,8 +64,8 @@ test-fast: check
 # Outside CI: the soak's long profile (tests/chaos/soak.py), 1,000 random faults against a running workload, in
 # chunks of under an hour (each its own process; an interrupted run goes on from tests/chaos/results/soak.json).
 # Exits 1 when an invariant broke; the results file lists each with its fault and seed. Then the tests marked
-# long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog, the README's
-# UI recipe in a browser, the DAG on Celery workers and a backfill under the scheduler, Airflow's own faults, the
+# long (pytest -m long: minutes each, e.g. a seeded sweep's decisions repeated 5 times beside a CPU hog, the first-run
+# tutorial's UI recipe in a browser, the DAG on Celery workers and a backfill under the scheduler, Airflow's own faults, the
 # wheel installed in clean virtualenvs as a team installs it), and the damaged state file test's long profile
 # (DAMAGE_EXAMPLES generated damages; 1,000 in the suite).
 SOAK_FAULTS ?= 1000
@@ -105,6 +105,12 @@ ui: data
 	@echo "and kept in $(UI_HOME)/simple_auth_manager_passwords.json.generated). Schedule: $(UI_SCHEDULE). Ctrl-C stops it."
 	$(UI_ENV) $(VENV)/bin/airflow standalone
 
+# The documentation site (mkdocs.yml, docs/), its reference generated from the code, on http://127.0.0.1:$(DOCS_PORT);
+# make test builds it with --strict (tests/docs/test_site.py).
+DOCS_PORT ?= 8000
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:$(DOCS_PORT)
+
 # The whole DAG on the local backend (airflow dags test), then a short summary of what it did.
 demo: data
 	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > /dev/null
@@ -114,7 +120,7 @@ demo: data
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
 
 # Every benchmark of bench/ but the long one (about 70 minutes on 2 cores), each printing its figures and
-# recording bench/results/<name>.json with its commit, repeats and spread; then the README's figures from them.
+# recording bench/results/<name>.json with its commit, repeats and spread; then the docs' figures from them.
 # Each refuses a tree that differs from HEAD outside bench/results/ (commit first).
 bench: $(STAMP)
 	@command -v wrk > /dev/null || (echo "the endpoint benchmark needs wrk: apt-get install wrk"; exit 1)
@@ -147,9 +153,10 @@ bench-quick: $(STAMP)
 	$(PY) bench/rollout.py --window-s 5 --repeats 1 $(QUICK)
 	$(PY) bench/gate.py --gates 500 --repeats 1 $(QUICK)
 
-# The README's benchmark figures, written from bench/results/ (make bench runs it last).
+# The docs' benchmark figures (docs/explanation/performance.md and others), written from bench/results/ (make bench
+# runs it last).
 bench-readme: $(STAMP)
 	$(PY) bench/readme.py
 
 clean:
-	rm -rf .workspace .airflow data .pytest_cache
+	rm -rf .workspace .airflow data .pytest_cache site

@@ -1,8 +1,8 @@
-"""Write the README's benchmark figures from bench/results/, so the text and the figures cannot drift.
+"""Write the docs' benchmark figures from bench/results/, so the text and the figures cannot drift.
 
     .venv/bin/python bench/readme.py [--check]
 
-Each block of the README between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is rewritten from
+Each block of a docs page (``docs/**/*.md``; the performance page holds most) between ``<!-- bench:<name> -->`` and ``<!-- /bench:<name> -->`` is rewritten from
 ``bench/results/<name>.json``: its tables, the sentences that quote a figure, the targets' verdicts and where the
 figures come from (commit, repeats, machine). ``--check`` writes nothing and fails when a block differs from what
 the results say (a test runs it). Every figure is the median over the repeats, with the min and max beside it.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+DOCS = REPO / "docs"
 RESULTS = REPO / "bench" / "results"
 BLOCK = re.compile(r"(<!-- bench:(?P<name>[a-z_]+) [^>]*-->\n)(?P<body>.*?)(<!-- /bench:(?P=name) -->)", re.S)
 
@@ -271,25 +271,34 @@ def render(text: str, results: Path = RESULTS) -> str:
     def block(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in RENDER:
-            raise SystemExit(f"README block bench:{name} names no benchmark (known: {', '.join(RENDER)})")
+            raise SystemExit(f"docs block bench:{name} names no benchmark (known: {', '.join(RENDER)})")
         doc = json.loads((results / f"{name}.json").read_text())
         return f"{match[1]}{RENDER[name](doc)}\n{match[4]}"
 
     return BLOCK.sub(block, text)
 
 
+def pages() -> list[Path]:
+    """The docs pages that hold a benchmark block."""
+    return [page for page in sorted(DOCS.rglob("*.md")) if BLOCK.search(page.read_text())]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the README differs from the results")
+    parser.add_argument("--check", action="store_true", help="fail if a page differs from the results")
     args = parser.parse_args()
-    text = README.read_text()
-    written = render(text)
-    if args.check:
-        if written != text:
-            sys.exit("the README's benchmark figures differ from bench/results/: run make bench-readme")
-        return
-    README.write_text(written)
-    print(f"README.md: {len(BLOCK.findall(written))} benchmark blocks written from bench/results/")
+    stale = []
+    for page in pages():
+        text = page.read_text()
+        written = render(text)
+        if written == text:
+            continue
+        stale.append(page.relative_to(REPO).as_posix())
+        if not args.check:
+            page.write_text(written)
+    if args.check and stale:
+        sys.exit(f"the benchmark figures of {', '.join(stale)} differ from bench/results/: run make bench-readme")
+    print(f"{len(stale)} of {len(pages())} pages rewritten from bench/results/" if not args.check else "up to date")
 
 
 if __name__ == "__main__":

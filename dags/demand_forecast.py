@@ -10,8 +10,8 @@ from mlrunway.lifecycle import lifecycle
 CODE = str(Path(__file__).resolve().parent.parent / "examples" / "demand_forecast")
 COMMAND = ("python fit.py --rows 4000 --hidden-units ${{inputs.hidden_units}} --lr ${{inputs.lr}} --weight-decay "
            "${{inputs.weight_decay}} --epochs ${{inputs.epochs}} --model-dir ${{outputs.model}}")
-
-PARAMS = {"epochs": Param(8, type="integer", minimum=1), "max_trials": Param(4, type="integer", minimum=1)}
+PARAMS = {"epochs": Param(8, type="integer", minimum=1, description="Epochs of the job and of each trial."),
+          "max_trials": Param(4, type="integer", minimum=1, description="Trials the sweep runs at most.")}
 
 with DAG("demand_forecast", schedule=None, start_date=datetime(2026, 1, 5), params=PARAMS, tags=["mlrunway"]) as dag:
     lifecycle(

@@ -10,9 +10,10 @@ from mlrunway.lifecycle import lifecycle
 CODE = str(Path(__file__).resolve().parent.parent / "examples" / "support_tickets")
 COMMAND = ("python fit.py --tickets ${{inputs.tickets}} --embedding-dim ${{inputs.embedding_dim}} --lr ${{inputs.lr}} "
            "--epochs ${{inputs.epochs}} --model-dir ${{outputs.model}}")
-PARAMS = {"epochs": Param(6, type="integer", minimum=1), "max_trials": Param(4, type="integer", minimum=1),
-          "tickets": Param(1200, type="integer", minimum=100), "keep_endpoint": Param(False, type="boolean")}
-
+PARAMS = {"epochs": Param(6, type="integer", minimum=1, description="Epochs of the job and of each trial."),
+          "max_trials": Param(4, type="integer", minimum=1, description="Trials the sweep runs at most."),
+          "tickets": Param(1200, type="integer", minimum=100, description="Synthetic tickets the job generates."),
+          "keep_endpoint": Param(False, type="boolean", description="Keep the run's endpoint after cleanup.")}
 with DAG("support_tickets", schedule=None, start_date=datetime(2026, 1, 5), params=PARAMS, tags=["mlrunway"]) as dag:
     lifecycle(
         job={"command": COMMAND, "code": CODE, "experiment_name": "support-tickets",

@@ -40,7 +40,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = os.environ.get("MLRUNWAY_DATA_DIR") or str(PROJECT / "data" / "digits")
 # A deployment's cadence without editing the DAG: a cron expression or preset; "none" for manual triggers only.
 SCHEDULE = os.environ.get("MLRUNWAY_SCHEDULE", "@weekly")
-# A production endpoint that the scheduled runs improve (see the README); empty: each run its own endpoint.
+# A production endpoint that the scheduled runs improve (docs/tutorials/production-endpoint.md); empty: each run its own endpoint.
 ENDPOINT_NAME = os.environ.get("MLRUNWAY_ENDPOINT_NAME") or None
 # What a production endpoint's deployments collect by default: what its monitor (dags/monitor_endpoint.py) reads.
 DATA_COLLECTOR = ({"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": {"enabled": "true"}},

@@ -17,7 +17,7 @@ __all__ = ["BACKEND_EXTRAS", "MissingExtra", "installed_version", "require"]
 # The extra each of mlrunway's own backends needs, by connection type, and the modules that show it is installed.
 BACKEND_EXTRAS = {"mlrunway_local": ("local", ("mlflow", "optuna", "psutil", "uvicorn", "starlette")),
                   "azure_ml": ("azure", ("azure.ai.ml", "azure.identity", "azure.monitor.query"))}
-TORCH_FIRST = " (torch first, from PyTorch's CPU or CUDA index: README, \"Use mlrunway in your Airflow\")"
+TORCH_FIRST = " (torch first, from PyTorch's CPU or CUDA index: docs/how-to/install.md)"
 
 
 class MissingExtra(MlrunwayError):

@@ -76,10 +76,13 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         ``sample_request``, ``endpoint_name``, ``rollout``, ...) and ``keep_endpoint`` for the cleanup.
     :param export: ExportOnnxOperator's arguments (``inputs_file``, ``data_dir``, ``atol``, ``rtol``, ...).
     :param model_path: where the job leaves its model (``outputs/model``, or a named output ``${{outputs.model}}``).
+    :param name_prefix: prefix of every name the run creates (jobs, models, the endpoint).
+    :param backend_conn_id: the Airflow connection of the backend (``mlrunway_default``: local, no set-up).
     :param preflight: a check of the team's own, called with the context before the builder's checks.
     :param job_retries: the Train and Sweep tasks' retries, ``job_retry_delay`` apart: a retry re-attaches to the
         job whose watch was lost (its status unreadable past the connection's ``transient_outage_s``); a job that
         ended Failed or Canceled fails its task for good, never run again by a retry.
+    :param job_retry_delay: the delay between those retries.
     """
     sweep_args = _described("sweep", sweep, SWEEP_KEYS)
     deployment = dict(deployment or {})

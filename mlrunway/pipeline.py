@@ -132,8 +132,9 @@ def _check_model_folder(job_name: str, model_path: str, folder: Path, found: lis
             problem = f"signature.json names {model_file!r}, which is not there"
     if problem:
         raise JobFailed(f"job {job_name}: no model at {model_path}: {problem} (found: {', '.join(found) or 'none'}); "
-                        "save model.pt2 (torch.export) or model.onnx with signature.json there, as the README's "
-                        "model contract says, or point model_path at where the job saves it")
+                        "save model.pt2 (torch.export) or model.onnx with signature.json there, as the "
+                        "training-script contract says (docs/reference/training-script.md), or point model_path at "
+                        "where the job saves it")
 
 
 def pick_best(backend: Backend, sweep_name: str, model_name: str, model_path: str = "outputs/model") -> dict[str, Any]:

@@ -25,10 +25,12 @@ class MonitorEndpointOperator(MlrunwayBaseOperator):
     (Azure ML, with the connection's ``model_monitor``), the task creates or updates that monitor instead.
 
     :param endpoint_name: the production endpoint.
-    :param code_dir: the folder of its scoring script, which makes the reference; ``scoring_script`` its name.
+    :param code_dir: the folder of its scoring script, which makes the reference.
+    :param scoring_script: the scoring script's file name in ``code_dir``.
     :param data_dir: the training data, whose ``val/`` images the reference is made of (an image classifier);
     :param reference_requests: else a file of request bodies (JSON lines) to make it of;
     :param reference: else a folder of ``model_inputs.jsonl`` and ``model_outputs.jsonl`` rows, used as it is.
+    :param window_s: how far back the collected traffic is read, in seconds (default: a day).
     :param drift: the metrics and thresholds, in azure-ai-ml's words (:class:`~mlrunway.monitoring.drift.DriftSettings`).
     """
 

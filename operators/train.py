@@ -37,6 +37,7 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param experiment_name: MLflow / Azure ML experiment.
     :param display_name: the job's display name.
     :param tags: the job's tags.
+    :param timeout: seconds after which the backend cancels the job (``limits.timeout`` in azure-ai-ml).
     :param model_path: where the job leaves its model: a folder under its outputs (``outputs/model``, the
         default) or a named output (``${{outputs.model}}``); checked as soon as the job ends.
     :param export: the export task's settings the model is checked against then (``inputs_file``, read from its

@@ -19,14 +19,20 @@ from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' reference prints its help)."""
     parser = argparse.ArgumentParser(prog="python -m mlrunway.airflow.approval", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["show", "approve", "reject"])
-    parser.add_argument("model")
-    parser.add_argument("version", type=int)
+    parser.add_argument("action", choices=["show", "approve", "reject"],
+                        help="show the approval asked and the gate's evidence, or answer it")
+    parser.add_argument("model", help="the registered model (the run's ONNX model, e.g. digits-onnx)")
+    parser.add_argument("version", type=int, help="the version waiting for approval")
     parser.add_argument("--conn", default=DEFAULT_CONN_ID, help="the backend's Airflow connection")
     parser.add_argument("--by", default=getpass.getuser(), help="who answers (recorded on the version)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     backend = MlrunwayHook(args.conn).get_backend()
     tags = backend.models.get(args.model, args.version).tags
     if args.action == "show" or tags.get(APPROVAL_TAG) != "pending":

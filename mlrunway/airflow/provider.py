@@ -66,9 +66,13 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "Azure Machine Learning (mlrunway)",
                 "connection-type": "azure_ml",
                 "conn-fields": {
-                    "subscription_id": {"label": "Subscription ID", "schema": _STRING},
-                    "resource_group": {"label": "Resource group", "schema": _STRING},
-                    "workspace_name": {"label": "Workspace name", "schema": _STRING},
+                    "subscription_id": {"label": "Subscription ID", "schema": _STRING,
+                                        "description": "The Azure subscription that holds the workspace."},
+                    "resource_group": {"label": "Resource group", "schema": _STRING,
+                                       "description": "The workspace's resource group."},
+                    "workspace_name": {"label": "Workspace name", "schema": _STRING,
+                                       "description": "The Azure ML workspace the DAG's jobs, models and endpoints "
+                                                      "live in."},
                     "credential": {
                         "label": "Credential",
                         "schema": {"type": ["string", "null"], "default": "default",
@@ -77,9 +81,15 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "DefaultAzureCredential, a service principal (secret or certificate), "
                                        "managed identity or workload identity.",
                     },
-                    "tenant_id": {"label": "Tenant ID", "schema": _STRING},
-                    "certificate_path": {"label": "Certificate path (PEM or PKCS12)", "schema": _STRING},
-                    "token_file_path": {"label": "Federated token file (workload identity)", "schema": _STRING},
+                    "tenant_id": {"label": "Tenant ID", "schema": _STRING,
+                                  "description": "The Microsoft Entra tenant a service principal or a "
+                                                 "workload identity signs in at."},
+                    "certificate_path": {"label": "Certificate path (PEM or PKCS12)", "schema": _STRING,
+                                         "description": "The service principal's certificate (credential "
+                                                        "certificate); its password is the connection's password."},
+                    "token_file_path": {"label": "Federated token file (workload identity)", "schema": _STRING,
+                                        "description": "The federated token file of workload identity (with "
+                                                       "tenant_id and the Client ID)."},
                     "compute": {"label": "Compute cluster", "schema": _STRING,
                                 "description": "Where jobs and sweep trials run; empty: serverless compute."},
                     "job_instance_type": {"label": "Serverless job instance type", "schema": _STRING,
@@ -90,12 +100,17 @@ def get_provider_info() -> dict[str, Any]:
                                            "description": form_field(ExportSettings, "environment")["description"]},
                     "cloud": {"label": "Azure cloud", "schema": {"type": ["string", "null"], "default": "AzureCloud",
                                                                  "enum": ["AzureCloud", "AzureChinaCloud",
-                                                                          "AzureUSGovernment", None]}},
+                                                                          "AzureUSGovernment", None]},
+                              "description": "The ARM host, token scope, studio host and sign-in authority."},
                     "transient_outage_s": {"label": "Transient outage (s)", "schema": _STRING, "description": (
                         f"{form_field(Waits, 'transient_outage_s')['description']} Empty: "
                         f"{Waits().transient_outage_s:g}.")},
-                    "instance_type": {"label": "Deployment instance type", "schema": _STRING},
-                    "instance_count": {"label": "Deployment instance count", "schema": _STRING},
+                    "instance_type": {"label": "Deployment instance type", "schema": _STRING,
+                                      "description": "VM size of online deployments where the deploy task "
+                                                     "names none; empty: Standard_DS3_v2."},
+                    "instance_count": {"label": "Deployment instance count", "schema": _STRING,
+                                       "description": "Instances of each online deployment where the deploy "
+                                                      "task names none; empty: 1."},
                     "reports_folder": {"label": "Reports folder", "schema": _STRING,
                                        "description": "Where run reports are saved, on a disk the workers and the "
                                                       "API server share; empty: ~/.mlrunway/reports/<workspace>."},

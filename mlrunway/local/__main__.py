@@ -7,7 +7,7 @@ what a run left (a kept endpoint, a job still running); ``jobs cancel`` of a swe
 
 Every sweep whose controller died resumes from its record, and every endpoint whose server died restarts on its
 own port with its keys, deployments and traffic. Jobs that simply failed are left as they are (a task's retry
-submits them anew). Run it at boot, before the Airflow workers (a systemd unit: README, "Surviving faults").
+submits them anew). Run it at boot, before the Airflow workers (a systemd unit: docs/how-to/recover.md).
 
 Exit codes: 0 done; 1 what was named does not exist, or a step failed (the reason on stderr); 2 a usage error.
 """
@@ -52,7 +52,8 @@ def _workspace(parser: argparse.ArgumentParser) -> None:
                         help="workspace folder (default: $MLRUNWAY_WORKSPACE or ./.workspace)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' reference prints its help)."""
     parser = argparse.ArgumentParser(prog="python -m mlrunway.local", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="workspace folder (default: $MLRUNWAY_WORKSPACE or ./.workspace)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("verb", choices=verbs)
         sub.add_argument("name", nargs="?", help=f"the {noun[:-1]} ({' and '.join(verbs[1:])} need it)")
         _workspace(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("endpoints", "jobs") and args.verb != "list" and not args.name:
         parser.error(f"{args.command} {args.verb} needs a name: python -m mlrunway.local {args.command} {args.verb} "

@@ -19,7 +19,7 @@ import base64
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -63,7 +63,7 @@ class MonitorSettings:
     collection, a JSON-lines file of rows), the window, the deployment to watch (empty: every deployment with
     traffic) and the drift metrics (:class:`~mlrunway.monitoring.drift.Drift`)."""
 
-    endpoint: Annotated[str, BeforeValidator(_endpoint)]
+    endpoint: Annotated[str, BeforeValidator(_endpoint), Field(description="The endpoint whose traffic is watched.")]
     reference: Annotated[dict[Collection, str], BeforeValidator(_reference)] = setting(
         ..., min_length=1, description="The folder of model_inputs.jsonl and model_outputs.jsonl, or a file per "
                                        "collection.", problem="{value!r} names no reference rows",
@@ -72,9 +72,10 @@ class MonitorSettings:
     window_s: Annotated[float, NOT_A_FLAG] = setting(
         24 * 3600.0, gt=0, allow_inf_nan=False, description="How far back the collected traffic is read, in seconds.",
         problem="{value!r} is not a positive number of seconds", fix="pass e.g. 86400")
-    deployment: str | None = None
-    drift: Annotated[DriftSettings, BeforeValidator(_drift), WithJsonSchema({"type": "object"})] = field(
-        default_factory=DriftSettings)
+    deployment: str | None = Field(default=None,
+                                   description="The deployment to watch; empty: every deployment with traffic.")
+    drift: Annotated[DriftSettings, BeforeValidator(_drift), WithJsonSchema({"type": "object"})] = Field(
+        default_factory=DriftSettings, description="The drift metrics and their thresholds (the Drift group).")
 
     @classmethod
     def parse(cls, endpoint: str, reference: Mapping[str, Any] | str | None, *, window_s: Any = 24 * 3600.0,

@@ -1,5 +1,5 @@
 """The recorded figures: every results file names a clean commit of this history with its repeats and spread, and
-the README's benchmark blocks say what the results files say (bench/readme.py)."""
+the docs' benchmark blocks say what the results files say (bench/readme.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_every_results_file_names_a_clean_commit_of_this_history_with_its_spread
         assert len(figure["runs"]) >= 1 and figure["min"] <= figure["median"] <= figure["max"]
 
 
-def test_the_readme_says_what_the_results_files_say() -> None:
-    text = (REPO / "README.md").read_text()
-    assert sorted(m["name"] for m in readme.BLOCK.finditer(text)) == sorted(BENCHMARKS)
-    assert readme.render(text) == text, "README's benchmark figures are stale: run make bench-readme"
+def test_the_docs_say_what_the_results_files_say() -> None:
+    texts = {page.relative_to(REPO).as_posix(): page.read_text() for page in readme.pages()}
+    assert sorted(m["name"] for text in texts.values() for m in readme.BLOCK.finditer(text)) == sorted(BENCHMARKS)
+    stale = [page for page, text in texts.items() if readme.render(text) != text]
+    assert not stale, f"the benchmark figures of {stale} are stale: run make bench-readme"

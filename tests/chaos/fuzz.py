@@ -2,7 +2,7 @@
 for bodies (JSON of every shape, raw bytes, images), header sets, pipelined requests and slow clients, and the
 raw-socket exchange that sends one and reads back every answer.
 
-Each body case carries what the endpoint promises for it (README, "Hostile clients"): :data:`OK`, a prediction per
+Each body case carries what the endpoint promises for it (docs/explanation/export-and-serving.md): :data:`OK`, a prediction per
 input; :data:`REFUSED`, score.py's 400 (a 424 carrying it at ``/score``); :data:`EITHER`, one of the two, where the
 input's class is not fixed by construction (random JSON, a mutated image), so that only the status classes are
 checked. Two Hypothesis profiles, both derandomized (the same cases on every run): ``fuzz-suite``, bounded for the

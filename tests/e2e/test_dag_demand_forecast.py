@@ -1,4 +1,4 @@
-"""The README's team DAG end to end on the local backend: a team's own regressor in 30 lines over the builder
+"""The README's team DAG (also docs/how-to/install.md's) end to end on the local backend: a team's own regressor in 30 lines over the builder
 (DDP on two processes, its own flags and data, val_rmse minimized with median stopping, a named output, its own
 parity inputs and smoke request, whose answer is checked), then what it left behind."""
 

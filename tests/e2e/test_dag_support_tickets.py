@@ -1,4 +1,4 @@
-"""The README's non-image example end to end on the local backend: a text classifier of a team's own
+"""The docs' non-image example (docs/tutorials/your-own-model.md) end to end on the local backend: a text classifier of a team's own
 (examples/support_tickets) in 30 lines over the builder: int64 token ids of any length, a tokenizer module its
 score.py imports, val_f1 maximized with Bandit, its own parity inputs, exported with a dynamic text length and
 deployed; then its endpoint answers tickets it never saw, and nothing is left behind."""

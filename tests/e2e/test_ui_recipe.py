@@ -1,4 +1,4 @@
-"""The README's UI recipe as a newcomer follows it: ``make ui`` on another port (airflow standalone, SQLite), sign
+"""The first-run tutorial's UI recipe (docs/tutorials/first-run.md) as a newcomer follows it: ``make ui`` on another port (airflow standalone, SQLite), sign
 in, trigger the DAG from its form in headless Chromium, watch the run, open every link.
 
 Checks: the recipe's own output (the URL, where the password is); the form opens on titled fields a first run
@@ -68,7 +68,7 @@ def test_the_readmes_ui_recipe_from_the_form_to_each_link(digits, tmp_path):
     log = tmp_path / "make-ui.log"
     env = {**os.environ, "MLRUNWAY_WORKSPACE": str(workspace), "MLRUNWAY_DATA_DIR": str(digits),
            "MLRUNWAY_DEFER_AFTER_S": "2"}  # the sweep defers: its progress then comes from the triggerer
-    with log.open("w") as out:  # as the README writes it, on another port
+    with log.open("w") as out:  # as the tutorial writes it, on another port
         proc = subprocess.Popen(["make", "ui", f"UI_PORT={port}", f"UI_HOME={home}"], cwd=REPO, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     database = home / "airflow.db"

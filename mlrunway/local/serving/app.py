@@ -6,11 +6,9 @@ mirror traffic), ``POST /deployments/{name}/score`` (one deployment, as its own 
 over its ASGI scope, so the path around score.py's ``run()`` costs little next to the scoring itself
 (``bench/endpoint.py`` measures it against the same work with nothing around it).
 
-Statuses, as Azure answers: 200; 400 from score.py for a bad request; 401 missing or wrong key; 404 no such
-deployment or none with traffic; 408 past ``request_timeout_ms``; 413 body over ``max_body_bytes``; 429 too
-many requests in flight; an exception in score.py is a 500 from the deployment and a 424 at the scoring URI
-(``ms-azureml-model-error-statuscode: 500``), each with an error id that the deployment's log holds.
-Limits on the request's head and on slow clients are the server's, before this app (:mod:`guard`).
+Statuses, as Azure answers: :data:`STATUSES` (the docs' reference renders it; a test holds it to the statuses this
+app and the server's guard answer). Each error carries an error id that the deployment's log holds. Limits on the
+request's head and on slow clients are the server's, before this app (:mod:`guard`).
 """
 
 from __future__ import annotations
@@ -35,6 +33,25 @@ from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
 from mlrunway.local.serving.state import EndpointState
 
 log = logging.getLogger(__name__)
+
+# What the endpoint answers and when, as Azure ML's online endpoints do; 408, 413 and 431 come from the server's
+# guard (mlrunway.local.serving.guard) too, before the request reaches this app.
+STATUSES: dict[int, str] = {
+    200: "the deployment's answer (`GET /`, `/healthz/live` and a ready `/healthz/ready`: plain text)",
+    400: "score.py refused the request (its message is the body); or a client that left before its body arrived",
+    401: "a missing or wrong key: send `Authorization: Bearer <endpoint key>`",
+    404: "no such route; no deployment of this name on the endpoint; or none has traffic and the request names none",
+    408: "scoring took longer than the deployment's `request_timeout_ms`; or (the guard) a request head or body that "
+         "did not arrive whole within `header_timeout_s` / `body_timeout_s`",
+    413: "the body is over the endpoint's `max_body_bytes`",
+    424: "at the scoring URI: score.py failed or answered an error; its own status is in the header "
+         "`ms-azureml-model-error-statuscode` (500 for an exception)",
+    429: "more requests in flight in a worker than the endpoint's `max_concurrent_requests_per_worker` (64), "
+         "`run()` calls still running past their 408 counted; retry later",
+    431: "(the guard) a request head over `max_header_bytes` or with more than `max_headers` fields",
+    500: "asked by `/deployments/<name>/score`, an exception in score.py (the scoring URI says 424)",
+    503: "`/healthz/ready` while no deployment is ready",
+}
 
 ENDPOINT_DIR_ENV = "MLRUNWAY_ENDPOINT_DIR"
 SCORING_THREADS_ENV = "MLRUNWAY_SCORING_THREADS"

@@ -52,7 +52,7 @@ LEASE_FIX = "delete it once no rollout of the endpoint is running"
 
 class LocalEndpoints(Endpoints):
     """:param host: the address new endpoints listen on: 127.0.0.1 (this machine only) unless a team serves
-        beyond it, behind a TLS-terminating proxy (the README shows one); an endpoint keeps the host it has.
+        beyond it, behind a TLS-terminating proxy (docs/explanation/export-and-serving.md shows one); an endpoint keeps the host it has.
     :param capture_max_bytes: what each deployment's data collector may keep on disk (its oldest files go first).
     """
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
@@ -42,12 +42,18 @@ REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Larg
 
 @dataclass(frozen=True)
 class Limits:
-    max_header_bytes: int = 32 * 1024
-    max_headers: int = 100
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_body_bytes: int = 64 * 1024 * 1024
-    send_timeout_s: float = 30.0
+    """The server's limits, each with its words (``field(metadata={"doc": ...})``: the docs' reference shows them)."""
+
+    max_header_bytes: int = field(default=32 * 1024, metadata={"doc": "a request head's size (431 past it)"})
+    max_headers: int = field(default=100, metadata={"doc": "a request head's fields (431 past it)"})
+    header_timeout_s: float = field(default=10.0, metadata={
+        "doc": "a connection's next request head must arrive whole within it (408, then closed)"})
+    body_timeout_s: float = field(default=30.0, metadata={
+        "doc": "a request's body must arrive whole within it once its head has (408, then closed)"})
+    max_body_bytes: int = field(default=64 * 1024 * 1024, metadata={
+        "doc": "a request's body (413); a declared Content-Length over the drain cap is refused at once"})
+    send_timeout_s: float = field(default=30.0, metadata={
+        "doc": "a client whose reading stalled must take more of its answers within it, or is dropped"})
 
     def encode(self) -> str:
         return ",".join(str(v) for v in vars(self).values())

@@ -21,14 +21,14 @@ from mlrunway.errors import NotSupportedOnBackend
 from tests.conftest import REPO
 
 
-def test_a_backend_writes_the_abstract_core_and_the_readme_says_how_much():
+def test_a_backend_writes_the_abstract_core_and_the_architecture_page_says_how_much():
     assert REQUIRED == {"jobs": 10, "models": 6, "endpoints": 11}
     conveniences = {"wait", "pause", "recover", "validate"}, {"set_alias", "alias"}, {"create_or_update",
                                                                                        "create_or_update_deployment"}
     for resource, written_once in zip((Jobs, Models, Endpoints), conveniences, strict=True):
         assert written_once <= set(vars(resource)) and not written_once & resource.__abstractmethods__
-    readme = (REPO / "README.md").read_text()
-    said = re.search(r"(\d+) methods a backend writes \(`jobs`: (\d+),\s+`models`: (\d+),\s+`endpoints`: (\d+)\)", readme)
+    page = (REPO / "docs" / "explanation" / "architecture.md").read_text()
+    said = re.search(r"(\d+) methods a backend writes \(`jobs`: (\d+),\s+`models`: (\d+),\s+`endpoints`: (\d+)\)", page)
     assert said and [int(n) for n in said.groups()] == [sum(REQUIRED.values()), *REQUIRED.values()]
 
 

@@ -1,6 +1,6 @@
-"""The README's architecture section names only paths that exist: every entry of its tree (a nested entry under
-the folder above it) and every path it quotes in backticks. A moved or deleted module fails here until the
-README says where it went."""
+"""The architecture page (docs/explanation/architecture.md) names only paths that exist: every entry of its tree (a
+nested entry under the folder above it) and every path it quotes in backticks. A moved or deleted module fails here
+until the page says where it went."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from tests.conftest import REPO
 
 
 def architecture() -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index("## Architecture\n")
-    return text[start:text.index("\n## ", start + 1)]
+    return (REPO / "docs" / "explanation" / "architecture.md").read_text()
 
 
 def tree_paths(section: str) -> list[str]:
@@ -43,7 +41,7 @@ def test_every_path_the_architecture_section_names_exists():
     named = tree_paths(section) + quoted_paths(section)
     assert len(named) > 15  # the parser still finds the tree
     missing = [path for path in named if not (REPO / path).exists()]
-    assert not missing, f"README's architecture section names paths that do not exist: {missing}"
+    assert not missing, f"the architecture page names paths that do not exist: {missing}"
 
 
 def test_the_parser_nests_entries_under_their_folder():
