@@ -120,6 +120,12 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _table(columns: list[str], rows: Iterator[list[Any]] | list[list[Any]]) -> list[str]:
+    """A markdown table's lines (each cell escaped), then a blank line."""
+    return [f"| {' | '.join(columns)} |", f"|{' --- |' * len(columns)}",
+            *(f"| {' | '.join(_cell(cell) for cell in row)} |" for row in rows), ""]
+
+
 def _code(value: Any) -> str:
     return f"`{json.dumps(value)}`"
 
@@ -156,14 +162,11 @@ def settings_page() -> str:
              "`<group>.<setting>: <value> is not ...; <fix>`.", ""]
     for kind in settings_groups():
         doc = (inspect.getdoc(kind) or "").split("\n\n")[0]
-        lines += [f"## `{kind.__module__}.{kind.__name__}`", "", " ".join(doc.split()), "",
-                  "| setting | type | default | description |", "| --- | --- | --- | --- |"]
-        for field in fields(kind):
-            schema = form_field(kind, field.name)
-            default = _code(schema["default"]) if "default" in schema else "required"
-            lines.append(f"| `{field.name}` | {_cell(_type(schema))} | {_cell(default)} | "
-                         f"{_cell(schema.get('description', ''))} |")
-        lines.append("")
+        schemas = {field.name: form_field(kind, field.name) for field in fields(kind)}
+        lines += [f"## `{kind.__module__}.{kind.__name__}`", "", " ".join(doc.split()), ""]
+        lines += _table(["setting", "type", "default", "description"], [
+            [f"`{name}`", _type(schema), _code(schema["default"]) if "default" in schema else "required",
+             schema.get("description", "")] for name, schema in schemas.items()])
     return "\n".join(lines)
 
 
@@ -177,12 +180,9 @@ def params_page() -> str:
         if not dag.params:
             lines += ["No params.", ""]
             continue
-        lines += ["| param | section | type | default | description |", "| --- | --- | --- | --- | --- |"]
-        for name, param in dag.params.items():
-            schema = param.schema
-            lines.append(f"| `{name}` | {_cell(schema.get('section', ''))} | {_cell(_type(schema))} | "
-                         f"{_cell(_code(param.value))} | {_cell(param.description or '')} |")
-        lines.append("")
+        lines += _table(["param", "section", "type", "default", "description"], [
+            [f"`{name}`", param.schema.get("section", ""), _type(param.schema), _code(param.value),
+             param.description or ""] for name, param in dag.params.items()])
     return "\n".join(lines)
 
 
@@ -194,16 +194,12 @@ def connections_page() -> str:
              "they are the connection's extra.", ""]
     for kind in connection_types():
         behaviour = kind.get("ui-field-behaviour", {})
-        lines += [f"## `{kind['connection-type']}`: {kind['hook-name']}", "",
-                  f"Hook: `{kind['hook-class-name']}`.", "",
-                  "| field | label | type | description |", "| --- | --- | --- | --- |"]
-        for name, spec in kind["conn-fields"].items():
-            lines.append(f"| `{name}` | {_cell(spec['label'])} | {_cell(_type(spec['schema']))} | "
-                         f"{_cell(spec.get('description', ''))} |")
-        for field, label in behaviour.get("relabeling", {}).items():
-            lines.append(f"| `{field}` (the connection's own) | {_cell(label)} | string | "
-                         f"{_cell(behaviour.get('placeholders', {}).get(field, ''))} |")
-        lines.append("")
+        rows = [[f"`{name}`", spec["label"], _type(spec["schema"]), spec.get("description", "")]
+                for name, spec in kind["conn-fields"].items()]
+        rows += [[f"`{field}` (the connection's own)", label, "string", behaviour.get("placeholders", {}).get(field, "")]
+                 for field, label in behaviour.get("relabeling", {}).items()]
+        lines += [f"## `{kind['connection-type']}`: {kind['hook-name']}", "", f"Hook: `{kind['hook-class-name']}`.", "",
+                  *_table(["field", "label", "type", "description"], rows)]
     return "\n".join(lines)
 
 
@@ -229,15 +225,13 @@ def endpoint_page() -> str:
              "weights, the `azureml-model-deployment` header, mirror traffic), `POST /deployments/<name>/score` (one "
              "deployment, as its own scoring server answers), `GET /`, `GET /healthz/live` and "
              "`GET /healthz/ready`. Errors are JSON with an error id that the deployment's log holds.", "",
-             "## Statuses", "", "| status | when |", "| --- | --- |"]
-    lines += [f"| {status} | {_cell(when)} |" for status, when in STATUSES.items()]
-    lines += ["", "## The server's limits", "",
-              "Enforced before a request reaches the app or its key check (`mlrunway.local.serving.guard`).", "",
-              "| limit | default | what |", "| --- | --- | --- |"]
-    for limit in fields(Limits):
-        default = limit.default if limit.default is not MISSING else "required"
-        lines.append(f"| `{limit.name}` | {_code(default)} | {_cell(limit.metadata.get('doc', ''))} |")
-    return "\n".join(lines) + "\n"
+             "## Statuses", "", *_table(["status", "when"], [[status, when] for status, when in STATUSES.items()]),
+             "## The server's limits", "",
+             "Enforced before a request reaches the app or its key check (`mlrunway.local.serving.guard`).", ""]
+    lines += _table(["limit", "default", "what"], [
+        [f"`{limit.name}`", _code(limit.default) if limit.default is not MISSING else "required",
+         limit.metadata.get("doc", "")] for limit in fields(Limits)])
+    return "\n".join(lines)
 
 
 def operators_page() -> str:
