@@ -15,23 +15,26 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.attempts import latest_attempt
+from mlrunway.backend.cost import cost_of_run, cost_rows
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.errors import NotFound
+from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
 from mlrunway.sweep.leaderboard import format_params, rank, trial_score
 
 HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -51,6 +54,7 @@ class SweepReport:
     production: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
     error: str | None = None  # why the sweep failed, as its job says
+    cost: dict[str, Any] | None = None  # the run's compute once its sweep has ended (RunCost.to_dict), an estimate
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -68,7 +72,11 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     result = sweep_result(backend.jobs, latest.name)
     onnx = _model(backend, f"{names.model}-onnx")
     production = _production(onnx)
+    # The run's cost once the sweep has ended: its trials' figures no longer change, and a live page that
+    # refreshes every few seconds would read every trial's record again each time (ARM reads, on Azure).
+    cost = cost_of_run(backend, names) if result.status.is_terminal() else None
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
+                       cost=cost.to_dict() if cost is not None and cost.costs else None,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
@@ -187,11 +195,13 @@ def render_html(report: SweepReport, png: bytes) -> str:
     """A self-contained page (``templates/sweep_report.html``): the plot inline, then the leaderboard, the models
     and the endpoint."""
     rows = []
+    trial_costs = {c["job"]: c["text"] for c in ((report.cost or {}).get("jobs") or {}).get("trials", [])}
     for place, trial in enumerate(rank(report.trials, report.objective), start=1):
         score = trial_score(trial, report.objective)
         rows.append({"place": place, "name": trial.name, "status": trial.status.value,
                      "score": "-" if score is None else f"{score:.4f}", "epochs": len(trial.history),
-                     "params": format_params(trial.params), "why": trial.note, "chosen": trial.name == report.best_trial})
+                     "params": format_params(trial.params), "why": trial.note, "chosen": trial.name == report.best_trial,
+                     "cost": trial_costs.get(trial.name, "")})
     live = report.sweep_status in {s.value for s in JobStatus if not s.is_terminal()}
     endpoint = report.endpoint or {}
     return render(
@@ -202,7 +212,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
         onnx_figures=_parity_figures((report.onnx or {}).get("properties", {}).get("parity", {})),
         card=bool((report.onnx or {}).get("tags", {}).get("mlrunway.model_card")),
         traffic=", ".join(f"{k} {v}%" for k, v in endpoint.get("traffic", {}).items()) or "no traffic",
-        built=_utc(report.created))
+        built=_utc(report.created), costs=cost_rows(report.cost))
 
 
 LIVE_REFRESH_S = 5  # a running sweep's report page asks again this often
@@ -252,7 +262,27 @@ def save_run_report(backend: Backend, names: RunNames, root: str | Path, *, dag_
     page = save(report, folder.mark_run(names.sweep, dag_id, run_id) if dag_id else folder.sweep(names.sweep))
     if isinstance(backend.jobs, Artifacts):
         backend.jobs.log_artifacts(report.sweep, page.parent, "report")
+        if report.cost:
+            log_costs(backend.jobs, report.sweep, report.cost)
     return page
+
+
+def log_costs(jobs: Artifacts, sweep: str, cost: dict[str, Any]) -> None:
+    """Each job's ``cost`` (where its rate is known) and ``compute_hours`` on its run; the trials' totals on the
+    sweep's parent run. A run that cannot take them is logged and skipped: the figures are in the report."""
+    trials = (cost.get("jobs") or {}).get("trials", [])
+    logged = [(job["job"], _figures([job])) for role in cost["jobs"].values() for job in role]
+    for name, metrics in [*logged, (sweep, _figures(trials))]:
+        try:
+            jobs.log_metrics(name, metrics)
+        except (MlrunwayError, OSError) as exc:
+            log.warning("the cost of %s was not logged on its run: %s", name, exc)
+
+
+def _figures(jobs: list[dict[str, Any]]) -> dict[str, float]:
+    known = [j["amount"] for j in jobs if j.get("amount") is not None]
+    return {"compute_hours": sum(j["hours"] for j in jobs),
+            **({"cost": sum(known)} if known and len(known) == len(jobs) else {})}
 
 
 def saved_report(sweep: str, root: str | Path) -> Path | None:

@@ -15,6 +15,7 @@ from mlrunway import check, lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.capture import DataCollector
+from mlrunway.backend.cost import cost_of_run
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
 from mlrunway.deploy import (
     APPROVAL_TAG,
@@ -254,14 +255,32 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         for key in ("decision", "live"):
             if key in done.result:
                 context["ti"].xcom_push(key=key, value=done.result[key])
+        cost = self.run_cost(context)
+        if cost is not None:
+            context["ti"].xcom_push(key="cost", value=cost)
         if done.production is not None:
-            emit_production(context, done.result["endpoint"], done.production)
-        page = self.write_model_cards(context, done.result)
+            emit_production(context, done.result["endpoint"], {**done.production, **({"cost": cost} if cost else {})})
+        page = self.write_model_cards(context, done.result, cost)
         if done.failure:
             raise EndpointError(done.failure)
-        return {**done.result, "model_card": page}
+        return {**done.result, "model_card": page, **({"cost": cost} if cost else {})}
 
-    def write_model_cards(self, context: Context, result: dict[str, Any]) -> str | None:
+    def run_cost(self, context: Context) -> dict[str, Any] | None:
+        """What the run's jobs cost (train, the sweep's trials, export, the smoke test's reference), an estimate
+        (:mod:`mlrunway.backend.cost`); None where the backend does not say or the run started none (a version
+        deployed by ``deploy_model``). A read that fails is logged: the deployment stands."""
+        try:
+            cost = cost_of_run(self.backend, self.names(context))
+        except (OSError, MlrunwayError) as exc:
+            self.log.warning("The run's compute cost could not be read: %s", exc)
+            return None
+        if cost is None or not cost.costs:
+            return None
+        self.log.info("The run's compute: %s", cost.text())
+        return cost.to_dict()
+
+    def write_model_cards(self, context: Context, result: dict[str, Any],
+                          cost: dict[str, Any] | None = None) -> str | None:
         """The model card of each version the decision changed (:mod:`mlrunway.deploy.card`), kept with the run's
         reports and linked from the task; return the deployed version's page. A card that cannot be written is
         logged: the decision stands."""
@@ -270,7 +289,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             pages = record_deployment(
                 self.backend, self.backend.reports, f"{self.model_name}:{self.model_version}", result,
                 description=self.model_card or None, intended_use=self.intended_use or None,
-                data_interval=(str(interval[0]), str(interval[1])) if all(interval) else None)
+                data_interval=(str(interval[0]), str(interval[1])) if all(interval) else None, cost=cost)
         except (OSError, MlrunwayError) as exc:
             self.log.warning("The model card of %s:%s was not written: %s", self.model_name, self.model_version, exc)
             return None

@@ -38,6 +38,8 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param display_name: the job's display name.
     :param tags: the job's tags.
     :param timeout: seconds after which the backend cancels the job (``limits.timeout`` in azure-ai-ml).
+    :param queue_settings: Azure ML, serverless jobs: ``{"job_tier": "spot"}`` (low-cost, preemptible; its cost is
+        priced at the spot rate); locally ignored.
     :param model_path: where the job leaves its model: a folder under its outputs (``outputs/model``, the
         default) or a named output (``${{outputs.model}}``); checked as soon as the job ends.
     :param export: the export task's settings the model is checked against then (``inputs_file``, read from its
@@ -60,6 +62,7 @@ class TrainModelOperator(MlrunwayJobOperator):
                  instance_count: int | str | None = None, environment_variables: dict[str, str] | None = None,
                  experiment_name: str | None = None, display_name: str | None = None,
                  tags: dict[str, str] | None = None, timeout: float | str | None = None,
+                 queue_settings: dict[str, str] | None = None,
                  model_path: str = "outputs/model", export: Mapping[str, Any] | None = None,
                  required_metrics: Sequence[str] | None = None, preflight: Callable[[Context], None] | None = None,
                  **kwargs: Any) -> None:
@@ -70,6 +73,7 @@ class TrainModelOperator(MlrunwayJobOperator):
         self.instance_count, self.environment_variables = instance_count, environment_variables
         self.experiment_name, self.display_name, self.tags, self.timeout = experiment_name, display_name, tags, timeout
         self.model_path, self.export, self.required_metrics = model_path, export, required_metrics
+        self.queue_settings = queue_settings
 
     def execute(self, context: Context) -> Any:
         if self.preflight is not None:

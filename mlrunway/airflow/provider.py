@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlrunway.backend.cost import RateCard
 from mlrunway.backend.retention import RetentionPolicy
 from mlrunway.backend.waiting import Waits
 from mlrunway.onnx_export.registered import ExportSettings
@@ -19,6 +20,9 @@ _STRING = {"type": ["string", "null"]}
 
 
 INTEGRATIONS = ("Azure Machine Learning", "mlrunway local backend")
+RATES = ('What compute costs an hour, for the estimates on the report, the model card and the summary: '
+         '{"currency": "USD", "per_hour": {"<VM size>": <price>, "<VM size>:spot": <price>}, "local_rate": <price>}; '
+         "empty: hours, not money.")
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -55,6 +59,9 @@ def get_provider_info() -> dict[str, Any]:
                                                       "empty: 1024. Past it, its oldest files go first."},
                     "retention": {"label": "Retention (JSON)", "schema": _STRING,
                                   "description": f"What pruning keeps: {defaults(RetentionPolicy)}; empty: these."},
+                    "local_rate": {"label": "Price of a core-hour", "schema": _STRING,
+                                   "description": form_field(RateCard, "local_rate")["description"]},
+                    "rates": {"label": "Rate card (JSON)", "schema": _STRING, "description": RATES},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {},
@@ -114,6 +121,7 @@ def get_provider_info() -> dict[str, Any]:
                     "reports_folder": {"label": "Reports folder", "schema": _STRING,
                                        "description": "Where run reports are saved, on a disk the workers and the "
                                                       "API server share; empty: ~/.mlrunway/reports/<workspace>."},
+                    "rates": {"label": "Rate card (JSON)", "schema": _STRING, "description": RATES},
                     "model_monitor": {"label": "Model monitor (JSON)", "schema": _STRING,
                                       "description": "The workspace's model monitor of the production endpoint, "
                                                      'e.g. {"cron": "0 3 * * *", "reference_data": '

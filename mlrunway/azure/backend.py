@@ -12,9 +12,10 @@ This module sets up and wires; each resource is its own module over the small cl
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.metrics import DeploymentMonitor
 from mlrunway.azure.model_monitor import ModelMonitors, MonitorSettings
 from mlrunway.azure.models import AzureModels
+from mlrunway.azure.prices import RetailPrices
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.capture import ModelMonitor
-from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Rollout, Studio
+from mlrunway.backend.cost import Priced, RateCard
+from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Metered, Rollout, Studio
 from mlrunway.backend.types import Instances
 from mlrunway.backend.waiting import Waits
 from mlrunway.onnx_export.registered import ExportSettings
@@ -76,7 +79,8 @@ class AzureBackend:
                  job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
                  environment: str | None = None, export_environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
-                 transient_outage_s: float = TRANSIENT_OUTAGE_S, **client_kwargs: Any) -> None:
+                 transient_outage_s: float = TRANSIENT_OUTAGE_S, rate_card: RateCard | None = None,
+                 **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
         # The jobs train with the project's environment's torch, unless a team names its own environment (whose torch
         # mlrunway cannot know: export then trusts the worker's).
@@ -98,6 +102,22 @@ class AzureBackend:
         self.models = AzureModels(client, self.cache_dir)
         self.endpoints = self._endpoints(RetriedWrites())
         self.monitors = ModelMonitors(client, model_monitor) if model_monitor else None
+        self.rate_card = rate_card or RateCard()
+
+    def rates_for(self, sizes: Iterable[str]) -> RateCard:
+        """The connection's card; with ``retail_prices``, each size it lacks (in any tier) priced from Azure's Retail
+        Prices API for the workspace's region (:mod:`mlrunway.azure.prices`)."""
+        card = self.rate_card
+        lacking = [s for s in sizes if not any(k.split(":")[0] == s.lower() for k in card.per_hour)]
+        if not card.retail_prices or not lacking:
+            return card
+        prices = RetailPrices(self.reports, self._region, card.currency, **self.transport)
+        return card.filled({(size if tier == "dedicated" else f"{size}:{tier}"): rate
+                            for size in lacking for tier, rate in prices.rates(size).items()})
+
+    @cached_property
+    def _region(self) -> str:
+        return str(self.client.workspaces.get(self.client.workspace_name).location)
 
     def _endpoints(self, write: RetriedWrites) -> AzureEndpoints:
         """The endpoints and the parts of them in their own modules, all writing through ``write``."""
@@ -129,7 +149,7 @@ class AzureBackend:
                                                            "azure_ml connection.export_environment").environment,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,
-                   **client_kwargs)
+                   rate_card=RateCard.parse(fields.get("rates")), **client_kwargs)
 
     @property
     def endpoint_salt(self) -> str:
@@ -187,7 +207,9 @@ class AzureBackend:
         raise ValueError(f"link kind {kind!r}: use job, sweep, model or endpoint")
 
 
-def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage, ModelMonitor]:
+def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage, ModelMonitor, Metered,
+                                                        Priced]:
     """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio``, ``Rollout`` endpoints, its
-    ``Lineage`` namespace and a ``ModelMonitor`` (a mismatch fails ``make test``); its jobs keep no artifacts."""
-    return backend, backend, backend.endpoints, backend, backend
+    ``Lineage`` namespace, a ``ModelMonitor``, ``Metered`` jobs and a rate card (``Priced``): a mismatch fails
+    ``make test``; its jobs keep no artifacts."""
+    return backend, backend, backend.endpoints, backend, backend, backend.jobs, backend

@@ -14,7 +14,7 @@ from azure.ai.ml import MpiDistribution as AzMpi
 from azure.ai.ml import PyTorchDistribution as AzPyTorch
 from azure.ai.ml import TensorFlowDistribution as AzTensorFlow
 from azure.ai.ml import sweep as azsweep
-from azure.ai.ml.entities import Command
+from azure.ai.ml.entities import Command, QueueSettings
 from azure.ai.ml.entities._builders.sweep import Sweep
 from azure.ai.ml.entities._job.sweep.sampling_algorithm import RandomSamplingAlgorithm
 
@@ -75,7 +75,15 @@ def command_job(spec: CommandJobSpec, *, name: str | None = None, compute: str |
         display_name=spec.display_name or name,
         tags=dict(spec.tags),
         timeout=int(spec.timeout) if spec.timeout else None,
+        queue_settings=queue_settings(spec, target),
     )
+
+
+def queue_settings(spec: CommandJobSpec, compute: str | None) -> QueueSettings | None:
+    """The job's queue settings on serverless compute (a cluster's own priority decides there; AzureJobs.validate
+    refuses queue_settings with a cluster before any job)."""
+    tier = (spec.queue_settings or {}).get("job_tier")
+    return QueueSettings(job_tier=tier) if tier and tier != "null" and compute is None else None
 
 
 def expression(expr: space.SearchExpression) -> Any:
@@ -133,6 +141,7 @@ def sweep_job(spec: SweepSpec, *, name: str | None = None, compute: str | None =
         primary_metric=spec.objective.primary_metric,
         goal=spec.objective.goal.capitalize(),
         early_termination_policy=policy(spec.early_termination),
+        queue_settings=queue_settings(spec.trial, compute or spec.trial.compute),
     )
     limits = spec.limits
     job.set_limits(max_total_trials=limits.max_total_trials, max_concurrent_trials=limits.max_concurrent_trials,

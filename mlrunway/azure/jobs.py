@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import transient_reads
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
-from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
+from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.early_termination import applies_at
 from mlrunway.errors import JobFailed, NotFound
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
@@ -45,6 +46,20 @@ _WHY = {
 }
 NOT_RESPONDING_S = 1800.0  # how long a job may stay NotResponding (no heartbeat) before it is canceled
 log = logging.getLogger(__name__)
+
+
+SERVERLESS_DEFAULT = "the serverless default size"  # a serverless job without an instance type: the service picks
+
+
+def run_times(run: dict[str, Any]) -> tuple[float | None, float | None]:
+    """A Run History run's ``startTimeUtc`` and ``endTimeUtc`` (ISO 8601) as epoch seconds; None where absent."""
+    def seconds(text: Any) -> float | None:
+        try:
+            return datetime.fromisoformat(str(text)).timestamp() if text else None
+        except ValueError:
+            return None
+
+    return seconds(run.get("startTimeUtc")), seconds(run.get("endTimeUtc"))
 
 
 def job_status(azure_status: object) -> JobStatus:
@@ -83,7 +98,7 @@ class AzureJobs(Jobs):
         self.not_responding_s = not_responding_s
         self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
         self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
-        self._vm_sizes: dict[str, str | None] = {}  # compute name -> its VM size
+        self._clusters: dict[str, tuple[str | None, str]] = {}  # compute name -> its VM size and tier
 
     def _find(self, name: str) -> JobInfo | None:
         try:
@@ -129,6 +144,11 @@ class AzureJobs(Jobs):
         """The compute exists in the workspace (one ARM read) and local input paths exist; serverless (no
         compute) needs nothing."""
         self._vm_size(spec.compute or self.compute)
+        if (spec.queue_settings or {}).get("job_tier", "null") != "null" and (spec.compute or self.compute):
+            raise check.fail("command_job.queue_settings", f"applies to serverless jobs, and this job runs on compute "
+                             f"cluster {spec.compute or self.compute!r}, whose own priority (dedicated or low "
+                             "priority) decides", "leave compute empty (the job's and the connection's) to run on "
+                             "serverless compute, or drop queue_settings")
         if Path(spec.code).is_dir():  # the SDK uploads what .amlignore / .gitignore leave: check its size first
             check_size("command_job.code", spec.code, snapshot_files(spec.code))
         for key, value in spec.inputs.items():
@@ -139,17 +159,55 @@ class AzureJobs(Jobs):
 
     def _vm_size(self, compute: str | None) -> str | None:
         """The VM size of a named compute (read once per backend), or the serverless job's instance type."""
-        if compute is None:
-            return self.job_instance_type
-        if compute not in self._vm_sizes:
+        return self.job_instance_type if compute is None else self._cluster(compute)[0]
+
+    def _cluster(self, compute: str) -> tuple[str | None, str]:
+        """A compute cluster's VM size and tier (``dedicated`` or ``low_priority``), read once per backend."""
+        if compute not in self._clusters:
             try:
                 target = self.ml.compute.get(compute)
             except ResourceNotFoundError as exc:
                 raise check.fail("azure_ml connection.compute", f"{compute!r} is not a compute of workspace "
                                  f"{self.ml.workspace_name}", "name an existing compute cluster, or leave compute "
                                  "empty to run on serverless compute") from exc
-            self._vm_sizes[compute] = getattr(target, "size", None)
-        return self._vm_sizes[compute]
+            self._clusters[compute] = (getattr(target, "size", None), str(getattr(target, "tier", None) or "dedicated"))
+        return self._clusters[compute]
+
+    # -- usage (Metered): what a job ran on, and its start and end as Run History records them ----------------
+    def usage(self, name: str) -> Usage | None:
+        """The job's compute (its cluster's VM size and tier, or a serverless job's instance type and job tier), its
+        nodes, and its run's ``startTimeUtc`` and ``endTimeUtc`` from Run History (the job resource has no times)."""
+        try:
+            job = self.ml.jobs.get(name)
+        except ResourceNotFoundError:
+            return None
+        started, ended = run_times(self.rest.run_history(name) or {})
+        return None if started is None else self._usage(job, started, ended)
+
+    def trial_usage(self, name: str) -> dict[str, Usage]:
+        """Each started trial of the sweep, on the sweep's compute and trial resources, timed by its child run."""
+        try:
+            sweep = self.ml.jobs.get(name)
+        except ResourceNotFoundError:
+            return {}
+        found = {}
+        for child in self.rest.children(name):
+            started, ended = run_times(child)
+            if started is not None:
+                found[child["runId"]] = self._usage(sweep, started, ended)
+        return found
+
+    def _usage(self, job: Any, started: float, ended: float | None) -> Usage:
+        resources = getattr(job, "resources", None) or getattr(getattr(job, "trial", None), "resources", None)
+        instances = int(getattr(resources, "instance_count", None) or 1)
+        compute = str(job.compute or "").rsplit("/", 1)[-1].removeprefix("azureml:") or None
+        if compute is not None:
+            size, tier = self._cluster(compute)
+        else:  # serverless: the job's instance type (else the service's default, which no rate card can name)
+            size = getattr(resources, "instance_type", None) or self.job_instance_type or SERVERLESS_DEFAULT
+            job_tier = str(getattr(getattr(job, "queue_settings", None), "job_tier", None) or "").lower()
+            tier = "spot" if job_tier == "spot" else "dedicated"
+        return Usage(started=started, ended=ended, size=size or SERVERLESS_DEFAULT, tier=tier, instances=instances)
 
     def submit(self, name: str, spec: CommandJobSpec) -> JobInfo:
         """Create job ``name``, or return the job already under that name (a retried task re-attaches)."""

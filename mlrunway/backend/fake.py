@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrunway import check
-from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Models, Rollout
+from mlrunway.backend.cost import Priced, RateCard
+from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Metered, Models, Rollout
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -41,6 +42,7 @@ from mlrunway.backend.types import (
     ProvisioningState,
     SweepResult,
     TrialInfo,
+    Usage,
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
@@ -64,6 +66,10 @@ class FakeBackend:
         self.jobs = FakeJobs(self)
         self.models = FakeModels(self)
         self.endpoints = FakeEndpoints()
+        self.rate_card = RateCard()  # what a test prices its scripted usages with
+
+    def rates_for(self, sizes: Iterable[str]) -> RateCard:
+        return self.rate_card
 
     @classmethod
     def named(cls, name: str) -> FakeBackend:
@@ -115,6 +121,7 @@ class FakeJobs(Jobs):
         self.logged: dict[str, dict[str, tuple[float, ...]]] = {}
         self.canceled: list[tuple[str, str]] = []
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
+        self.usages: dict[str, Usage] = {}  # what each job ran on and how long, when a test scripts it (Metered)
         self.validated: list[CommandJobSpec] = []
         # What a command job leaves in its outputs (path -> text): by default a model as the contract asks.
         # (bytes for a binary file, e.g. an inputs .npy).
@@ -244,6 +251,12 @@ class FakeJobs(Jobs):
 
     def params(self, name: str) -> dict[str, Any]:
         return next((dict(t.params) for ts in self.trials.values() for t in ts if t.name == name), {})
+
+    def usage(self, name: str) -> Usage | None:
+        return self.usages.get(name)
+
+    def trial_usage(self, name: str) -> dict[str, Usage]:
+        return {t.name: self.usages[t.name] for t in self.trials.get(name, ()) if t.name in self.usages}
 
     def sweep_result(self, name: str) -> SweepResult:
         info = self.get(name)
@@ -453,7 +466,7 @@ def _no_scorer(payload: Any, deployment: str | None) -> str:
     raise EndpointError("the fake endpoint has no scorer: set fake.endpoints.scorer in the test")
 
 
-def _satisfies_protocol(backend: FakeBackend) -> tuple[Backend, Rollout]:
-    """mypy proves here that FakeBackend is a ``Backend`` whose endpoints are ``Rollout`` (a mismatch fails
-    ``make test``)."""
-    return backend, backend.endpoints
+def _satisfies_protocol(backend: FakeBackend) -> tuple[Backend, Rollout, Metered, Priced]:
+    """mypy proves here that FakeBackend is a ``Backend`` whose endpoints are ``Rollout``, whose jobs are
+    ``Metered`` and that prices them (``Priced``): a mismatch fails ``make test``."""
+    return backend, backend.endpoints, backend.jobs, backend

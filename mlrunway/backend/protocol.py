@@ -8,7 +8,8 @@ parts as capability protocols, and the ``Backend`` that holds them (MLflow's ``A
 - What only some backends can do is a capability protocol, asked with ``isinstance``, never a probe of the
   backend's kind: :class:`Artifacts` (jobs keep files with their run), :class:`Rollout` (a deployment's served
   metrics and the endpoint's rollout lease), :class:`Studio` (pages of the backend's own UI), :class:`Leftovers`
-  (what of it still runs on this machine), :class:`Lineage` (the namespace its lineage datasets are named in).
+  (what of it still runs on this machine), :class:`Lineage` (the namespace its lineage datasets are named in),
+  :class:`Metered` (what its jobs ran on and how long, for their cost).
 
 Every backend (``local``, ``azure``, the shipped :class:`~mlrunway.backend.fake.FakeBackend`) satisfies it under
 mypy, and the core, the operators and the triggers take it, never a concrete backend. Records that cross it are
@@ -42,14 +43,15 @@ from mlrunway.backend.types import (
     ModelVersion,
     ProvisioningState,
     SweepResult,
+    Usage,
 )
 from mlrunway.backend.waiting import Outage, wait_provisioned
 from mlrunway.errors import EndpointError, JobTimedOut, NotFound, NotSupportedOnBackend, Unavailable
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
-__all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Models",
-           "Rollout", "Studio", "rollout_of"]
+__all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Metered",
+           "Models", "Rollout", "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,6 +315,10 @@ class Artifacts(Protocol):
 
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
 
+    def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` on job ``name``'s run (once it has ended too: its cost)."""
+        ...
+
     def tracking_uri(self) -> str:
         """The MLflow tracking store the jobs' runs are in (what ``mlflow ui --backend-store-uri`` takes)."""
         ...
@@ -410,6 +416,20 @@ class Backend(Protocol):
     @property
     def reports(self) -> Path:
         """The folder, on the machine Airflow runs on, where this backend's run reports are saved and read."""
+        ...
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """Jobs that say what they ran on and how long (:class:`~mlrunway.backend.types.Usage`), for their cost
+    (:mod:`mlrunway.backend.cost`); reads made for it, never in a wait's poll."""
+
+    def usage(self, name: str) -> Usage | None:
+        """What job ``name`` ran on, from its start to its end (None: it never started)."""
+        ...
+
+    def trial_usage(self, name: str) -> dict[str, Usage]:
+        """Each started trial of sweep ``name``, by the trial's name as ``sweep_result`` gives it."""
         ...
 
 

@@ -156,6 +156,23 @@ class EndpointInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Usage:
+    """What a job ran on and how long, for its cost (:mod:`mlrunway.backend.cost`): ``started`` and ``ended`` as the
+    backend records them (``ended`` None while it runs), ``size`` the VM size of its nodes (None: this machine, the
+    local backend), ``tier`` ``dedicated``, ``low_priority`` or ``spot``, ``instances`` its nodes, ``processes``
+    those that ran on this machine's cores (locally), ``cpu_seconds`` the CPU time they took (locally, measured when
+    the job ends)."""
+
+    started: float | None = None
+    ended: float | None = None
+    size: str | None = None
+    tier: str | None = None
+    instances: int = 1
+    processes: int = 1
+    cpu_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobInfo:
     """What a backend knows of a job; ``error`` holds the reason and the tail of stderr on failure."""
 

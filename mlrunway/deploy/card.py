@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.cost import cost_rows
 from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
@@ -43,6 +44,7 @@ class ModelCard:
     training: list[tuple[str, str]] = field(default_factory=list)
     evaluation: list[tuple[str, str]] = field(default_factory=list)
     parity: list[tuple[str, str]] = field(default_factory=list)
+    cost: list[tuple[str, str]] = field(default_factory=list)
     lineage: list[tuple[str, str]] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     updated: float = field(default_factory=time.time)
@@ -52,15 +54,16 @@ class ModelCard:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelCard:
-        rows = ("data", "training", "evaluation", "parity", "lineage")
+        rows = ("data", "training", "evaluation", "parity", "cost", "lineage")
         return cls(**{**data, **{k: [tuple(r) for r in data.get(k, [])] for k in rows}})
 
 
 def collect(backend: Backend, model: str, *, description: dict[str, Any] | None = None,
             intended_use: str | None = None, data_interval: tuple[str, str] | None = None,
-            history: list[dict[str, Any]] | None = None) -> ModelCard:
+            history: list[dict[str, Any]] | None = None, cost: dict[str, Any] | None = None) -> ModelCard:
     """The card of ``model`` (``name:version``, the ONNX version an endpoint serves) from the registry, the sweep's
-    record and ``description`` (``{"job": ..., "sweep": ...}`` as the DAG gave them)."""
+    record, ``description`` (``{"job": ..., "sweep": ...}`` as the DAG gave them) and ``cost``, what the run that
+    made it spent on compute (:meth:`mlrunway.backend.cost.RunCost.to_dict`)."""
     name, _, version = model.partition(":")
     served = backend.models.get(name, int(version))
     props = served.properties
@@ -83,6 +86,7 @@ def collect(backend: Backend, model: str, *, description: dict[str, Any] | None 
         card.parity = [(k, _text(parity[k])) for k in ("max_abs_diff", "tolerance_used", "atol", "rtol",
                                                       "top1_agreement", "samples", "inputs", "passed") if k in parity]
         card.parity.insert(0, ("opset", _text(props.get("opset", "?"))))
+    card.cost = cost_rows(cost)
     card.lineage = [(k, v) for k, v in (
         ("served version", model), ("source version", str(props.get("source_model") or "")),
         ("trial job", str(source_props.get("source_job") or "")), ("sweep", str(source_props.get("sweep") or "")),
@@ -93,7 +97,7 @@ def collect(backend: Backend, model: str, *, description: dict[str, Any] | None 
 
 def record(backend: Backend, model: str, reports: str | Path, *, event: dict[str, Any],
            description: dict[str, Any] | None = None, intended_use: str | None = None,
-           data_interval: tuple[str, str] | None = None) -> Path:
+           data_interval: tuple[str, str] | None = None, cost: dict[str, Any] | None = None) -> Path:
     """Add ``event`` (``decision``, ``endpoint``, ``reason``; ``at`` is now) to the version's history, rebuild and
     save its card, keep it with the source trial's run where the backend keeps artifacts, and point the version's
     tag at it. Return the HTML's path. The description and intended use of an earlier card stand when none is
@@ -103,10 +107,11 @@ def record(backend: Backend, model: str, reports: str | Path, *, event: dict[str
     before = load(folder)
     stamped = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **event}
     card = collect(backend, model, description=description, intended_use=intended_use, data_interval=data_interval,
-                   history=[*(before.history if before else []), stamped])
+                   history=[*(before.history if before else []), stamped], cost=cost)
     if before is not None:  # what only the deploy task that created the card knew
         card.intended_use = card.intended_use or before.intended_use
         card.data = card.data or before.data
+        card.cost = card.cost or before.cost
         card.training = _merged(card.training, before.training)
     page = save(card, folder)
     source_job = dict(card.lineage).get("trial job")
@@ -148,6 +153,7 @@ def _sections(card: ModelCard) -> list[tuple[str, list[tuple[str, str]], str]]:
         ("Training", card.training, "No training description recorded."),
         ("Evaluation", card.evaluation, "No gate: a per-run endpoint is smoke-tested, not compared with a champion."),
         ("ONNX parity", card.parity, "No parity figures recorded."),
+        ("Cost to produce (an estimate)", card.cost, "Not recorded: the backend does not say what its jobs ran on."),
         ("Lineage", card.lineage, ""),
         ("Decision history", history, "No decision yet."),
     ]

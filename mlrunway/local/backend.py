@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,8 @@ from typing import Any
 
 from mlrunway import check, lineage
 from mlrunway.backend.capture import Capture, Replay
-from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Rollout
+from mlrunway.backend.cost import Priced, RateCard
+from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Metered, Rollout
 from mlrunway.backend.retention import PrunePlan, Retention, RetentionPolicy
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
@@ -27,6 +29,7 @@ class LocalBackend:
     endpoint_host: str = "127.0.0.1"
     capture_max_mb: float = 1024.0
     retention: RetentionPolicy = RetentionPolicy()
+    rate_card: RateCard = RateCard()
     jobs: LocalJobs = field(init=False)
     models: LocalModels = field(init=False)
     endpoints: LocalEndpoints = field(init=False)
@@ -44,7 +47,8 @@ class LocalBackend:
         """The backend an ``mlrunway_local`` connection names: its ``workspace`` field, else the default one; its
         ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only); ``capture_max_mb``
         what each deployment's data collector may keep (default 1024 MB; its oldest files go first); ``retention``
-        what :meth:`prune` keeps (:class:`~mlrunway.backend.retention.RetentionPolicy`, a dict or its JSON)."""
+        what :meth:`prune` keeps (:class:`~mlrunway.backend.retention.RetentionPolicy`, a dict or its JSON);
+        ``local_rate`` (or ``rates``, :class:`~mlrunway.backend.cost.RateCard`) what a core-hour costs."""
         cap = fields.get("capture_max_mb")
         megabytes = 1024.0
         if cap not in (None, ""):
@@ -62,8 +66,13 @@ class LocalBackend:
                 raise check.fail("retention", f"is not JSON ({exc})",
                                  'give e.g. {"keep_runs": 10, "keep_versions": 5, "capture_days": 30}') from exc
         policy = RetentionPolicy.parse(retention)
+        rates = RateCard.parse(fields.get("rates"), local_rate=fields.get("local_rate"))
         return cls(Workspace.at(fields.get("workspace") or None), endpoint_host=fields.get("endpoint_host") or "127.0.0.1",
-                   capture_max_mb=megabytes, retention=policy)
+                   capture_max_mb=megabytes, retention=policy, rate_card=rates)
+
+    def rates_for(self, sizes: Iterable[str]) -> RateCard:
+        """The connection's card (``local_rate`` prices this machine's core-hours)."""
+        return self.rate_card
 
     @classmethod
     def at(cls, root: str | Path | None = None) -> LocalBackend:
@@ -101,8 +110,10 @@ class LocalBackend:
 
 
 def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture, Replay,
-                                                         Retention]:
+                                                         Retention, Metered, Priced]:
     """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
-    artifacts and that its endpoints are ``Rollout``, ``Capture`` and ``Replay``, and that it prunes (``Retention``): a
-    mismatch fails ``make test``. It has no studio: the sweep report and MLflow pages come with the UI plugin."""
-    return backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints, backend
+    artifacts and are ``Metered``, that its endpoints are ``Rollout``, ``Capture`` and ``Replay``, that it prunes
+    (``Retention``) and prices its jobs (``Priced``): a mismatch fails ``make test``. It has no studio: the sweep
+    report and MLflow pages come with the UI plugin."""
+    return (backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints, backend,
+            backend.jobs, backend)

@@ -28,7 +28,7 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
-from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo
+from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
 from mlrunway.local.launch import check_runnable, resolve_command
@@ -256,6 +256,19 @@ class LocalJobs(Jobs):
             raise NotFound(f"job {name!r} does not exist in workspace {self.workspace.root}")
         return info
 
+    # -- usage (Metered) ---------------------------------------------------------------------------
+    def usage(self, name: str) -> Usage | None:
+        """Its wall time, processes and CPU time, as its supervisor recorded them (:mod:`mlrunway.backend.cost`)."""
+        state = JobState(self.workspace.job_dir(name))
+        try:
+            return _usage(state.status()) if state.status_file.exists() else None
+        except (DamagedRecord, OSError, ValueError):  # a damaged record has no usage to read: not priced
+            return None
+
+    def trial_usage(self, name: str) -> dict[str, Usage]:
+        return {trial.name: usage for trial in self.list(f"{name}_trial_")
+                if (usage := self.usage(trial.name)) is not None}
+
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
         """The workspace's jobs whose names start with ``prefix`` (all of them by default)."""
         if not self.workspace.jobs.exists():
@@ -480,6 +493,15 @@ class LocalJobs(Jobs):
             raise NotFound(f"job {name}: has no MLflow run to keep artifacts in")
         tracking.log_artifacts(self.workspace, run_id, Path(folder), artifact_path)
 
+    def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` on the job's MLflow run."""
+        from mlrunway.local import tracking
+
+        run_id = self.get(name).mlflow_run_id
+        if not run_id:
+            raise NotFound(f"job {name}: has no MLflow run to log metrics on")
+        tracking.log_metrics(self.workspace, run_id, metrics)
+
     def sweep_result(self, name: str) -> SweepResult:
         """The sweep's record so far, from the controller's ``sweep.json`` (empty until its first write)."""
         info = self.get(name)
@@ -522,3 +544,15 @@ def _absolute_inputs(spec: CommandJobSpec) -> dict[str, Any]:
             value = Input(path=str(path), type=value.type)
         inputs[name] = value
     return inputs
+
+
+def _usage(status: dict[str, Any]) -> Usage | None:
+    """A job's usage as its supervisor recorded it (its start and end, its processes from its start, the CPU time
+    they took at its end); None for a job that never started."""
+    if status.get("started") is None:
+        return None
+    recorded: dict[str, Any] = status["usage"] if isinstance(status.get("usage"), dict) else {}
+    processes, cpu = recorded.get("processes"), recorded.get("cpu_seconds")
+    return Usage(started=status["started"], ended=status.get("ended"),
+                 processes=processes if isinstance(processes, int) and processes >= 1 else 1,
+                 cpu_seconds=float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) else None)

@@ -94,6 +94,17 @@ def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[Pro
     return _tensorflow(argv, env, dist.workers(spec.instance_count), dist.parameter_server_count)
 
 
+def process_count(spec: CommandJobSpec) -> int:
+    """How many processes of the job's own code :func:`plan` runs at once (its launcher left out): what its cost
+    counts in core-hours (:mod:`mlrunway.backend.cost`)."""
+    dist = spec.distribution
+    if dist is None:
+        return 1
+    if isinstance(dist, (PyTorchDistribution, MpiDistribution)):
+        return dist.process_count_per_instance
+    return dist.workers(spec.instance_count) + dist.parameter_server_count
+
+
 def _torchrun(argv: list[str], processes: int) -> list[str]:
     launcher = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={processes}",

@@ -141,7 +141,7 @@ _JOB_STATUS = Shape(
     {"status": (str,), "created": _OPT_NUMBER, "started": _OPT_NUMBER, "ended": _OPT_NUMBER, "error": _OPT_STR,
      "exit_code": _OPT_INT, "timed_out": (bool, _NONE), "killed": (bool,), "run_open": (bool,),
      "mlflow_run_id": _OPT_STR, "supervisor_pid": _OPT_INT, "supervisor_started": _OPT_NUMBER,
-     "pgid": _OPT_INT, "pgid_started": _OPT_NUMBER, "cancel_signal": _OPT_STR},
+     "pgid": _OPT_INT, "pgid_started": _OPT_NUMBER, "cancel_signal": _OPT_STR, "usage": (dict, _NONE)},
     required=("status",), choices={"status": JOB_STATES})
 # Every state file kind, by its name (formats.STATE_FILES); those of a dataclass are made when first read (shape).
 _SHAPES: dict[str, Shape] = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -250,6 +251,23 @@ def _plan(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> list[Pr
     return plan(CommandJobSpec.from_dict(spec), argv, env)
 
 
+def _processes(spec: dict[str, Any]) -> int:
+    """The job's processes, for its cost (:func:`mlrunway.local.launch.process_count`)."""
+    if spec.get("distribution") is None:
+        return 1
+    from mlrunway.local.launch import process_count
+    from mlrunway.specs.job import CommandJobSpec
+
+    return process_count(CommandJobSpec.from_dict(spec))
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user and system) of this process's children that have ended, and of the children they waited
+    for: the job's processes, once it has ended (a supervisor runs one job)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(usage.ru_utime + usage.ru_stime, 3)
+
+
 def run(job_dir: Path) -> str:
     state = JobState(job_dir)
     job = state.job()
@@ -284,8 +302,9 @@ def run(job_dir: Path) -> str:
     procs = _start(_plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
     leader = Identity.of(procs[0].pid)
     # A recovered sweep keeps its first start: its duration is the sweep's, outages included.
+    processes = _processes(spec)
     state.update(status="Running", started=state.known().get("started") or time.time(), mlflow_run_id=run_id,
-                 pgid=leader.pid, pgid_started=leader.started)
+                 pgid=leader.pid, pgid_started=leader.started, usage={"processes": processes})
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
                                       "sweep controller" if job["kind"] == "sweep" else "trainer",
                                       job.get("cancel_look_s", CANCEL_LOOK_S))
@@ -302,7 +321,7 @@ def run(job_dir: Path) -> str:
     elif status == "Canceled":
         error = reason
     outcome = {"status": status, "ended": time.time(), "exit_code": exit_code, "error": error, "timed_out": timed_out,
-               "killed": killed}
+               "killed": killed, "usage": {"processes": processes, "cpu_seconds": _cpu_seconds()}}
     state.record_outcome(outcome)  # first: what is known now survives whatever fails below
     try:
         state.update(**outcome, run_open=True)  # readers see the end now (a sweep refills the slot)

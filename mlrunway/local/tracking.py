@@ -231,6 +231,14 @@ def log_artifacts(workspace: Workspace, run_id: str, folder: Path, artifact_path
     client(workspace).log_artifacts(run_id, str(folder), artifact_path)
 
 
+def log_metrics(workspace: Workspace, run_id: str, metrics: dict[str, float]) -> None:
+    """Log ``metrics`` on the run (an ended run too: what is known of it once it ended, e.g. its cost)."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    client(workspace).log_batch(run_id, metrics=[Metric(key, float(value), now, 0) for key, value in metrics.items()])
+
+
 def metric_history(workspace: Workspace, run_id: str, key: str) -> list[float]:
     """Values of ``key`` in logging order (step, then time), as ``MlflowClient.get_metric_history`` reads them."""
     return metric_histories(workspace, [run_id], key)[run_id]

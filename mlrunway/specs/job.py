@@ -132,6 +132,23 @@ def _literal_or_input(name: str, value: Any) -> Literal_ | Input:
     return value
 
 
+JOB_TIERS = ("null", "spot", "basic", "standard", "premium")  # azure-ai-ml's JobTierNames, as its entities write them
+
+
+def _queue_settings(value: Any) -> dict[str, str]:
+    """``{"job_tier": <tier>}`` as azure-ai-ml's ``QueueSettings`` takes it, the tier in its entity's (lower) case."""
+    if not isinstance(value, Mapping):
+        raise check.fail("command_job.queue_settings", f"{value!r} is not an object", 'pass {"job_tier": "spot"}')
+    if unknown := sorted(set(value) - {"job_tier"}):
+        raise check.fail(f"command_job.queue_settings.{unknown[0]}", "is not a queue setting mlrunway passes",
+                         'pass {"job_tier": "spot"} (basic, standard or premium)')
+    tier = str(value.get("job_tier", "")).lower()
+    if tier not in JOB_TIERS:
+        raise check.fail("command_job.queue_settings.job_tier", f"{value.get('job_tier')!r} is not a job tier",
+                         f"use one of {', '.join(JOB_TIERS[1:])}")
+    return {"job_tier": tier}
+
+
 @dataclass(frozen=True, kw_only=True)
 class CommandJobSpec:
     """What to run: a code folder and a command line with ``${{inputs.x}}`` / ``${{outputs.y}}`` placeholders.
@@ -147,6 +164,8 @@ class CommandJobSpec:
     :param compute: Azure compute target; ignored locally.
     :param timeout: seconds after which the job is canceled.
     :param tags: the job's tags (Azure ML's job tags; MLflow run tags locally).
+    :param queue_settings: Azure ML's ``queue_settings`` of a serverless job: ``{"job_tier": "spot"}`` (or
+        ``basic``, ``standard``, ``premium``), which its cost is priced by; ignored locally.
     """
 
     code: str
@@ -162,6 +181,7 @@ class CommandJobSpec:
     compute: str | None = None
     timeout: float | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    queue_settings: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.code, str) or not self.code:
@@ -187,6 +207,8 @@ class CommandJobSpec:
         check.positive_int("command_job.instance_count", self.instance_count)
         check.job_name("command_job.experiment_name", self.experiment_name)
         check.optional_seconds("command_job.timeout", self.timeout)
+        if self.queue_settings is not None:
+            object.__setattr__(self, "queue_settings", MappingProxyType(_queue_settings(self.queue_settings)))
         object.__setattr__(self, "inputs", MappingProxyType(inputs))
         object.__setattr__(self, "outputs", MappingProxyType(outputs))
         object.__setattr__(self, "environment_variables", MappingProxyType(dict(self.environment_variables)))
@@ -231,6 +253,7 @@ class CommandJobSpec:
             "compute": self.compute,
             "timeout": self.timeout,
             "tags": dict(self.tags),
+            "queue_settings": None if self.queue_settings is None else dict(self.queue_settings),
         }
 
     @classmethod

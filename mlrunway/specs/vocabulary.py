@@ -35,7 +35,7 @@ __all__ = ["JOB_ARGUMENTS", "as_arguments", "command_job", "distribution", "earl
            "merged_job", "objective", "search_space"]
 
 JOB_ARGUMENTS = ("command", "code", "inputs", "outputs", "environment", "compute", "distribution", "instance_count",
-                 "environment_variables", "experiment_name", "display_name", "tags", "timeout")
+                 "environment_variables", "experiment_name", "display_name", "tags", "timeout", "queue_settings")
 _Table = dict[str, tuple[type, dict[str, Any]]]
 _EXPRESSIONS: _Table = {
     "choice": (space.Choice, {"values": list}),
@@ -201,6 +201,7 @@ def command_job(value: Mapping[str, Any] | CommandJobSpec, field: str = "job") -
             environment=data.get("environment") or None, compute=data.get("compute") or None,
             tags={str(k): str(v) for k, v in (data.get("tags") or {}).items()},
             timeout=float(data["timeout"]) if data.get("timeout") else None,
+            queue_settings=data.get("queue_settings") or None,
         )
     except SpecError as exc:
         raise SpecError(str(exc).replace("command_job.", f"{field}.", 1)) from None

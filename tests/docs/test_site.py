@@ -72,7 +72,7 @@ def test_the_changelog_keeps_a_changelog_with_upgrade_steps_per_release():
     for body in re.split(r"^## ", text, flags=re.M)[1:]:
         headings = re.findall(r"^### (.+)$", body, re.M)
         allowed = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security", "Upgrade steps"}
-        assert set(headings) <= allowed, (body.splitlines()[0], headings)
+        assert set(headings) <= allowed and len(headings) == len(set(headings)), (body.splitlines()[0], headings)
         if not body.startswith("[0.1.0]"):
             assert "Upgrade steps" in headings, f"release {body.splitlines()[0]} has no upgrade steps"
 

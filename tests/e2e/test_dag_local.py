@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from mlrunway import lineage
-from mlrunway.airflow.summary import run_results
+from mlrunway.airflow.summary import format_summary, run_results
 from mlrunway.early_termination import evaluate_in_order
+from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
 from mlrunway.specs import BanditPolicy
 from tests.conftest import REPO
@@ -54,6 +55,9 @@ def assert_nothing_left(backend, scoring_uri=None):
 
 
 def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, digits, tmp_path, monkeypatch):
+    # The default connection as a deployment writes it, with a price of a core-hour: the run's cost is money.
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps({"conn_type": "mlrunway_local", "extra": {
+        "workspace": str(tmp_path / "ws"), "local_rate": "0.04"}}))
     with ol.file_transport(tmp_path / "openlineage.jsonl", monkeypatch) as lineage_file:
         run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
     assert str(run.state) == "success", states
@@ -102,6 +106,20 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     saved = json.loads((tmp_path / "ws" / "reports" / sweep / "report.json").read_text())
     assert {t["name"] for t in saved["trials"]} == {t.name for t in trials} and saved["best_trial"] == best.name
     assert saved["endpoint"]["traffic"] == {"blue": 100} and saved["onnx"]["properties"]["parity"] == parity
+
+    # What the run cost: each job's wall time × processes at the connection's local_rate, wherever people look.
+    cost = deploy["cost"]
+    assert {role: len(jobs) for role, jobs in cost["jobs"].items()} == {"train": 1, "trials": 4, "export": 1}
+    assert cost["unknown"] == 0 and cost["amount"] > 0 and cost["amount"] == pytest.approx(cost["core_hours"] * 0.04)
+    assert [j["job"] for j in cost["jobs"]["trials"]] == sorted(t.name for t in trials)
+    assert saved["cost"]["jobs"]["trials"] == cost["jobs"]["trials"]  # the report's, once the sweep had ended
+    assert "## Cost to produce (an estimate)" in card and f"| total | {cost['text']} |" in card
+    assert f"cost: {cost['text']}" in format_summary("success", results, [])
+    trial_costs = [j["amount"] for j in cost["jobs"]["trials"]]
+    sweep_run = tracking.latest_metrics(backend.workspace, backend.jobs.get(sweep).mlflow_run_id)
+    assert sweep_run["cost"] == pytest.approx(sum(trial_costs))  # the trials' total on the sweep's parent run
+    train_run = tracking.latest_metrics(backend.workspace, backend.jobs.get(results["train"]["job_name"]).mlflow_run_id)
+    assert train_run["cost"] == pytest.approx(cost["jobs"]["train"][0]["amount"]) and train_run["compute_hours"] > 0
     assert results["sweep"]["report_url"] == results["cleanup"]["report_url"] == f"/mlrunway/report/mlrunway_default/{sweep}"
     assert results["train"]["mlflow_url"].endswith(f"/mlflow/mlrunway_default/{results['train']['job_name']}")
     # What the UI shows: the links Airflow asked for as each task ended (stored as _link_<class> XComs).

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlparse
 
 from azure.core.credentials import AccessToken, AccessTokenInfo
 from azure.core.exceptions import ServiceResponseError
@@ -93,6 +93,11 @@ DATA_PLANE: dict[str, tuple[str, str]] = {
         "uploads, downloads, listings, leases and metadata of the workspace's storage account: Azure Storage's "
         "data plane, whose bodies are the bytes and XML of the Blob service, not the JSON these spec files "
         "describe; fake_blob_lease.py follows the Blob service's documented headers and errors instead"),
+    "Retail Prices": (
+        r"prices\.azure\.com(?::443)?/api/retail/prices",
+        "Azure's public Retail Prices API (learn.microsoft.com/rest/api/cost-management/retail-prices/"
+        "azure-retail-prices): a REST API of its own, not in the machinelearningservices specs; the fake answers "
+        "its documented shape (Items, NextPageLink, Count), from retail_items"),
     "scoring URI": (
         rf"[a-z0-9-]+\.{re.escape(REGION)}\.inference\.ml\.azure\.com/score",
         "an online endpoint's scoringUri: its body is whatever the deployment's score.py takes, so the only "
@@ -273,6 +278,14 @@ class FakeAzureML(HttpTransport):
         self.failed_creations: set[str] = set()  # deployments whose first provisioning failed: a PUT is a 400
         self.token_lifetime_s = 3600
         self.runs: dict[str, dict[str, Any]] = {}  # MLflow / Run History runs by id
+        # How long each run lasts as Run History records it (startTimeUtc, endTimeUtc), by run id; 30 min by
+        # default: its start is when it first reads Running, its end that much later.
+        self.run_seconds: dict[str, float] = {}
+        self.clock = 1_790_000_000.0  # the service's "now" for run times (2026-09-21), fixed so costs are exact
+        # The Retail Prices API's items (its documented item shape), answered to any filter that matches them by
+        # armRegionName, armSkuName and priceType; paged ``retail_page_size`` at a time.
+        self.retail_items: list[dict[str, Any]] = []
+        self.retail_page_size = 2
         self.keys = {"primaryKey": base64.b64encode(b"primary-key").decode(),
                      "secondaryKey": base64.b64encode(b"secondary-key").decode()}
         self._scorers: dict[str, Any] = {}
@@ -528,6 +541,7 @@ class FakeAzureML(HttpTransport):
             ("GET", f"{ws}/.+", self._get_generic),
             ("GET", f"{API_HOST}/discovery", self._discovery),
             ("GET", f"{hist}/runs/(?P<run>[^/]+)/children", self._run_children),
+            ("GET", r"prices\.azure\.com(?::443)?/api/retail/prices", self._retail_prices),
             ("GET", f"{hist}/runs/(?P<run>[^/]+)/details", self._run_details),
             ("GET", f"{mlflow}/runs/get", self._mlflow_run),
             ("GET", f"{mlflow}/metrics/get-history", self._mlflow_history),
@@ -757,6 +771,7 @@ class FakeAzureML(HttpTransport):
             return
         props["status"] = status
         self.runs[name]["status"] = status
+        self._time(name, status)
         children = [run_id for run_id, run in self.runs.items() if run.get("parent") == name]
         if status in ("Completed", "Failed", "Canceled"):
             self.job_script.pop(name, None)
@@ -765,6 +780,8 @@ class FakeAzureML(HttpTransport):
             for child in children:
                 trial = self.runs[child]["trial"]
                 self.runs[child]["status"] = trial.status if status == "Completed" else "Canceled"
+                self._time(child, "Running")
+                self._time(child, self.runs[child]["status"])
                 if self.trial_outputs is not None and trial.history:
                     for file in sorted(self.trial_outputs.rglob("*")):
                         if file.is_file():
@@ -1167,11 +1184,42 @@ class FakeAzureML(HttpTransport):
         return dest
 
     # -- Run History and MLflow ----------------------------------------------------------------------
+    def _time(self, run_id: str, status: str) -> None:
+        """Run History's times of a run: its start when it first runs, its end ``run_seconds`` later."""
+        run = self.runs[run_id]
+        if status in ("Running", "Completed", "Failed", "Canceled") and "started" not in run:
+            run["started"] = self.clock
+        if status in ("Completed", "Failed", "Canceled") and "ended" not in run:
+            run["ended"] = run["started"] + self.run_seconds.get(run_id, 1800.0)
+
     def _run_body(self, run_id: str) -> dict[str, Any]:
         run = self.runs[run_id]
+
+        def utc(seconds: float | None) -> str | None:
+            return None if seconds is None else \
+                datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
         return {"runId": run_id, "parentRunId": run.get("parent"), "status": run.get("status", "NotStarted"),
                 "experimentId": "0b7d4e8a-9c2f-1d5e-7b3a-9c406a3c9f1e", "displayName": run_id,
-                "properties": {}, "tags": {}, "createdUtc": "2026-11-22T10:00:00Z"}
+                "properties": {}, "tags": {}, "createdUtc": "2026-11-22T10:00:00Z",
+                "startTimeUtc": utc(run.get("started")), "endTimeUtc": utc(run.get("ended"))}
+
+    def _retail_prices(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        """The Retail Prices API: ``$filter``'s ``eq`` clauses (joined by ``and``) select items; ``currencyCode``
+        is quoted as the docs write it; pages of ``retail_page_size`` with a ``NextPageLink`` to the next."""
+        clauses = dict(re.findall(r"(\w+) eq '([^']*)'", recorded.query.get("$filter", "")))
+        field = {"priceType": "type"}
+        currency = recorded.query.get("currencyCode", "'USD'").strip("'")
+        items = [i for i in self.retail_items if i["currencyCode"] == currency and all(
+            str(i.get(field.get(k, k), "")).lower() == v.lower() for k, v in clauses.items())]
+        skip = int(recorded.query.get("$skip") or 0)
+        page = items[skip:skip + self.retail_page_size]
+        more = skip + self.retail_page_size < len(items)
+        link = (f"https://prices.azure.com:443/api/retail/prices?currencyCode='{currency}'&$filter="
+                f"{quote(recorded.query.get('$filter', ''))}&$skip={skip + self.retail_page_size}") if more else None
+        return _response(request, 200, {"BillingCurrency": currency, "CustomerEntityId": "Default",
+                                        "CustomerEntityType": "Retail", "Items": page, "NextPageLink": link,
+                                        "Count": len(page)})
 
     def _discovery(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
         base = f"https://{API_HOST}"

@@ -54,7 +54,8 @@ def test_a_data_plane_route_on_no_allow_list_entry_is_a_500_naming_it(fake):
 
 
 def test_every_allow_list_entry_says_why():
-    assert set(DATA_PLANE) == {"workspace discovery", "Run History", "MLflow tracking", "Blob Storage", "scoring URI"}
+    assert set(DATA_PLANE) == {"workspace discovery", "Run History", "MLflow tracking", "Blob Storage", "Retail Prices",
+                               "scoring URI"}
     assert all(len(reason) > 80 for _, reason in DATA_PLANE.values())
 
 

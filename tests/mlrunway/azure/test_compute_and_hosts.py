@@ -70,7 +70,7 @@ def test_an_unknown_compute_is_refused_in_preflight_before_any_job(fake, azure, 
 def test_a_compute_the_service_lacks_at_submit_is_the_services_400_with_its_message(fake, azure, small_digits):
     """A cluster deleted between preflight and submit: the job PUT is refused, and the task says why."""
     del fake.computes["gpu-cluster"]
-    azure.jobs._vm_sizes["gpu-cluster"] = "STANDARD_NC6S_V3"  # preflight saw it
+    azure.jobs._clusters["gpu-cluster"] = ("STANDARD_NC6S_V3", "dedicated")  # preflight saw it
     with pytest.raises(JobFailed, match="job gone-1 was refused by Azure ML: .*Compute gpu-cluster not found"):
         azure.jobs.submit("gone-1", train_job(str(CODE), str(small_digits)))
 

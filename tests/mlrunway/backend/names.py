@@ -20,6 +20,7 @@ OTHERS: dict[str, Any] = {
     "spec": None, "sweep": None, "path": ".", "version": 1, "tags": {}, "alias": "production", "settings": None,
     "traffic": {}, "start": 0.0, "end": 1.0, "seconds": 0.1, "metric": "m", "holder": "h", "ttl_s": 1.0,
     "collection": "model_inputs", "artifact_path": "a", "lines": 1, "reason": "r", "output": "o", "kind": "job",
+    "metrics": {},
 }
 
 

@@ -1,0 +1,300 @@
+"""What a run's compute costs: each job's duration × instances × a rate for its compute, labelled an estimate.
+
+A backend says what each job used (:class:`~mlrunway.backend.types.Usage` on its ``JobInfo``): Azure ML the VM size
+of the job's compute (a cluster's, or a serverless job's ``instance_type``), its tier (dedicated, low priority,
+spot), its node count and its start and end as the service records them; the local backend the job's wall time,
+its processes and the CPU time they took. The rate comes from the connection's rate card (:class:`RateCard`,
+declared once, :mod:`mlrunway.settings`)::
+
+    {"currency": "USD", "per_hour": {"Standard_NC6s_v3": 3.06, "Standard_NC6s_v3:spot": 0.61},
+     "local_rate": 0.04}
+
+- on Azure ML a job costs node-hours (seconds × nodes / 3600) × ``per_hour[<VM size>]`` (``<size>:spot`` or
+  ``<size>:low_priority`` for those tiers);
+- locally a job costs core-hours (seconds × processes / 3600) × ``local_rate`` per core-hour; without one it shows
+  its hours, not money.
+
+A job whose rate is unknown shows its duration and says its rate is unknown: never a made-up price. A cluster's idle
+time and scale-down are not attributed to jobs: the figures are estimates of what the jobs ran, not a bill.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Annotated, Any, Protocol, runtime_checkable
+
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from mlrunway import check
+from mlrunway.backend.naming import RunNames, attempts
+from mlrunway.backend.protocol import Backend, Metered
+from mlrunway.backend.types import Usage
+from mlrunway.errors import NotFound, SpecError
+from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
+
+__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "cost_of_run", "cost_rows", "job_cost", "rates_for",
+           "run_cost"]
+
+TIERS = ("dedicated", "low_priority", "spot")
+NODE_HOUR, CORE_HOUR = "node-hour", "core-hour"
+_PRICE = re.compile(r"^\s*(?P<amount>[0-9]+(?:\.[0-9]+)?)\s*(?P<currency>[A-Za-z]{3})?\s*$")
+
+
+def _price(value: Any) -> Any:
+    """A price as a number, or as text with its currency (``"3.06 USD"``), which the card checks against its own."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a price")
+    if isinstance(value, str) and (match := _PRICE.match(value)):
+        return {"amount": float(match["amount"]), "currency": (match["currency"] or "").upper() or None}
+    return value
+
+
+Price = Annotated[Any, BeforeValidator(_price), WithJsonSchema({"anyOf": [
+    {"type": "number", "minimum": 0}, {"type": "string", "pattern": _PRICE.pattern}]}), Field(json_schema_extra={
+        "problem": "{value!r} is not a price", "fix": "give a number of at least 0 per hour, in the card's currency"})]
+RateKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+(:(dedicated|low_priority|spot))?$", json_schema_extra={
+    "problem": "is not a VM size", "fix": "name a VM size as Azure does (Standard_NC6s_v3), with :spot or "
+                                          ":low_priority for those tiers"})]
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class RateCard:
+    """What compute costs an hour, declared once (:mod:`mlrunway.settings`): the connection's ``rates`` (and the
+    local connection's ``local_rate``)."""
+
+    currency: str = setting(
+        "USD", pattern=r"^[A-Z]{3}$", description="The currency of every rate on the card (ISO 4217: USD, EUR, ...).",
+        problem="{value!r} is not a currency code", fix="use three capital letters, e.g. USD or EUR")
+    per_hour: dict[RateKey, Price] = setting(
+        {}, description="Azure ML: the price of an hour of one node, by VM size (Standard_NC6s_v3), with :spot or "
+                        ":low_priority for those tiers.",
+        problem="{value!r} is not a rate card", fix='give {"<VM size>": <price per hour>, ...}')
+    local_rate: Annotated[float | None, NOT_A_FLAG] = setting(
+        None, ge=0, allow_inf_nan=False, description="The local backend: the price of a core-hour (one process for "
+                                                     "an hour); empty: jobs show hours, not money.",
+        problem="{value!r} is not a price of at least 0", fix="give the price of a core-hour, e.g. 0.04")
+    retail_prices: Annotated[bool, Strict()] = setting(
+        False, description="Azure ML: price the VM sizes the card lacks from Azure's public Retail Prices API, for "
+                           "the workspace's region (Linux pay-as-you-go, spot and low-priority meters; cached a day "
+                           "in the reports folder).",
+        problem="{value!r} is not true or false", fix="pass true or false")
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> RateCard:
+        """Each rate a number in the card's currency ("3.06 USD" read so; "2.80 EUR" on a USD card refused)."""
+        rates: dict[str, float] = {}
+        for key, price in self.per_hour.items():
+            if isinstance(price, dict):
+                if price["currency"] not in (None, self.currency):
+                    raise SettingsError(f"per_hour.{key}", f"is in {price['currency']} and the card in "
+                                        f"{self.currency}: a currency mix",
+                                        f"give every rate in {self.currency}, or set currency to theirs")
+                price = price["amount"]
+            if not isinstance(price, (int, float)) or price != price or price < 0 or price == float("inf"):
+                raise SettingsError(f"per_hour.{key}", f"{price!r} is not a price of at least 0",
+                                    "give a number of at least 0 per hour, in the card's currency")
+            rates[_key(key)] = float(price)
+        object.__setattr__(self, "per_hour", rates)
+        return self
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any] | str | None, field: str = "rates", *,
+              local_rate: Any = None) -> RateCard:
+        """The card from a connection's extra (a mapping or its JSON); ``local_rate``: the local connection's own
+        field, which fills the card's. Every mistake names ``<field>.<setting>`` and the fix."""
+        if isinstance(value, str) and value.strip():
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise check.fail(field, f"is not JSON ({exc})",
+                                 'write the rate card as JSON, e.g. {"currency": "USD", "per_hour": {...}}') from None
+        if not isinstance(value, Mapping) and value not in (None, ""):  # a list, a number: refused by name
+            return parse(cls, value, field, noun="rate card")  # type: ignore[arg-type]
+        card = dict(value) if isinstance(value, Mapping) else {}
+        if local_rate not in (None, ""):
+            card["local_rate"] = local_rate
+        try:
+            return parse(cls, card, field, noun="rate card")
+        except SpecError as exc:  # the local connection's own field is named as the form names it
+            if local_rate in (None, "") or not str(exc).startswith(f"{field}.local_rate:"):
+                raise
+            raise SpecError(str(exc).replace(f"{field}.local_rate", "local_rate", 1)) from None
+
+    def filled(self, rates: Mapping[str, float]) -> RateCard:
+        """The card with ``rates`` (by ``<size>`` or ``<size>:<tier>``) added where it has none of its own."""
+        return replace(self, per_hour={**{_key(k): v for k, v in rates.items()}, **self.per_hour})
+
+    def rate(self, usage: Usage) -> float | None:
+        """The rate of what ``usage`` ran on, per its unit; None when the card does not price it."""
+        if usage.size is None:
+            return self.local_rate
+        tier = usage.tier or "dedicated"
+        return self.per_hour.get(_key(usage.size if tier == "dedicated" else f"{usage.size}:{tier}"))
+
+
+def _key(key: str) -> str:
+    """VM sizes as Azure compares them: case-insensitive, ``:dedicated`` the same as none."""
+    return key.lower().removesuffix(":dedicated")
+
+
+@runtime_checkable
+class Priced(Protocol):
+    """A backend whose connection holds a rate card."""
+
+    def rates_for(self, sizes: Iterable[str]) -> RateCard:
+        """The connection's rate card, with what it lacks of ``sizes`` (VM sizes jobs ran on) filled where the
+        backend can (Azure ML's Retail Prices, when the card asks for them)."""
+        ...
+
+
+def rates_for(backend: object, usages: Iterable[Usage | None]) -> RateCard:
+    """The rate card that prices ``usages`` on ``backend``; an empty one (every rate unknown) where it has none."""
+    sizes = sorted({u.size for u in usages if u is not None and u.size is not None})
+    return backend.rates_for(sizes) if isinstance(backend, Priced) else RateCard()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cost:
+    """One job's compute and what it cost: ``hours`` of ``unit`` (node-hours on a VM, core-hours locally) at
+    ``rate`` per unit; ``amount`` None when the rate is unknown. An estimate: idle and scale-down time are not the
+    job's."""
+
+    job: str
+    compute: str
+    seconds: float
+    instances: int
+    processes: int
+    unit: str
+    hours: float
+    cpu_hours: float | None
+    rate: float | None
+    currency: str
+    amount: float | None
+    running: bool = False
+
+    def text(self) -> str:
+        """``0.0123 USD (0.41 core-hours on this machine at 0.03 USD a core-hour)``, or its hours and "rate
+        unknown"."""
+        hours = f"{_hours(self.hours, self.unit)}{' so far' if self.running else ''} on {self.compute}"
+        if self.amount is None:
+            return f"{hours} (rate unknown)"
+        return f"{self.amount:.4g} {self.currency} ({hours} at {self.rate:g} {self.currency} a {self.unit})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text()}
+
+
+def _hours(hours: float, unit: str) -> str:
+    return f"{hours:.3g} {unit}{'s' * (f'{hours:.3g}' != '1')}"
+
+
+def job_cost(name: str, usage: Usage | None, card: RateCard, *, now: float | None = None) -> Cost | None:
+    """What job ``name`` cost by its ``usage``, or None where it never started."""
+    if usage is None or usage.started is None:
+        return None
+    running = usage.ended is None
+    seconds = max(0.0, (usage.ended if usage.ended is not None else (now or time.time())) - usage.started)
+    local = usage.size is None
+    hours = seconds * (usage.processes if local else usage.instances) / 3600
+    rate = card.rate(usage)
+    compute = "this machine" if usage.size is None else (
+        usage.size if not usage.tier or usage.tier == "dedicated" else f"{usage.size} ({usage.tier.replace('_', ' ')})")
+    return Cost(job=name, compute=compute, seconds=round(seconds, 3), instances=usage.instances,
+                processes=usage.processes, unit=CORE_HOUR if local else NODE_HOUR, hours=hours,
+                cpu_hours=None if usage.cpu_seconds is None else usage.cpu_seconds / 3600, rate=rate,
+                currency=card.currency, amount=None if rate is None else hours * rate, running=running)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCost:
+    """A run's jobs' costs, by role (``train``, ``trials``, ``export``, ``reference``), and their total over those
+    whose rate is known; ``unknown`` counts the others."""
+
+    jobs: dict[str, list[Cost]]
+    currency: str
+
+    @property
+    def costs(self) -> list[Cost]:
+        return [cost for costs in self.jobs.values() for cost in costs]
+
+    @property
+    def amount(self) -> float | None:
+        known = [c.amount for c in self.costs if c.amount is not None]
+        return sum(known) if known else None
+
+    @property
+    def unknown(self) -> int:
+        return sum(c.amount is None for c in self.costs)
+
+    def hours(self, unit: str) -> float:
+        return sum(c.hours for c in self.costs if c.unit == unit)
+
+    def text(self) -> str:
+        """``5.36 USD for 1.75 node-hours in 3 jobs (an estimate)``; the jobs at a rate unknown are named, not
+        priced."""
+        count = len(self.costs)
+        if not count:
+            return "no job has run yet"
+        hours = " and ".join(_hours(self.hours(unit), unit) for unit in (NODE_HOUR, CORE_HOUR) if self.hours(unit))
+        jobs = f"{hours or '0 hours'} in {count} job{'s' * (count != 1)}"
+        if self.amount is None:
+            return f"{jobs}, rate unknown"
+        unknown = f"; {self.unknown} of them at a rate unknown, not counted" if self.unknown else ""
+        return f"{self.amount:.4g} {self.currency} for {jobs}{unknown} (an estimate)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"currency": self.currency, "amount": self.amount, "unknown": self.unknown, "text": self.text(),
+                "node_hours": self.hours(NODE_HOUR), "core_hours": self.hours(CORE_HOUR),
+                "jobs": {role: [c.to_dict() for c in costs] for role, costs in self.jobs.items()}}
+
+
+def run_cost(usages: Mapping[str, Mapping[str, Usage | None]], card: RateCard, *,
+             now: float | None = None) -> RunCost:
+    """The cost of a run's jobs, given by role, each role's jobs by name with their usage."""
+    priced = {role: [cost for name, usage in jobs.items() if (cost := job_cost(name, usage, card, now=now))]
+              for role, jobs in usages.items()}
+    return RunCost(jobs={role: costs for role, costs in priced.items() if costs}, currency=card.currency)
+
+
+def cost_of_run(backend: Backend, names: RunNames, *, now: float | None = None) -> RunCost | None:
+    """What run ``names``'s jobs cost so far, every attempt of each (a failed attempt ran too): ``train``, each
+    sweep attempt's ``trials``, ``export`` and the smoke test's ``reference``. None where the backend's jobs do not
+    say what they ran on (not :class:`~mlrunway.backend.protocol.Metered`)."""
+    jobs = backend.jobs
+    if not isinstance(jobs, Metered):
+        return None
+    metered: Metered = jobs
+    usages: dict[str, dict[str, Usage | None]] = {}
+    for role, base in (("train", names.train_job), ("trials", names.sweep), ("export", names.export_job),
+                       ("reference", names.reference_job)):
+        found: dict[str, Usage | None] = {}
+        for name in attempts(base):
+            try:
+                jobs.get(name)
+            except NotFound:
+                break
+            found.update(metered.trial_usage(name) if role == "trials" else {name: metered.usage(name)})
+        usages[role] = found
+    card = rates_for(backend, [u for found in usages.values() for u in found.values()])
+    return run_cost(usages, card, now=now)
+
+
+def cost_rows(cost: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What producing the version cost: the total, then each role's jobs (train, the sweep's trials, export, the
+    smoke test's reference), each an estimate (:mod:`mlrunway.backend.cost`)."""
+    if not cost or not cost.get("jobs"):
+        return []
+    rows = [("total", str(cost["text"]))]
+    for role, jobs in cost["jobs"].items():
+        known = [j["amount"] for j in jobs if j.get("amount") is not None]
+        hours = sum(j["hours"] for j in jobs)
+        spent = f"{sum(known):.4g} {cost['currency']}, " if known else ""
+        unknown = f", {len(jobs) - len(known)} at a rate unknown" if len(known) < len(jobs) else ""
+        rows.append((role, f"{spent}{_hours(hours, jobs[0]['unit'])} in {len(jobs)} job{'s' * (len(jobs) != 1)}"
+                           f"{unknown}"))
+    return rows
