@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.attempts import latest_attempt
-from mlrunway.backend.cost import cost_of_run, cost_rows
+from mlrunway.backend.cost import cost_of_run, cost_rows, serving_cost
 from mlrunway.backend.naming import RunNames
-from mlrunway.backend.protocol import Artifacts, Backend
+from mlrunway.backend.protocol import Artifacts, Backend, RunMetrics
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import MlrunwayError, NotFound
@@ -55,6 +55,7 @@ class SweepReport:
     created: float = field(default_factory=time.time)
     error: str | None = None  # why the sweep failed, as its job says
     cost: dict[str, Any] | None = None  # the run's compute once its sweep has ended (RunCost.to_dict), an estimate
+    serving: dict[str, Any] | None = None  # its endpoint's deployments' serving so far, likewise
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -75,12 +76,15 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     # The run's cost once the sweep has ended: its trials' figures no longer change, and a live page that
     # refreshes every few seconds would read every trial's record again each time (ARM reads, on Azure).
     cost = cost_of_run(backend, names) if result.status.is_terminal() else None
+    endpoint = _endpoint(backend, *([production["endpoint"]] if production else names.endpoints))
+    serving = serving_cost(backend, endpoint["name"]) if endpoint and result.status.is_terminal() else None
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
                        cost=cost.to_dict() if cost is not None and cost.costs else None,
+                       serving=serving.to_dict() if serving is not None and serving.costs else None,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
-                       endpoint=_endpoint(backend, *([production["endpoint"]] if production else names.endpoints)))
+                       endpoint=endpoint)
 
 
 def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -262,12 +266,12 @@ def save_run_report(backend: Backend, names: RunNames, root: str | Path, *, dag_
     page = save(report, folder.mark_run(names.sweep, dag_id, run_id) if dag_id else folder.sweep(names.sweep))
     if isinstance(backend.jobs, Artifacts):
         backend.jobs.log_artifacts(report.sweep, page.parent, "report")
-        if report.cost:
-            log_costs(backend.jobs, report.sweep, report.cost)
+    if report.cost and isinstance(backend.jobs, RunMetrics):
+        log_costs(backend.jobs, report.sweep, report.cost)
     return page
 
 
-def log_costs(jobs: Artifacts, sweep: str, cost: dict[str, Any]) -> None:
+def log_costs(jobs: RunMetrics, sweep: str, cost: dict[str, Any]) -> None:
     """Each job's ``cost`` (where its rate is known) and ``compute_hours`` on its run; the trials' totals on the
     sweep's parent run. A run that cannot take them is logged and skipped: the figures are in the report."""
     trials = (cost.get("jobs") or {}).get("trials", [])

@@ -77,6 +77,8 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
                      f"{'nothing left running' if not leftovers else 'LEFT RUNNING: ' + '; '.join(leftovers)}")
     if deploy.get("cost"):
         lines.append(f"cost: {deploy['cost']['text']}")
+    if clean.get("serving_cost"):
+        lines.append(f"serving: {clean['serving_cost']['text']}")
     if report is not None:
         lines.append(f"report: {report} (in the Airflow UI: the run's Sweep report tab)")
     if deploy.get("model_card"):

@@ -37,7 +37,16 @@ from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
 from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.cost import Priced, RateCard
-from mlrunway.backend.protocol import Backend, Capabilities, Lineage, Metered, Rollout, Studio
+from mlrunway.backend.protocol import (
+    Backend,
+    Capabilities,
+    Lineage,
+    Metered,
+    MeteredEndpoints,
+    Rollout,
+    RunMetrics,
+    Studio,
+)
 from mlrunway.backend.types import Instances
 from mlrunway.backend.waiting import Waits
 from mlrunway.onnx_export.registered import ExportSettings
@@ -208,8 +217,8 @@ class AzureBackend:
 
 
 def _satisfies_protocol(backend: AzureBackend) -> tuple[Backend, Studio, Rollout, Lineage, ModelMonitor, Metered,
-                                                        Priced]:
+                                                        MeteredEndpoints, Priced, RunMetrics]:
     """mypy proves here that AzureBackend is a ``Backend`` with a ``Studio``, ``Rollout`` endpoints, its
-    ``Lineage`` namespace, a ``ModelMonitor``, ``Metered`` jobs and a rate card (``Priced``): a mismatch fails
-    ``make test``; its jobs keep no artifacts."""
-    return backend, backend, backend.endpoints, backend, backend, backend.jobs, backend
+    ``Lineage`` namespace, a ``ModelMonitor``, ``Metered`` jobs whose runs take metrics (``RunMetrics``),
+    ``MeteredEndpoints`` and a rate card (``Priced``): a mismatch fails ``make test``; its jobs keep no artifacts."""
+    return backend, backend, backend.endpoints, backend, backend, backend.jobs, backend.endpoints, backend, backend.jobs

@@ -11,6 +11,7 @@ import base64
 import builtins
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 from azure.ai.ml import MLClient
@@ -18,10 +19,11 @@ from azure.ai.ml.entities import CodeConfiguration, DataCollector, DeploymentCol
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from mlrunway.azure.environments import scoring_environment
+from mlrunway.azure.jobs import run_times
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites, transient_reads
 from mlrunway.backend import capture
-from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, ProvisioningState
+from mlrunway.backend.types import DeploymentInfo, DeploymentSettings, ProvisioningState, Usage
 from mlrunway.errors import EndpointError, NotFound
 
 __all__ = ["AzureDeployments"]
@@ -115,6 +117,21 @@ class AzureDeployments:
     def list(self, endpoint: str) -> builtins.list[DeploymentInfo]:
         return [self.get(endpoint, d.name)
                 for d in self.ml.online_deployments.list(endpoint_name=endpoint) if d is not None]
+
+    def serving_usage(self, endpoint: str) -> dict[str, Usage]:
+        """Each deployment since ``systemData.createdAt`` (the SDK's ``creation_context.created_at``), on its
+        ``instance_type`` and ``sku.capacity`` instances."""
+        found = {}
+        for d in self.ml.online_deployments.list(endpoint_name=endpoint):
+            if d is None:
+                continue
+            created = getattr(getattr(d, "creation_context", None), "created_at", None)
+            started = created.timestamp() if isinstance(created, datetime) else \
+                run_times({"startTimeUtc": created})[0]
+            if started is not None:
+                found[d.name] = Usage(started=started, size=d.instance_type or self.instance_type,
+                                      instances=int(d.instance_count or 1))
+        return found
 
     def delete(self, endpoint: str, name: str) -> bool:
         """``online_deployments.begin_delete`` and wait (Azure cannot cancel a provisioning otherwise); False when it

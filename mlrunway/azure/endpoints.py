@@ -33,6 +33,7 @@ from mlrunway.backend.types import (
     EndpointInfo,
     EndpointSettings,
     ProvisioningState,
+    Usage,
 )
 from mlrunway.errors import EndpointError, NotFound
 
@@ -173,6 +174,9 @@ class AzureEndpoints(Endpoints):
 
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         return self.deployments.get(endpoint, name, operation=operation)
+
+    def serving_usage(self, endpoint: str) -> dict[str, Usage]:
+        return self.deployments.serving_usage(endpoint)
 
     def list_deployments(self, endpoint: str) -> list[DeploymentInfo]:
         return self.deployments.list(endpoint)

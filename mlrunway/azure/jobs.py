@@ -173,6 +173,11 @@ class AzureJobs(Jobs):
             self._clusters[compute] = (getattr(target, "size", None), str(getattr(target, "tier", None) or "dedicated"))
         return self._clusters[compute]
 
+    def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` on the job's MLflow run (its run id is the job's name) on the workspace's tracking
+        server (:class:`~mlrunway.backend.protocol.RunMetrics`)."""
+        self.rest.log_metrics(name, metrics)
+
     # -- usage (Metered): what a job ran on, and its start and end as Run History records them ----------------
     def usage(self, name: str) -> Usage | None:
         """The job's compute (its cluster's VM size and tier, or a serverless job's instance type and job tier), its

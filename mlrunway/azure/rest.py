@@ -8,6 +8,7 @@ file's SAS URL), which must never see the AAD token.
 
 from __future__ import annotations
 
+import time
 from functools import cached_property
 from typing import Any
 
@@ -59,6 +60,13 @@ class WorkspaceRest:
         hosts = self.services
         return self.call("GET", f"{hosts['mlflow']}/mlflow/v1.0{hosts['workspace']}/api/2.0/mlflow/{tail}",
                          params=params)
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        """MLflow's ``runs/log-batch`` (POST) on the workspace's tracking server: each metric at step 0, now."""
+        hosts, now = self.services, int(time.time() * 1000)
+        self.call("POST", f"{hosts['mlflow']}/mlflow/v1.0{hosts['workspace']}/api/2.0/mlflow/runs/log-batch",
+                  json={"run_id": run_id, "metrics": [{"key": k, "value": float(v), "timestamp": now, "step": 0}
+                                                      for k, v in metrics.items()]})
 
     def run_history(self, run_id: str, tail: str = "/details", **params: Any) -> Any:
         hosts = self.services

@@ -32,13 +32,13 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.backend.naming import RunNames, attempts
-from mlrunway.backend.protocol import Backend, Metered
+from mlrunway.backend.protocol import Backend, Metered, MeteredEndpoints
 from mlrunway.backend.types import Usage
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 
 __all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "cost_of_run", "cost_rows", "job_cost", "rates_for",
-           "run_cost"]
+           "run_cost", "serving_cost"]
 
 TIERS = ("dedicated", "low_priority", "spot")
 NODE_HOUR, CORE_HOUR = "node-hour", "core-hour"
@@ -57,7 +57,7 @@ def _price(value: Any) -> Any:
 Price = Annotated[Any, BeforeValidator(_price), WithJsonSchema({"anyOf": [
     {"type": "number", "minimum": 0}, {"type": "string", "pattern": _PRICE.pattern}]}), Field(json_schema_extra={
         "problem": "{value!r} is not a price", "fix": "give a number of at least 0 per hour, in the card's currency"})]
-RateKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+(:(dedicated|low_priority|spot))?$", json_schema_extra={
+RateKey = Annotated[str, Field(pattern=rf"^[A-Za-z0-9_.-]+(:({'|'.join(TIERS)}))?$", json_schema_extra={
     "problem": "is not a VM size", "fix": "name a VM size as Azure does (Standard_NC6s_v3), with :spot or "
                                           ":low_priority for those tiers"})]
 
@@ -198,7 +198,8 @@ def job_cost(name: str, usage: Usage | None, card: RateCard, *, now: float | Non
     if usage is None or usage.started is None:
         return None
     running = usage.ended is None
-    seconds = max(0.0, (usage.ended if usage.ended is not None else (now or time.time())) - usage.started)
+    end = usage.ended if usage.ended is not None else (time.time() if now is None else now)
+    seconds = max(0.0, end - usage.started)
     local = usage.size is None
     hours = seconds * (usage.processes if local else usage.instances) / 3600
     rate = card.rate(usage)
@@ -217,6 +218,7 @@ class RunCost:
 
     jobs: dict[str, list[Cost]]
     currency: str
+    noun: str = "job"  # what each cost is of: a job, or an endpoint's deployment
 
     @property
     def costs(self) -> list[Cost]:
@@ -241,24 +243,24 @@ class RunCost:
         if not count:
             return "no job has run yet"
         hours = " and ".join(_hours(self.hours(unit), unit) for unit in (NODE_HOUR, CORE_HOUR) if self.hours(unit))
-        jobs = f"{hours or '0 hours'} in {count} job{'s' * (count != 1)}"
+        jobs = f"{hours or '0 hours'} in {count} {self.noun}{'s' * (count != 1)}"
         if self.amount is None:
             return f"{jobs}, rate unknown"
         unknown = f"; {self.unknown} of them at a rate unknown, not counted" if self.unknown else ""
         return f"{self.amount:.4g} {self.currency} for {jobs}{unknown} (an estimate)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"currency": self.currency, "amount": self.amount, "unknown": self.unknown, "text": self.text(),
+        return {"noun": self.noun, "currency": self.currency, "amount": self.amount, "unknown": self.unknown, "text": self.text(),
                 "node_hours": self.hours(NODE_HOUR), "core_hours": self.hours(CORE_HOUR),
                 "jobs": {role: [c.to_dict() for c in costs] for role, costs in self.jobs.items()}}
 
 
 def run_cost(usages: Mapping[str, Mapping[str, Usage | None]], card: RateCard, *,
-             now: float | None = None) -> RunCost:
+             now: float | None = None, noun: str = "job") -> RunCost:
     """The cost of a run's jobs, given by role, each role's jobs by name with their usage."""
     priced = {role: [cost for name, usage in jobs.items() if (cost := job_cost(name, usage, card, now=now))]
               for role, jobs in usages.items()}
-    return RunCost(jobs={role: costs for role, costs in priced.items() if costs}, currency=card.currency)
+    return RunCost(jobs={role: costs for role, costs in priced.items() if costs}, currency=card.currency, noun=noun)
 
 
 def cost_of_run(backend: Backend, names: RunNames, *, now: float | None = None) -> RunCost | None:
@@ -298,3 +300,20 @@ def cost_rows(cost: dict[str, Any] | None) -> list[tuple[str, str]]:
         rows.append((role, f"{spent}{_hours(hours, jobs[0]['unit'])} in {len(jobs)} job{'s' * (len(jobs) != 1)}"
                            f"{unknown}"))
     return rows
+
+
+def serving_cost(backend: Backend, endpoint: str, *, now: float | None = None) -> RunCost | None:
+    """What each deployment of ``endpoint`` has cost since it was created (``<endpoint>/<deployment>``: its hours
+    × instances, or locally × scoring processes, at the card's rate). None where the endpoint does not exist or its
+    backend does not say (not :class:`~mlrunway.backend.protocol.MeteredEndpoints`)."""
+    endpoints = backend.endpoints
+    if not isinstance(endpoints, MeteredEndpoints):
+        return None
+    try:
+        usages: dict[str, Usage | None] = {f"{endpoint}/{name}": usage
+                                           for name, usage in endpoints.serving_usage(endpoint).items()}
+    except NotFound:
+        return None
+    if not usages:  # no endpoint of that name (Azure lists none), or none of its deployments says when it was made
+        return None
+    return run_cost({"serving": usages}, rates_for(backend, usages.values()), now=now, noun="deployment")

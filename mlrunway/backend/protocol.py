@@ -51,7 +51,7 @@ from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
 __all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Metered",
-           "Models", "Rollout", "Studio", "rollout_of"]
+           "MeteredEndpoints", "Models", "Rollout", "RunMetrics", "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,10 +315,6 @@ class Artifacts(Protocol):
 
     def log_artifacts(self, name: str, folder: str | Path, artifact_path: str) -> None: ...
 
-    def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
-        """Log ``metrics`` on job ``name``'s run (once it has ended too: its cost)."""
-        ...
-
     def tracking_uri(self) -> str:
         """The MLflow tracking store the jobs' runs are in (what ``mlflow ui --backend-store-uri`` takes)."""
         ...
@@ -430,6 +426,27 @@ class Metered(Protocol):
 
     def trial_usage(self, name: str) -> dict[str, Usage]:
         """Each started trial of sweep ``name``, by the trial's name as ``sweep_result`` gives it."""
+        ...
+
+
+@runtime_checkable
+class RunMetrics(Protocol):
+    """Jobs whose MLflow runs take metrics after the job (its cost, once it has ended): the local store, and Azure
+    ML's MLflow tracking server."""
+
+    def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` on job ``name``'s run."""
+        ...
+
+
+@runtime_checkable
+class MeteredEndpoints(Protocol):
+    """Endpoints that say what each deployment serves on and since when, for its serving cost
+    (:mod:`mlrunway.backend.cost`)."""
+
+    def serving_usage(self, endpoint: str) -> dict[str, Usage]:
+        """Each deployment of ``endpoint``: since its creation (``ended`` None: it serves), its VM size and
+        instances (Azure ML) or scoring processes (locally)."""
         ...
 
 

@@ -12,7 +12,17 @@ from typing import Any
 from mlrunway import check, lineage
 from mlrunway.backend.capture import Capture, Replay
 from mlrunway.backend.cost import Priced, RateCard
-from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Leftovers, Lineage, Metered, Rollout
+from mlrunway.backend.protocol import (
+    Artifacts,
+    Backend,
+    Capabilities,
+    Leftovers,
+    Lineage,
+    Metered,
+    MeteredEndpoints,
+    Rollout,
+    RunMetrics,
+)
 from mlrunway.backend.retention import PrunePlan, Retention, RetentionPolicy
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
@@ -110,10 +120,10 @@ class LocalBackend:
 
 
 def _satisfies_protocol(backend: LocalBackend) -> tuple[Backend, Leftovers, Artifacts, Rollout, Lineage, Capture, Replay,
-                                                         Retention, Metered, Priced]:
+                                                         Retention, Metered, MeteredEndpoints, Priced, RunMetrics]:
     """mypy proves here that LocalBackend is a ``Backend`` with ``Leftovers`` and ``Lineage``, that its jobs keep
-    artifacts and are ``Metered``, that its endpoints are ``Rollout``, ``Capture`` and ``Replay``, that it prunes
-    (``Retention``) and prices its jobs (``Priced``): a mismatch fails ``make test``. It has no studio: the sweep
-    report and MLflow pages come with the UI plugin."""
+    artifacts, take metrics (``RunMetrics``) and are ``Metered``, that its endpoints are ``Rollout``, ``Capture``,
+    ``Replay`` and ``MeteredEndpoints``, that it prunes (``Retention``) and prices its jobs (``Priced``): a mismatch
+    fails ``make test``. It has no studio: the sweep report and MLflow pages come with the UI plugin."""
     return (backend, backend, backend.jobs, backend.endpoints, backend, backend.endpoints, backend.endpoints, backend,
-            backend.jobs, backend)
+            backend.jobs, backend.endpoints, backend, backend.jobs)

@@ -114,7 +114,12 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert [j["job"] for j in cost["jobs"]["trials"]] == sorted(t.name for t in trials)
     assert saved["cost"]["jobs"]["trials"] == cost["jobs"]["trials"]  # the report's, once the sweep had ended
     assert "## Cost to produce (an estimate)" in card and f"| total | {cost['text']} |" in card
+    serving = results["cleanup"]["serving_cost"]  # blue's hours × its scoring processes, read before it went
+    (blue,) = serving["jobs"]["serving"]
+    assert blue["job"] == f"{deploy['endpoint']}/blue" and blue["processes"] == 2 and blue["running"]
+    assert blue["amount"] == pytest.approx(blue["hours"] * 0.04) and saved["serving"]["jobs"]["serving"][0]["job"] == blue["job"]
     assert f"cost: {cost['text']}" in format_summary("success", results, [])
+    assert f"serving: {serving['text']}" in format_summary("success", results, [])
     trial_costs = [j["amount"] for j in cost["jobs"]["trials"]]
     sweep_run = tracking.latest_metrics(backend.workspace, backend.jobs.get(sweep).mlflow_run_id)
     assert sweep_run["cost"] == pytest.approx(sum(trial_costs))  # the trials' total on the sweep's parent run

@@ -31,6 +31,7 @@ from mlrunway.backend.types import (
     EndpointSettings,
     MirroredAnswer,
     ProvisioningState,
+    Usage,
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local import records
@@ -240,8 +241,15 @@ class LocalEndpoints(Endpoints):
                                      code_dir=str(home / "code"), scoring_script=scoring_script, model=settings.model,
                                      workers=workers, environment_variables=dict(settings.environment_variables),
                                      data_collector=settings.data_collector.to_dict() if settings.data_collector else None,
-                                     capture_max_bytes=self.capture_max_bytes)
+                                     capture_max_bytes=self.capture_max_bytes,
+                                     created=(old.created if old is not None else None) or time.time())
         return provision.start(folder, deployment, creating=old is None)
+
+    def serving_usage(self, endpoint: str) -> dict[str, Usage]:
+        """Each serving deployment since its creation, on its scoring processes (a deployment made before this
+        release recorded no creation: not priced)."""
+        return {name: Usage(started=d.created, processes=d.workers)
+                for name, d in self.state(endpoint).deployments.items() if d.created is not None}
 
     def get_deployment(self, endpoint: str, name: str, *, operation: str | None = None) -> DeploymentInfo:
         """Where the deployment's provisioning stands (Creating, Updating, Succeeded, Failed, Canceled); one that

@@ -41,6 +41,7 @@ class DeploymentState:
     # Its data collector, in azure-ai-ml's shape (mlrunway.backend.capture), and the bytes its captures may hold.
     data_collector: dict[str, Any] | None = None
     capture_max_bytes: int = 1024 ** 3
+    created: float | None = None  # when the deployment of this name was created (updates keep it): its serving hours
 
 
 @dataclass(kw_only=True)

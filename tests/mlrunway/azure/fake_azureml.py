@@ -545,6 +545,7 @@ class FakeAzureML(HttpTransport):
             ("GET", f"{hist}/runs/(?P<run>[^/]+)/details", self._run_details),
             ("GET", f"{mlflow}/runs/get", self._mlflow_run),
             ("GET", f"{mlflow}/metrics/get-history", self._mlflow_history),
+            ("POST", f"{mlflow}/runs/log-batch", self._mlflow_log_batch),
             ("PUT", f"{BLOB_HOST}/(?P<blob>[^/]+/.+)", self._put_blob),
             ("HEAD", f"{BLOB_HOST}/(?P<blob>[^/]+/.+)", self._head_blob),
             ("GET", f"{BLOB_HOST}/(?P<container>[^/]+)", self._list_blobs),
@@ -1255,6 +1256,18 @@ class FakeAzureML(HttpTransport):
         params = [{"key": k, "value": str(v)} for k, v in run["params"].items()]
         return _response(request, 200, {"run": {"info": {"run_id": run_id, "status": "FINISHED"},
                                                 "data": {"metrics": metrics, "params": params}}})
+
+    def _mlflow_log_batch(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        """MLflow's runs/log-batch: each metric {key, value, timestamp, step} (all four required) on the run."""
+        body = recorded.json()
+        if body.get("run_id") not in self.runs:
+            return _response(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
+                                            "message": f"Run {body.get('run_id')} not found"})
+        for metric in body.get("metrics", []):
+            if set(metric) != {"key", "value", "timestamp", "step"}:
+                return _response(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(metric)})
+            self.runs[body["run_id"]].setdefault("metrics", {})[metric["key"]] = metric["value"]
+        return _response(request, 200, {})
 
     def _mlflow_history(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
         run = self.runs.get(recorded.query["run_id"])

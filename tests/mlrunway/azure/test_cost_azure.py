@@ -5,15 +5,17 @@ end from Run History; priced by the connection's rate card, or by the Retail Pri
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from mlrunway.azure.backend import AzureBackend
-from mlrunway.backend.cost import RateCard, cost_of_run, job_cost, rates_for
+from mlrunway.backend.cost import RateCard, cost_of_run, job_cost, rates_for, serving_cost
 from mlrunway.backend.naming import RunNames
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import SpecError
+from mlrunway.report import log_costs
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import CONNECTION
 from tests.mlrunway.azure.fake_azureml import REGION, FakeCredential, Trial
@@ -65,6 +67,11 @@ def test_a_cluster_job_and_its_sweeps_trials_cost_their_hours_times_nodes_at_the
     assert cost.text() == "5.355 USD for 1.75 node-hours in 3 jobs (an estimate)"
     # The run history reads that timed them: the job's details, the sweep's children.
     assert fake.sent("GET", rf"/history/v1\.0/.*/runs/{NAMES.train_job}/details$")
+    # As the saved report does: each job's cost on its MLflow run, the trials' total on the sweep's (log-batch).
+    log_costs(azure.jobs, NAMES.sweep, cost.to_dict())
+    assert fake.runs[NAMES.train_job]["metrics"] == {"cost": pytest.approx(3.06), "compute_hours": 1.0}
+    assert fake.runs[NAMES.sweep]["metrics"] == {"cost": pytest.approx(2.295), "compute_hours": 0.75}
+    assert fake.runs[f"{NAMES.sweep}_1"]["metrics"]["cost"] == pytest.approx(0.765)
 
 
 def test_a_serverless_spot_job_sends_its_job_tier_and_is_priced_at_the_spot_meter(fake, tmp_path, small_digits):
@@ -140,3 +147,24 @@ def test_a_bad_rate_card_is_refused_when_the_connection_is_read_naming_the_field
     with pytest.raises(SpecError, match=message):
         azure_with(fake, tmp_path, rates=rates)
     assert not fake.sent("PUT", r"/jobs/")
+
+
+def test_a_deployment_costs_its_serving_hours_times_its_instances_since_it_was_created(fake, tmp_path):
+    """A deployment of 2 instances of Standard_F2s_v2 (the connection's), made at the fake's systemData.createdAt:
+    an hour later it has served 2 node-hours."""
+    azure = azure_with(fake, tmp_path, rates={"per_hour": {"Standard_F2s_v2": 0.25}})
+    azure.endpoints.provision_poll_s = 0.0
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "signature.json").write_text('{"file": "model.onnx", "inputs": []}')
+    azure.models.register("digits", str(model))
+    azure.endpoints.create_or_update("digits-cost")
+    azure.endpoints.create_or_update_deployment(
+        "digits-cost", "blue", DeploymentSettings(model="digits:1", code_dir=str(REPO / "training")))
+    created = datetime.fromisoformat("2026-11-22T10:00:00+00:00").timestamp()
+    serving = serving_cost(azure, "digits-cost", now=created + 3600)
+    (blue,) = serving.jobs["serving"]
+    assert (blue.job, blue.compute, blue.instances, blue.hours) == ("digits-cost/blue", "Standard_F2s_v2", 2, 2.0)
+    assert blue.running and blue.amount == pytest.approx(0.5)
+    assert serving.text() == "0.5 USD for 2 node-hours in 1 deployment (an estimate)"
+    assert serving_cost(azure, "no-such-endpoint") is None

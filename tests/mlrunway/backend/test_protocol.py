@@ -11,8 +11,11 @@ from mlrunway.backend.protocol import (
     Endpoints,
     Jobs,
     Leftovers,
+    Metered,
+    MeteredEndpoints,
     Models,
     Rollout,
+    RunMetrics,
     Shadow,
     Studio,
     rollout_of,
@@ -50,6 +53,11 @@ def test_what_only_some_backends_do_is_a_capability_each_has_or_not():
     assert isinstance(fake.endpoints, Rollout) and not isinstance(fake.jobs, Artifacts) and not isinstance(fake, Studio)
     assert not isinstance(fake.endpoints, Shadow)
     assert rollout_of(fake) is fake.endpoints
+    # What a run costs: every shipped backend's jobs say what they ran on; the fake's endpoints do not say theirs.
+    assert issubclass(AzureJobs, Metered) and issubclass(LocalJobs, Metered) and isinstance(fake.jobs, Metered)
+    assert issubclass(AzureEndpoints, MeteredEndpoints) and issubclass(LocalEndpoints, MeteredEndpoints)
+    assert not isinstance(fake.endpoints, MeteredEndpoints) and not isinstance(fake.jobs, RunMetrics)
+    assert issubclass(AzureJobs, RunMetrics) and issubclass(LocalJobs, RunMetrics)
 
 
 def test_a_backend_without_rollout_is_refused_by_name(monkeypatch):
