@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.attempts import latest_attempt
-from mlrunway.backend.cost import cost_of_run, cost_rows, serving_cost
+from mlrunway.backend.cost import cost_of_run, cost_rows, estimated, serving_cost
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Artifacts, Backend, RunMetrics
 from mlrunway.backend.reports import ReportsFolder
@@ -75,12 +75,12 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     production = _production(onnx)
     # The run's cost once the sweep has ended: its trials' figures no longer change, and a live page that
     # refreshes every few seconds would read every trial's record again each time (ARM reads, on Azure).
-    cost = cost_of_run(backend, names) if result.status.is_terminal() else None
+    ended = result.status.is_terminal()
     endpoint = _endpoint(backend, *([production["endpoint"]] if production else names.endpoints))
-    serving = serving_cost(backend, endpoint["name"]) if endpoint and result.status.is_terminal() else None
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
-                       cost=cost.to_dict() if cost is not None and cost.costs else None,
-                       serving=serving.to_dict() if serving is not None and serving.costs else None,
+                       cost=estimated(f"run {names.run_key}", lambda: cost_of_run(backend, names)) if ended else None,
+                       serving=estimated(f"endpoint {endpoint['name']}", lambda: serving_cost(backend, endpoint["name"]))
+                       if endpoint and ended else None,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,

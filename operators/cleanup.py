@@ -9,11 +9,11 @@ from airflow.sdk import Context, TriggerRule
 
 from mlrunway import check, lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
-from mlrunway.backend.cost import serving_cost
+from mlrunway.backend.cost import RunCost, estimated, serving_cost
 from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.deploy import strategy_for
-from mlrunway.errors import JobFailed, MlrunwayError
+from mlrunway.errors import JobFailed
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.report import HTML_FILE, save_run_report
@@ -63,17 +63,15 @@ class CleanupOperator(MlrunwayBaseOperator):
     def serving_cost(self, names: RunNames) -> dict[str, Any] | None:
         """What the endpoint's deployments cost since each was created, read before a run's own endpoint is
         deleted (a stable endpoint's: so far); an estimate, logged, that never stops the cleanup."""
-        try:
+        def read() -> RunCost | None:
             found = self.backend.endpoints.first_existing(*([self.endpoint_name] if self.endpoint_name
                                                            else names.endpoints))
-            cost = serving_cost(self.backend, found.name) if found is not None else None
-        except (OSError, MlrunwayError) as exc:
-            self.log.warning("The endpoint's serving cost could not be read: %s", exc)
-            return None
-        if cost is None or not cost.costs:
-            return None
-        self.log.info("The endpoint's deployments served: %s", cost.text())
-        return cost.to_dict()
+            return serving_cost(self.backend, found.name) if found is not None else None
+
+        cost = estimated(f"the endpoint of run {names.run_key}", read)
+        if cost is not None:
+            self.log.info("The endpoint's deployments served: %s", cost["text"])
+        return cost
 
     def save_report(self, context: Context, names: RunNames) -> None:
         """The sweep report as the run ends, the endpoint still up: the run's artifact. A report that cannot be

@@ -15,7 +15,7 @@ from mlrunway import check, lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
 from mlrunway.backend.capture import DataCollector
-from mlrunway.backend.cost import cost_of_run
+from mlrunway.backend.cost import cost_of_run, estimated
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
 from mlrunway.deploy import (
     APPROVAL_TAG,
@@ -269,15 +269,11 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         """What the run's jobs cost (train, the sweep's trials, export, the smoke test's reference), an estimate
         (:mod:`mlrunway.backend.cost`); None where the backend does not say or the run started none (a version
         deployed by ``deploy_model``). A read that fails is logged: the deployment stands."""
-        try:
-            cost = cost_of_run(self.backend, self.names(context))
-        except (OSError, MlrunwayError) as exc:
-            self.log.warning("The run's compute cost could not be read: %s", exc)
-            return None
-        if cost is None or not cost.costs:
-            return None
-        self.log.info("The run's compute: %s", cost.text())
-        return cost.to_dict()
+        names = self.names(context)
+        cost = estimated(f"run {names.run_key}", lambda: cost_of_run(self.backend, names))
+        if cost is not None:
+            self.log.info("The run's compute: %s", cost["text"])
+        return cost
 
     def write_model_cards(self, context: Context, result: dict[str, Any],
                           cost: dict[str, Any] | None = None) -> str | None:

@@ -21,9 +21,10 @@ time and scale-down are not attributed to jobs: the figures are estimates of wha
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any, Protocol, runtime_checkable
 
@@ -37,10 +38,11 @@ from mlrunway.backend.types import Usage
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 
-__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "cost_of_run", "cost_rows", "job_cost", "rates_for",
-           "run_cost", "serving_cost"]
+__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "cost_of_run", "cost_rows", "estimated", "job_cost",
+           "rates_for", "run_cost", "serving_cost"]
 
 TIERS = ("dedicated", "low_priority", "spot")
+log = logging.getLogger(__name__)
 NODE_HOUR, CORE_HOUR = "node-hour", "core-hour"
 _PRICE = re.compile(r"^\s*(?P<amount>[0-9]+(?:\.[0-9]+)?)\s*(?P<currency>[A-Za-z]{3})?\s*$")
 
@@ -317,3 +319,15 @@ def serving_cost(backend: Backend, endpoint: str, *, now: float | None = None) -
     if not usages:  # no endpoint of that name (Azure lists none), or none of its deployments says when it was made
         return None
     return run_cost({"serving": usages}, rates_for(backend, usages.values()), now=now, noun="deployment")
+
+
+def estimated(what: str, read: Callable[[], RunCost | None]) -> dict[str, Any] | None:
+    """``read()``'s figures as a dict, or None where it found none or failed: a cost is an estimate, and a service
+    that cannot be read for it (a deleted cluster, an outage) never fails the deployment, the cleanup or the report
+    it is shown on. A failure is logged with ``what`` it was the cost of."""
+    try:
+        cost = read()
+    except Exception as exc:  # noqa: BLE001 - any reader's failure (ARM, Run History, a store) leaves it unknown
+        log.warning("the cost of %s could not be read: %s: %s", what, type(exc).__name__, exc)
+        return None
+    return cost.to_dict() if cost is not None and cost.costs else None

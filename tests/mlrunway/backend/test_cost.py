@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mlrunway.backend.cost import RateCard, RunCost, cost_of_run, cost_rows, job_cost, run_cost
+from mlrunway.backend.cost import RateCard, RunCost, cost_of_run, cost_rows, estimated, job_cost, run_cost
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus, TrialInfo, Usage
@@ -125,3 +125,16 @@ def test_a_bad_local_rate_is_refused_when_the_connection_is_read(tmp_path, field
         LocalBackend.from_connection({"workspace": str(tmp_path / "ws"), **fields})
     assert LocalBackend.from_connection({"workspace": str(tmp_path / "ws"), "local_rate": "0.04"}).rates_for(
         []).local_rate == 0.04
+
+
+def test_a_cost_that_cannot_be_read_is_logged_and_left_unknown_never_failing_what_shows_it(caplog):
+    def outage():
+        raise ConnectionError("Run History answered 503 for 15 minutes")
+
+    assert estimated("run 0badc0de", outage) is None
+    assert "the cost of run 0badc0de could not be read: ConnectionError: Run History answered 503" in caplog.text
+    assert estimated("run 0badc0de", lambda: RunCost(jobs={}, currency="USD")) is None  # nothing ran: nothing shown
+    card = RateCard(per_hour={"Standard_NC6s_v3": 3.0})
+    shown = estimated("run", lambda: run_cost({"train": {"t": Usage(started=0.0, ended=3600.0,
+                                                                     size="Standard_NC6s_v3")}}, card))
+    assert shown["amount"] == 3.0 and shown["text"] == "3 USD for 1 node-hour in 1 job (an estimate)"
