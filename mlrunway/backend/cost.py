@@ -182,13 +182,31 @@ class Cost:
     def text(self) -> str:
         """``0.0123 USD (0.41 core-hours on this machine at 0.03 USD a core-hour)``, or its hours and "rate
         unknown"."""
-        hours = f"{_hours(self.hours, self.unit)}{' so far' if self.running else ''} on {self.compute}"
+        many = self.processes if self.unit == CORE_HOUR else self.instances
+        what = ("process" if self.unit == CORE_HOUR else "node") + "es" * (self.unit == CORE_HOUR and many != 1) + \
+            "s" * (self.unit == NODE_HOUR and many != 1)
+        hours = (f"{_hours(self.hours, self.unit)} ({_duration(self.seconds)} × {many} {what})"
+                 f"{' so far' if self.running else ''} on {self.compute}")
         if self.amount is None:
-            return f"{hours} (rate unknown)"
+            return f"{hours} (rate unknown: {self.missing})"
         return f"{self.amount:.4g} {self.currency} ({hours} at {self.rate:g} {self.currency} a {self.unit})"
+
+    @property
+    def missing(self) -> str:
+        """Where the rate that prices this would go."""
+        if self.unit == CORE_HOUR:
+            return "set the connection's local_rate, the price of a core-hour"
+        size, _, tier = self.compute.partition(" (")
+        key = f"{size}:{tier.rstrip(')').replace(' ', '_')}" if tier else size
+        return f"add {key!r} to the connection's rates.per_hour, or set rates.retail_prices"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "text": self.text()}
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds < 120 else f"{seconds / 60:.3g} min" if seconds < 7200 else \
+        f"{seconds / 3600:.3g} h"
 
 
 def _hours(hours: float, unit: str) -> str:
@@ -247,7 +265,7 @@ class RunCost:
         hours = " and ".join(_hours(self.hours(unit), unit) for unit in (NODE_HOUR, CORE_HOUR) if self.hours(unit))
         jobs = f"{hours or '0 hours'} in {count} {self.noun}{'s' * (count != 1)}"
         if self.amount is None:
-            return f"{jobs}, rate unknown"
+            return f"{jobs}, rate unknown ({next(c for c in self.costs if c.amount is None).missing})"
         unknown = f"; {self.unknown} of them at a rate unknown, not counted" if self.unknown else ""
         return f"{self.amount:.4g} {self.currency} for {jobs}{unknown} (an estimate)"
 

@@ -25,12 +25,12 @@ def test_a_node_hour_on_a_vm_and_a_core_hour_here_are_priced_at_the_cards_rates(
     gpu = Usage(started=0.0, ended=5400.0, size="STANDARD_NC6S_V3", instances=2)  # 1.5 h on 2 nodes
     cost = job_cost("train", gpu, CARD)
     assert (cost.hours, cost.amount, cost.unit) == (3.0, pytest.approx(8.4), "node-hour")
-    assert cost.text() == "8.4 EUR (3 node-hours on STANDARD_NC6S_V3 at 2.8 EUR a node-hour)"
+    assert cost.text() == "8.4 EUR (3 node-hours (90 min × 2 nodes) on STANDARD_NC6S_V3 at 2.8 EUR a node-hour)"
     spot = job_cost("trial", Usage(started=0.0, ended=3600.0, size="Standard_NC6s_v3", tier="spot"), CARD)
     assert spot.amount == pytest.approx(0.56) and spot.compute == "Standard_NC6s_v3 (spot)"
     here = job_cost("local", Usage(started=10.0, ended=1810.0, processes=2, cpu_seconds=2700.0), CARD)
     assert (here.hours, here.amount, here.cpu_hours) == (1.0, pytest.approx(0.05), 0.75)
-    assert here.text() == "0.05 EUR (1 core-hour on this machine at 0.05 EUR a core-hour)"
+    assert here.text() == "0.05 EUR (1 core-hour (30 min × 2 processes) on this machine at 0.05 EUR a core-hour)"
 
 
 def test_a_rate_the_card_lacks_is_unknown_and_said_so_never_made_up():
@@ -38,8 +38,11 @@ def test_a_rate_the_card_lacks_is_unknown_and_said_so_never_made_up():
     other = job_cost("t", Usage(started=0.0, ended=1800.0, size="Standard_D4s_v3"), CARD)
     here = job_cost("t", Usage(started=0.0, ended=3600.0), RateCard())
     assert low.amount is other.amount is here.amount is None
-    assert other.text() == "0.5 node-hours on Standard_D4s_v3 (rate unknown)"
-    assert here.text() == "1 core-hour on this machine (rate unknown)"
+    assert other.text() == ("0.5 node-hours (30 min × 1 node) on Standard_D4s_v3 (rate unknown: add 'Standard_D4s_v3' "
+                            "to the connection's rates.per_hour, or set rates.retail_prices)")
+    assert here.text() == ("1 core-hour (60 min × 1 process) on this machine (rate unknown: set the connection's "
+                           "local_rate, the price of a core-hour)")
+    assert "add 'Standard_NC6s_v3:low_priority' to the connection's rates.per_hour" in low.text()
 
 
 def test_a_running_job_costs_what_it_ran_so_far_and_one_that_never_started_costs_nothing():
@@ -58,7 +61,7 @@ def test_a_runs_total_counts_the_known_and_names_the_unknown():
     assert total.amount == pytest.approx(4.2)
     assert total.text() == "4.2 EUR for 2 node-hours in 3 jobs; 1 of them at a rate unknown, not counted (an estimate)"
     assert run_cost({"train": {"t": Usage(started=0.0, ended=7200.0)}}, RateCard()).text() == \
-        "2 core-hours in 1 job, rate unknown"
+        "2 core-hours in 1 job, rate unknown (set the connection's local_rate, the price of a core-hour)"
     assert RunCost(jobs={}, currency="USD").text() == "no job has run yet"
     rows = dict(cost_rows(total.to_dict()))
     assert rows["total"] == total.text() and rows["trials"] == "1.4 EUR, 1 node-hour in 2 jobs, 1 at a rate unknown"
