@@ -3,7 +3,7 @@ mkdocs.yml): the home page (README.md, its links made the site's), the changelog
 page (one mkdocstrings block per name ``mlrunway.operators`` exports), every DAG's params (each DAG file in
 ``dags/``), every settings group (the pydantic dataclasses whose fields are declared with
 :func:`mlrunway.settings.setting`), the connections' fields (the provider info) and the command lines (their
-argparse parsers). Nothing is written into ``docs/``: the pages exist in the build only, so they cannot go stale.
+argparse parsers) and the local endpoint's statuses and limits. Nothing is written into ``docs/``: the pages exist in the build only, so they cannot go stale.
 
 ``tests/docs/test_reference.py`` imports this file for the same readers: a Param, a setting, a connection field or
 an operator's argument without a description fails there, naming it.
@@ -28,10 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the dags import mlrunway as installed; examples' DAGs name folders by the repo
     sys.path.insert(0, str(REPO))
 
-# Modules that are not part of the library a DAG imports: the runners shipped into jobs as code folders (they
-# import torch or a team's score.py when imported) and the local backend's process entry points.
-NOT_WALKED = re.compile(r"^mlrunway\.(onnx_export\.(job|_standalone)|deploy\.score_once|local\.__main__|"
-                        r"local\.(reference|serving\.worker_main|sweep_main|supervisor_main)|.*\.__main__)$")
+# Modules not walked for settings groups: a package's __main__ runs when imported (mlrunway.data's writes the
+# example data), and the runners shipped into jobs as their code folders are not the library a DAG imports.
+NOT_WALKED = re.compile(r"^mlrunway\.((.*\.)?__main__|onnx_export\.(job|_standalone)|deploy\.score_once)$")
 
 
 # -- readers (the tests use these too) ------------------------------------------------------------------------
@@ -117,7 +116,10 @@ def parsers() -> list[argparse.ArgumentParser]:
 
 # -- pages ------------------------------------------------------------------------------------------------------
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell: its pipes escaped, and its angle brackets outside code spans (a description's ``<VM size>``
+    is text, not a tag the page would swallow)."""
+    parts = str(text).replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
 
 
 def _table(columns: list[str], rows: Iterator[list[Any]] | list[list[Any]]) -> list[str]:

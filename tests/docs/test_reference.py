@@ -64,3 +64,7 @@ def test_a_missing_description_is_found_not_assumed():
         """:param a: the first."""
 
     assert reference.documented_arguments(documented) == {"a": "the first.", "b": None}
+
+
+def test_a_generated_cell_shows_angle_brackets_as_text_and_keeps_code_spans_whole():
+    assert reference._cell('{"<VM size>": <price>} | `x<y>`') == '{"&lt;VM size&gt;": &lt;price&gt;} \\| `x<y>`'
