@@ -11,7 +11,6 @@ import base64
 import builtins
 import json
 import logging
-from datetime import datetime
 from typing import Any
 
 from azure.ai.ml import MLClient
@@ -19,7 +18,7 @@ from azure.ai.ml.entities import CodeConfiguration, DataCollector, DeploymentCol
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
 from mlrunway.azure.environments import scoring_environment
-from mlrunway.azure.jobs import run_times
+from mlrunway.azure.jobs import utc_seconds
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites, transient_reads
 from mlrunway.backend import capture
@@ -125,9 +124,7 @@ class AzureDeployments:
         for d in self.ml.online_deployments.list(endpoint_name=endpoint):
             if d is None:
                 continue
-            created = getattr(getattr(d, "creation_context", None), "created_at", None)
-            started = created.timestamp() if isinstance(created, datetime) else \
-                run_times({"startTimeUtc": created})[0]
+            started = utc_seconds(getattr(getattr(d, "creation_context", None), "created_at", None))
             if started is not None:
                 found[d.name] = Usage(started=started, size=d.instance_type or self.instance_type,
                                       instances=int(d.instance_count or 1))

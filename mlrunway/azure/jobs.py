@@ -51,15 +51,20 @@ log = logging.getLogger(__name__)
 SERVERLESS_DEFAULT = "the serverless default size"  # a serverless job without an instance type: the service picks
 
 
-def run_times(run: dict[str, Any]) -> tuple[float | None, float | None]:
-    """A Run History run's ``startTimeUtc`` and ``endTimeUtc`` (ISO 8601) as epoch seconds; None where absent."""
-    def seconds(text: Any) -> float | None:
-        try:
-            return datetime.fromisoformat(str(text)).timestamp() if text else None
-        except ValueError:
-            return None
+def utc_seconds(value: Any) -> float | None:
+    """A time as epoch seconds: ISO 8601 text (Run History's ``startTimeUtc``) or a datetime (the SDK's
+    ``creation_context.created_at``); None where absent or unreadable."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return datetime.fromisoformat(str(value)).timestamp() if value else None
+    except ValueError:
+        return None
 
-    return seconds(run.get("startTimeUtc")), seconds(run.get("endTimeUtc"))
+
+def run_times(run: dict[str, Any]) -> tuple[float | None, float | None]:
+    """A Run History run's ``startTimeUtc`` and ``endTimeUtc`` as epoch seconds; None where absent."""
+    return utc_seconds(run.get("startTimeUtc")), utc_seconds(run.get("endTimeUtc"))
 
 
 def job_status(azure_status: object) -> JobStatus:
