@@ -133,10 +133,16 @@ class RateCard:
 
     def rate(self, usage: Usage) -> float | None:
         """The rate of what ``usage`` ran on, per its unit; None when the card does not price it."""
-        if usage.size is None:
-            return self.local_rate
-        tier = usage.tier or "dedicated"
-        return self.per_hour.get(_key(usage.size if tier == "dedicated" else f"{usage.size}:{tier}"))
+        key = rate_key(usage)
+        return self.local_rate if key is None else self.per_hour.get(_key(key))
+
+
+def rate_key(usage: Usage) -> str | None:
+    """The card's key for what ``usage`` ran on, as a user writes it (``Standard_NC6s_v3``,
+    ``Standard_NC6s_v3:spot``); None for this machine, which ``local_rate`` prices."""
+    if usage.size is None:
+        return None
+    return usage.size if (usage.tier or "dedicated") == "dedicated" else f"{usage.size}:{usage.tier}"
 
 
 def _key(key: str) -> str:
@@ -168,6 +174,7 @@ class Cost:
 
     job: str
     compute: str
+    rate_key: str | None  # where its rate is on the card (rate_key); None: local_rate
     seconds: float
     instances: int
     processes: int
@@ -182,10 +189,9 @@ class Cost:
     def text(self) -> str:
         """``0.0123 USD (0.41 core-hours on this machine at 0.03 USD a core-hour)``, or its hours and "rate
         unknown"."""
-        many = self.processes if self.unit == CORE_HOUR else self.instances
-        what = ("process" if self.unit == CORE_HOUR else "node") + "es" * (self.unit == CORE_HOUR and many != 1) + \
-            "s" * (self.unit == NODE_HOUR and many != 1)
-        hours = (f"{_hours(self.hours, self.unit)} ({_duration(self.seconds)} × {many} {what})"
+        times = _count(self.processes, "process", "processes") if self.unit == CORE_HOUR else \
+            _count(self.instances, "node", "nodes")
+        hours = (f"{_hours(self.hours, self.unit)} ({_duration(self.seconds)} × {times})"
                  f"{' so far' if self.running else ''} on {self.compute}")
         if self.amount is None:
             return f"{hours} (rate unknown: {self.missing})"
@@ -194,11 +200,9 @@ class Cost:
     @property
     def missing(self) -> str:
         """Where the rate that prices this would go."""
-        if self.unit == CORE_HOUR:
+        if self.rate_key is None:
             return "set the connection's local_rate, the price of a core-hour"
-        size, _, tier = self.compute.partition(" (")
-        key = f"{size}:{tier.rstrip(')').replace(' ', '_')}" if tier else size
-        return f"add {key!r} to the connection's rates.per_hour, or set rates.retail_prices"
+        return f"add {self.rate_key!r} to the connection's rates.per_hour, or set rates.retail_prices"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "text": self.text()}
@@ -207,6 +211,10 @@ class Cost:
 def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds < 120 else f"{seconds / 60:.3g} min" if seconds < 7200 else \
         f"{seconds / 3600:.3g} h"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _hours(hours: float, unit: str) -> str:
@@ -225,9 +233,9 @@ def job_cost(name: str, usage: Usage | None, card: RateCard, *, now: float | Non
     rate = card.rate(usage)
     compute = "this machine" if usage.size is None else (
         usage.size if not usage.tier or usage.tier == "dedicated" else f"{usage.size} ({usage.tier.replace('_', ' ')})")
-    return Cost(job=name, compute=compute, seconds=round(seconds, 3), instances=usage.instances,
-                processes=usage.processes, unit=CORE_HOUR if local else NODE_HOUR, hours=hours,
-                cpu_hours=None if usage.cpu_seconds is None else usage.cpu_seconds / 3600, rate=rate,
+    return Cost(job=name, compute=compute, rate_key=rate_key(usage), seconds=round(seconds, 3),
+                instances=usage.instances, processes=usage.processes, unit=CORE_HOUR if local else NODE_HOUR,
+                hours=hours, cpu_hours=None if usage.cpu_seconds is None else usage.cpu_seconds / 3600, rate=rate,
                 currency=card.currency, amount=None if rate is None else hours * rate, running=running)
 
 
@@ -263,15 +271,15 @@ class RunCost:
         if not count:
             return "no job has run yet"
         hours = " and ".join(_hours(self.hours(unit), unit) for unit in (NODE_HOUR, CORE_HOUR) if self.hours(unit))
-        jobs = f"{hours or '0 hours'} in {count} {self.noun}{'s' * (count != 1)}"
+        jobs = f"{hours or '0 hours'} in {_count(count, self.noun, f'{self.noun}s')}"
         if self.amount is None:
             return f"{jobs}, rate unknown ({next(c for c in self.costs if c.amount is None).missing})"
         unknown = f"; {self.unknown} of them at a rate unknown, not counted" if self.unknown else ""
         return f"{self.amount:.4g} {self.currency} for {jobs}{unknown} (an estimate)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"noun": self.noun, "currency": self.currency, "amount": self.amount, "unknown": self.unknown, "text": self.text(),
-                "node_hours": self.hours(NODE_HOUR), "core_hours": self.hours(CORE_HOUR),
+        return {"noun": self.noun, "currency": self.currency, "amount": self.amount, "unknown": self.unknown,
+                "text": self.text(), "node_hours": self.hours(NODE_HOUR), "core_hours": self.hours(CORE_HOUR),
                 "jobs": {role: [c.to_dict() for c in costs] for role, costs in self.jobs.items()}}
 
 
@@ -317,7 +325,7 @@ def cost_rows(cost: dict[str, Any] | None) -> list[tuple[str, str]]:
         hours = sum(j["hours"] for j in jobs)
         spent = f"{sum(known):.4g} {cost['currency']}, " if known else ""
         unknown = f", {len(jobs) - len(known)} at a rate unknown" if len(known) < len(jobs) else ""
-        rows.append((role, f"{spent}{_hours(hours, jobs[0]['unit'])} in {len(jobs)} job{'s' * (len(jobs) != 1)}"
+        rows.append((role, f"{spent}{_hours(hours, jobs[0]['unit'])} in {_count(len(jobs), 'job', 'jobs')}"
                            f"{unknown}"))
     return rows
 
