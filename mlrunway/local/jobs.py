@@ -488,19 +488,20 @@ class LocalJobs(Jobs):
         """Keep ``folder``'s files as artifacts of the job's MLflow run, under ``artifact_path``."""
         from mlrunway.local import tracking
 
-        run_id = self.get(name).mlflow_run_id
-        if not run_id:
-            raise NotFound(f"job {name}: has no MLflow run to keep artifacts in")
-        tracking.log_artifacts(self.workspace, run_id, Path(folder), artifact_path)
+        tracking.log_artifacts(self.workspace, self._mlflow_run(name, "keep artifacts in"), Path(folder), artifact_path)
 
     def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
         """Log ``metrics`` on the job's MLflow run."""
         from mlrunway.local import tracking
 
+        tracking.log_metrics(self.workspace, self._mlflow_run(name, "log metrics on"), metrics)
+
+    def _mlflow_run(self, name: str, purpose: str) -> str:
+        """The job's MLflow run, or NotFound saying it has none to ``purpose``."""
         run_id = self.get(name).mlflow_run_id
         if not run_id:
-            raise NotFound(f"job {name}: has no MLflow run to log metrics on")
-        tracking.log_metrics(self.workspace, run_id, metrics)
+            raise NotFound(f"job {name}: has no MLflow run to {purpose}")
+        return run_id
 
     def sweep_result(self, name: str) -> SweepResult:
         """The sweep's record so far, from the controller's ``sweep.json`` (empty until its first write)."""

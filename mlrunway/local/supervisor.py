@@ -241,24 +241,16 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
     return "Failed", f"{label} (pid {failed.pid}) killed by {killed_by}{hint}", False
 
 
-def _plan(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> list[ProcessLaunch]:
-    """The job's processes: its command, as is, unless it is distributed (:func:`mlrunway.local.launch.plan`)."""
+def _plan(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> tuple[list[ProcessLaunch], int]:
+    """The job's processes: its command, as is, unless it is distributed (:func:`mlrunway.local.launch.plan`); and
+    how many of them run its code, what its cost counts (:func:`mlrunway.local.launch.process_count`)."""
     if spec.get("distribution") is None:
-        return [ProcessLaunch(argv, env)]
-    from mlrunway.local.launch import plan
+        return [ProcessLaunch(argv, env)], 1
+    from mlrunway.local.launch import plan, process_count
     from mlrunway.specs.job import CommandJobSpec
 
-    return plan(CommandJobSpec.from_dict(spec), argv, env)
-
-
-def _processes(spec: dict[str, Any]) -> int:
-    """The job's processes, for its cost (:func:`mlrunway.local.launch.process_count`)."""
-    if spec.get("distribution") is None:
-        return 1
-    from mlrunway.local.launch import process_count
-    from mlrunway.specs.job import CommandJobSpec
-
-    return process_count(CommandJobSpec.from_dict(spec))
+    distributed = CommandJobSpec.from_dict(spec)
+    return plan(distributed, argv, env), process_count(distributed)
 
 
 def _cpu_seconds() -> float:
@@ -299,10 +291,10 @@ def run(job_dir: Path) -> str:
         "PYTHONUNBUFFERED": "1",
         JOB_TOKEN_ENV: job["token"],
     }
-    procs = _start(_plan(spec, job["argv"], env), job_dir / "code", job_dir / "logs")
+    launches, processes = _plan(spec, job["argv"], env)
+    procs = _start(launches, job_dir / "code", job_dir / "logs")
     leader = Identity.of(procs[0].pid)
     # A recovered sweep keeps its first start: its duration is the sweep's, outages included.
-    processes = _processes(spec)
     state.update(status="Running", started=state.known().get("started") or time.time(), mlflow_run_id=run_id,
                  pgid=leader.pid, pgid_started=leader.started, usage={"processes": processes})
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
