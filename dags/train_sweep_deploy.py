@@ -19,6 +19,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, CronTriggerTimetable, Param
 from mlrunway.airflow.assets import drift_asset
 from mlrunway.airflow.params import (
     backend_param,
+    budget_param,
     data_collector_param,
     evaluation_param,
     instances_params,
@@ -254,6 +255,7 @@ PARAMS = {
     **instances_params(section=AZURE),
     # Backend.
     "backend_conn_id": backend_param(section=BACKEND),
+    "budget": budget_param(section=BACKEND),
 }
 
 with DAG(
@@ -281,4 +283,4 @@ with DAG(
             "instance_count", "endpoint_name", "min_improvement", "require_approval", "evaluation", "rollout",
             "data_collector", "keep_endpoint")},
         model_path=P % "model_path", name_prefix=P % "endpoint_prefix", backend_conn_id=P % "backend_conn_id",
-        preflight=preflight)
+        budget=P % "budget", preflight=preflight)

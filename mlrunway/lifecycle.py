@@ -17,6 +17,7 @@ before the first job starts. A description's unknown key is refused when the DAG
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,6 +27,7 @@ from airflow.sdk import BaseOperator, Context
 
 from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
+from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import Instances
 from mlrunway.deploy import strategy_for
@@ -44,7 +46,7 @@ SWEEP_KEYS = ("trial", "search_space", "objective", "sampling_algorithm", "seed"
 CLEANUP_KEYS = ("keep_endpoint",)  # a deployment's keys that belong to the cleanup task
 # Arguments the builder sets itself, which a description may not override.
 OWN = frozenset({"task_id", "backend_conn_id", "name_prefix", "model_name", "model_version", "sweep_name",
-                 "model_card"})
+                 "model_card", "budget"})
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
               export: Mapping[str, Any] | None = None, model_path: str = "outputs/model",
               name_prefix: str = "model", backend_conn_id: str = DEFAULT_CONN_ID,
               preflight: Callable[[Context], None] | None = None, job_retries: int = 2,
-              job_retry_delay: timedelta = timedelta(seconds=60)) -> Lifecycle:
+              job_retry_delay: timedelta = timedelta(seconds=60), budget: Mapping[str, Any] | str | None = None
+              ) -> Lifecycle:
     """Make the six tasks in the current DAG, chained train >> sweep >> pick_best >> export_onnx >> deploy >> cleanup.
 
     :param job: the training job, as ``azure.ai.ml.command`` takes it (or a template that renders to one); each
@@ -83,7 +86,12 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         job whose watch was lost (its status unreadable past the connection's ``transient_outage_s``); a job that
         ended Failed or Canceled fails its task for good, never run again by a retry.
     :param job_retry_delay: the delay between those retries.
+    :param budget: the most the run's jobs may spend (:class:`~mlrunway.backend.budget.Budget`: ``max_cost`` or
+        ``max_compute_hours``, and a ``reserve`` for export and the reference), or a template (``{{ params.budget
+        }}``); None: the connection's ``budget``, else no limit. The sweep stops at it and still delivers its best
+        model.
     """
+    Budget.parse(budget if not _templated(budget) else None)  # refused when the DAG file is parsed
     sweep_args = _described("sweep", sweep, SWEEP_KEYS)
     deployment = dict(deployment or {})
     deploy_args = _described("deployment", {k: v for k, v in deployment.items() if k not in CLEANUP_KEYS},
@@ -102,8 +110,10 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
             preflight(context)
         task: Any = context["task"]  # an mlrunway operator: it renders natively, ${{inputs.x}} untouched
         described = task.render_template({"job": job, "sweep": {"trial": trial, **sweep_args},
-                                          "deployment": deploy_args, "name_prefix": name_prefix}, context)
-        check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"])
+                                          "deployment": deploy_args, "name_prefix": name_prefix, "budget": budget},
+                                         context)
+        check_run(context, job=described["job"], sweep=described["sweep"], name_prefix=described["name_prefix"],
+                  budget=described["budget"])
         production = _flat(described["deployment"])
         DataCollector.parse(production.get("data_collector"))
         Instances.parse("deployment", instance_type=production.get("instance_type"),
@@ -120,8 +130,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         objective.get("primary_metric") else None
     retried: dict[str, Any] = {"retries": job_retries, "retry_delay": job_retry_delay}
     train = TrainModelOperator(task_id="train", job=job, model_path=model_path, export=export_args,
-                               required_metrics=required, preflight=checks, **retried, **common)
-    swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, **retried, **common)
+                               required_metrics=required, preflight=checks, budget=budget, **retried, **common)
+    swept = SweepOperator(task_id="sweep", trial=trial, **sweep_args, budget=budget, **retried, **common)
     pick = PickBestModelOperator(task_id="pick_best", sweep_name=_out(swept, "sweep_name"), model_path=model_path,
                                  **common)
     exported = ExportOnnxOperator(task_id="export_onnx", model_name=_out(pick, "model_name"),
@@ -136,6 +146,11 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
                             keep_endpoint=deployment.get("keep_endpoint", False), **common)
     train >> swept >> pick >> exported >> deploy >> clean
     return Lifecycle(checks, train, swept, pick, exported, deploy, clean)
+
+
+def _templated(value: Any) -> bool:
+    """Whether ``value`` is a template (rendered by the task), not a value to check when the DAG file is parsed."""
+    return "{{" in json.dumps(value, default=str)
 
 
 def _flat(deployment: Mapping[str, Any]) -> dict[str, Any]:

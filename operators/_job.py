@@ -107,8 +107,11 @@ class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):
         info = self.settle(lambda: self.backend.jobs.recover(name), lambda i: i.status.is_terminal())
         if info.status.is_terminal():  # ended already (a re-run found it finished, or a short job): no deferral
             return self._finish(context, info)
-        self.defer(trigger=self.trigger_class(self.backend_conn_id, name, self.poll_s, deadline),
-                   method_name="execute_complete")
+        self.defer(trigger=self.trigger(name, deadline), method_name="execute_complete")
+
+    def trigger(self, name: str, deadline: float) -> JobTrigger:
+        """What waits on job ``name`` in the triggerer, up to ``deadline``."""
+        return self.trigger_class(self.backend_conn_id, name, self.poll_s, deadline)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         name = self._job = event["job_name"]

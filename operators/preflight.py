@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
+from mlrunway.backend.budget import Budget, budget_of, refusals
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import SpecError
 from mlrunway.operators._base import MlrunwayBaseOperator
@@ -15,12 +16,14 @@ from mlrunway.pipeline import check_prefix
 from mlrunway.specs import SweepSpec, vocabulary
 
 
-def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any], name_prefix: str) -> SweepSpec:
+def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any], name_prefix: str,
+              budget: Any = None) -> SweepSpec:
     """Build the training job and the sweep from what the DAG hands its tasks, and check them: the run's names,
     every argument (named errors: ``search_space.batch_size.values: empty``), each search-space name reaching
     the trial's command, each ``${{inputs.x}}`` defined; then the backend's own checks of both jobs (local:
-    the distribution runs here, paths exist, the code snapshot's size; Azure: the compute exists). Raises
-    SpecError before any job starts; returns the sweep."""
+    the distribution runs here, paths exist, the code snapshot's size; Azure: the compute exists), and the run's
+    ``budget`` against both jobs' rates (:func:`mlrunway.backend.budget.refusals`). Raises SpecError before any job
+    starts; returns the sweep."""
     RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(name_prefix))
     train = vocabulary.command_job(job)
     spec = sweep_spec(**sweep)
@@ -31,6 +34,9 @@ def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any],
                 task.backend.jobs.validate(built)
             except SpecError as exc:  # a backend names the job's fields command_job.*; the DAG calls it `field`
                 raise SpecError(str(exc).replace("command_job.", f"{field}.", 1)) from None
+        refusals(task.backend, budget_of(budget, task.backend), {"the job": train, "the sweep's trial": spec.trial})
+    else:
+        Budget.parse(budget)
     return spec
 
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import Context
 
 from mlrunway import lineage
 from mlrunway.airflow.triggers import SweepTrigger
+from mlrunway.backend.budget import budget_of, refusals, spent_before, sweep_budget
+from mlrunway.backend.cost import rates_for
+from mlrunway.backend.protocol import StopRecords
 from mlrunway.backend.types import JobInfo
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import CommandJobSpec, SweepSpec, vocabulary
+from mlrunway.specs.sweep import SweepBudget
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
+from mlrunway.sweep.budget import enforce
 from mlrunway.sweep.leaderboard import format_leaderboard
 from mlrunway.sweep.progress import TrialWatch
 
@@ -49,19 +56,25 @@ class SweepOperator(MlrunwayJobOperator):
         "delay_evaluation": 10}``, ``median_stopping``, ``truncation_selection``, or None.
     :param max_wait_s: cancel the sweep and fail past this many seconds.
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
+    :param budget: the run's budget (:class:`~mlrunway.backend.budget.Budget`; None: the connection's): the sweep
+        may spend it less what Train (and earlier attempts' trials) spent and its reserve; at that, it stops and
+        ends with what it completed, the decision recorded.
     """
 
     link_kind = "sweep"
     trigger_class = SweepTrigger  # waits in the triggerer and logs the trials' progress there
     _resumed = False  # this process resumed the task after a deferral
+    _watched: SweepBudget | None = None  # what the watcher holds the sweep to, where the service starts the trials
     template_fields = (*MlrunwayJobOperator.template_fields, "trial", "search_space", "objective",
-                       "sampling_algorithm", "seed", "limits", "early_termination")
+                       "sampling_algorithm", "seed", "limits", "early_termination", "budget")
 
     def __init__(self, *, trial: dict[str, Any] | CommandJobSpec, search_space: dict[str, Any],
                  objective: dict[str, Any], sampling_algorithm: str | dict[str, Any] = "random", seed: int | str | None = None,
                  limits: dict[str, Any] | None = None, early_termination: dict[str, Any] | None = None,
-                 max_wait_s: float = 7200, **kwargs: Any) -> None:
+                 max_wait_s: float = 7200, budget: Mapping[str, Any] | str | None = None, **kwargs: Any) -> None:
         super().__init__(max_wait_s=max_wait_s, **kwargs)
+        self.budget = budget
+        self._allowances: dict[str, SweepBudget | None] = {}
         self.trial, self.search_space, self.objective = trial, search_space, objective
         self.sampling_algorithm, self.seed = sampling_algorithm, seed
         self.limits, self.early_termination = limits, early_termination
@@ -78,14 +91,37 @@ class SweepOperator(MlrunwayJobOperator):
         """Submit the sweep as ``name``; a later attempt carries over the trials earlier ones completed."""
         carried = carried_trials(self.backend.jobs, name)
         spec = spec_for_attempt(self.spec(self.data_interval(context)), name, carried)
+        if (allowed := self.allowance(context, name)) is not None:
+            refusals(self.backend, budget_of(self.budget, self.backend), {"the sweep's trial": spec.trial})
+            spec = replace(spec, budget=allowed)  # a controller of the backend's own holds the sweep to it
         info = self.backend.jobs.submit_sweep(name, spec)
-        self.log.info("Sweep %s submitted: %s trials, %s at a time%s", name, spec.limits.max_total_trials,
+        self.log.info("Sweep %s submitted: %s trials, %s at a time%s%s", name, spec.limits.max_total_trials,
                       spec.limits.max_concurrent_trials,
-                      f"; {len(carried)} completed trials carried over from earlier attempts" if carried else "")
+                      f"; {len(carried)} completed trials carried over from earlier attempts" if carried else "",
+                      f"; it may spend {allowed.amount(allowed.limit)} ({allowed.basis})" if allowed else "")
         return info
 
+    def allowance(self, context: Context, name: str) -> SweepBudget | None:
+        """What sweep attempt ``name`` may spend: the run's budget less its reserve and what the run's jobs spent
+        before it (Train, earlier attempts' trials), the same figures on a re-attach; None without a budget."""
+        if name not in self._allowances:
+            budget = budget_of(self.budget, self.backend)
+            self._allowances[name] = None if budget is None else sweep_budget(
+                budget, rates_for(self.backend, []), spent_before(self.backend, self.names(context), name))
+        return self._allowances[name]
+
+    def submit_job(self, context: Context) -> str:
+        name = super().submit_job(context)
+        self._watched = self.allowance(context, name) if isinstance(self.backend.jobs, StopRecords) else None
+        return name
+
+    def trigger(self, name: str, deadline: float) -> SweepTrigger:
+        """The sweep's watcher; where the service starts the trials, it cancels the sweep at the budget."""
+        return SweepTrigger(self.backend_conn_id, name, self.poll_s, deadline,
+                            budget=self._watched.to_dict() if self._watched is not None else None)
+
     def progress(self, name: str) -> TrialReporter:
-        return TrialReporter(self, name, ends_only=self._resumed)
+        return TrialReporter(self, name, ends_only=self._resumed, budget=self._watched)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         self._resumed = True  # the trigger logged the trials' progress into this task's log as it waited
@@ -94,11 +130,14 @@ class SweepOperator(MlrunwayJobOperator):
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         result = sweep_result(self.backend.jobs, info.name)
         self.log.info("Leaderboard of %s:\n%s", info.name, format_leaderboard(result.trials, result.objective))
-        require_completed(info, "sweep")
+        if info.budget_stop is None:  # a sweep its budget stopped ended with what it completed: not a failure
+            require_completed(info, "sweep")
+        if result.stopped_because:
+            self.log.info("Sweep %s: %s", info.name, result.stopped_because)
         stopped = [t.name for t in result.trials if t.stopped_early]
         return {"sweep_name": info.name, "trials": len(result.trials), "stopped_early": stopped,
                 "best_trial": result.best_trial, "epochs": sum(len(t.history) for t in result.trials),
-                "carried_over": list(result.carried_over)}
+                "carried_over": list(result.carried_over), "stopped_because": result.stopped_because}
 
     # -- OpenLineage -------------------------------------------------------------------------------------
     def lineage_inputs(self) -> list[lineage.LineageDataset]:
@@ -115,11 +154,14 @@ class TrialReporter:
     TrialWatch`): on every poll of a task that waits in its worker. A task resumed after a deferral logs only each
     trial's end: the trigger logged the rest as it happened."""
 
-    def __init__(self, operator: SweepOperator, name: str, ends_only: bool = False) -> None:
-        self.operator, self.name, self.ends_only = operator, name, ends_only
+    def __init__(self, operator: SweepOperator, name: str, ends_only: bool = False,
+                 budget: SweepBudget | None = None) -> None:
+        self.operator, self.name, self.ends_only, self.budget = operator, name, ends_only, budget
         self.watch = TrialWatch()
 
-    def __call__(self, _info: Any) -> None:
+    def __call__(self, info: Any) -> None:
         for event in self.watch.events(self.operator.backend.jobs.sweep_result(self.name)):
             if not self.ends_only or event.kind == "ended":
                 self.operator.log.info("%s", event.text)
+        if self.budget is not None and not info.status.is_terminal():  # the wait in the worker is the watcher
+            enforce(self.operator.backend, self.name, self.budget)

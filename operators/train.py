@@ -8,8 +8,10 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import check, lineage
+from mlrunway.backend.budget import budget_of, refusals, train_verdict
+from mlrunway.backend.cost import cost_of_run, rates_for
 from mlrunway.backend.types import JobInfo
-from mlrunway.errors import SpecError
+from mlrunway.errors import JobFailed, SpecError
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import check_metrics, check_model_output, require_completed
@@ -51,10 +53,13 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     :param preflight: checks run first thing in ``execute``, before the job is submitted (lifecycle()'s checks
         of the whole run); a failure is the log's first line of the task's own, not inside a collapsed group.
+    :param budget: the run's budget (:class:`~mlrunway.backend.budget.Budget`; None: the connection's): refused
+        before the job when the job's rate cannot keep it; a job that leaves the sweep nothing of it fails the task,
+        before any trial.
     """
 
     template_fields = (*MlrunwayJobOperator.template_fields, "job", *JOB_ARGUMENTS, "model_path", "export",
-                       "required_metrics")
+                       "required_metrics", "budget")
 
     def __init__(self, *, job: Mapping[str, Any] | CommandJobSpec | str | None = None, command: str | None = None,
                  code: str | None = None, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None,
@@ -65,7 +70,7 @@ class TrainModelOperator(MlrunwayJobOperator):
                  queue_settings: dict[str, str] | None = None,
                  model_path: str = "outputs/model", export: Mapping[str, Any] | None = None,
                  required_metrics: Sequence[str] | None = None, preflight: Callable[[Context], None] | None = None,
-                 **kwargs: Any) -> None:
+                 budget: Mapping[str, Any] | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.preflight = preflight
         self.job, self.command, self.code, self.inputs, self.outputs = job, command, code, inputs, outputs
@@ -73,7 +78,7 @@ class TrainModelOperator(MlrunwayJobOperator):
         self.instance_count, self.environment_variables = instance_count, environment_variables
         self.experiment_name, self.display_name, self.tags, self.timeout = experiment_name, display_name, tags, timeout
         self.model_path, self.export, self.required_metrics = model_path, export, required_metrics
-        self.queue_settings = queue_settings
+        self.queue_settings, self.budget = queue_settings, budget
 
     def execute(self, context: Context) -> Any:
         if self.preflight is not None:
@@ -93,7 +98,9 @@ class TrainModelOperator(MlrunwayJobOperator):
         return self.names(context).train_job
 
     def submit(self, name: str, context: Context) -> JobInfo:
-        info = self.backend.jobs.submit(name, self.spec(self.data_interval(context)))
+        spec = self.spec(self.data_interval(context))
+        refusals(self.backend, budget_of(self.budget, self.backend), {"the job": spec})
+        info = self.backend.jobs.submit(name, spec)
         self.log.info("Training job %s submitted", name)
         return info
 
@@ -108,7 +115,20 @@ class TrainModelOperator(MlrunwayJobOperator):
         metrics = check_metrics(self.backend, info.name, required)
         files = check_model_output(self.backend, info.name, self.model_path, self.export)
         self.log.info("%s left a model at %s: %s", info.name, self.model_path, ", ".join(files))
+        self.check_budget(context)
         return {"job_name": info.name, "status": info.status.value, "metrics": metrics}
+
+    def check_budget(self, context: Context) -> None:
+        """Fail the task, before any trial, where the training job (every attempt of it) left the sweep nothing."""
+        if (budget := budget_of(self.budget, self.backend)) is None:
+            return
+        costs = cost_of_run(self.backend, self.names(context))
+        train = costs.jobs.get("train", []) if costs is not None else []
+        card = rates_for(self.backend, [])
+        used, refused = train_verdict(budget, card, train)
+        if refused:
+            raise JobFailed(refused)
+        self.log.info("Budget: Train spent %s of %s", budget.amount(used, card), budget.amount(budget.limit, card))
 
     # -- OpenLineage -------------------------------------------------------------------------------------
     def lineage_inputs(self) -> list[lineage.LineageDataset]:

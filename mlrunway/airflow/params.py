@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
+from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import Collecting
 from mlrunway.backend.types import Instances
 from mlrunway.deploy.gate import Evaluation, Promotion
@@ -18,7 +19,7 @@ from mlrunway.monitoring.drift import Drift
 from mlrunway.monitoring.monitor import MonitorSettings
 from mlrunway.settings import defaults, form_field, form_schema
 
-__all__ = ["backend_param", "data_collector_param", "drift_param", "evaluation_param", "instances_params",
+__all__ = ["backend_param", "budget_param", "data_collector_param", "drift_param", "evaluation_param", "instances_params",
            "promotion_params", "rollout_param", "setting_param", "setting_params", "smoke_test_params", "window_param"]
 
 
@@ -54,6 +55,14 @@ def data_collector_param(*, section: str, description: str, title: str = "Data c
     """The ``data_collector`` Param (:class:`~mlrunway.backend.capture.Collecting`), in azure-ai-ml's shape; empty:
     nothing is collected."""
     return _param(Collecting, default, title, section, description, empty="nothing is collected")
+
+
+def budget_param(*, section: str | None = None, title: str = "Budget", default: Any = None) -> Param:
+    """The ``budget`` Param (:class:`~mlrunway.backend.budget.Budget`): the most the run's jobs may spend."""
+    return Param(default, **form_schema(Budget, title=title, section=section, description=(
+        'The most this run\'s jobs (train, trials, export, reference) may spend: {"max_cost": 5} in the rate card\'s '
+        'currency, or {"max_compute_hours": 2}; "reserve" (default 0.1) is kept for export and the reference. The '
+        "sweep stops at it and still delivers its best model. Empty: the connection's budget, else no limit.")))
 
 
 def setting_param(kind: type, name: str, *, title: str | None = None, section: str | None = None,

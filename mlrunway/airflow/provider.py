@@ -20,6 +20,9 @@ _STRING = {"type": ["string", "null"]}
 
 
 INTEGRATIONS = ("Azure Machine Learning", "mlrunway local backend")
+BUDGET = ('The most a run without a budget of its own may spend (JSON): {"max_cost": <amount>} in the rate card\'s '
+          'currency or {"max_compute_hours": <hours>}, and "reserve" (default 0.1) kept for export and the '
+          "reference; empty: no limit. The sweep stops at it and still delivers its best model.")
 RATES = ('What compute costs an hour, for the estimates on the report, the model card and the summary: '
          '{"currency": "USD", "per_hour": {"<VM size>": <price>, "<VM size>:spot": <price>}, "local_rate": <price>}; '
          "empty: hours, not money.")
@@ -62,6 +65,7 @@ def get_provider_info() -> dict[str, Any]:
                     "local_rate": {"label": "Price of a core-hour", "schema": _STRING,
                                    "description": form_field(RateCard, "local_rate")["description"]},
                     "rates": {"label": "Rate card (JSON)", "schema": _STRING, "description": RATES},
+                    "budget": {"label": "Budget of a run (JSON)", "schema": _STRING, "description": BUDGET},
                 },
                 "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
                                        "relabeling": {},
@@ -122,6 +126,7 @@ def get_provider_info() -> dict[str, Any]:
                                        "description": "Where run reports are saved, on a disk the workers and the "
                                                       "API server share; empty: ~/.mlrunway/reports/<workspace>."},
                     "rates": {"label": "Rate card (JSON)", "schema": _STRING, "description": RATES},
+                    "budget": {"label": "Budget of a run (JSON)", "schema": _STRING, "description": BUDGET},
                     "model_monitor": {"label": "Model monitor (JSON)", "schema": _STRING,
                                       "description": "The workspace's model monitor of the production endpoint, "
                                                      'e.g. {"cron": "0 3 * * *", "reference_data": '

@@ -30,6 +30,8 @@ from mlrunway.backend.waiting import Outage, Outcome
 from mlrunway.deploy import stable
 from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG
 from mlrunway.errors import Unavailable, WatchLost
+from mlrunway.specs.sweep import SweepBudget
+from mlrunway.sweep.budget import enforce
 from mlrunway.sweep.progress import TrialWatch
 
 
@@ -166,12 +168,22 @@ class SweepTrigger(JobTrigger):
     """Wait on a sweep as :class:`JobTrigger` does, and log its progress as it happens, one line per trial event
     (started, each value of the primary metric, ended and why: :class:`~mlrunway.sweep.progress.TrialWatch`): the
     triggerer writes a deferred task's trigger lines into that task's log. A trigger restarted elsewhere says
-    again what it had said."""
+    again what it had said.
+
+    :param budget: what the sweep may spend (:class:`~mlrunway.specs.sweep.SweepBudget`, as a dict), where the
+        service starts its trials (Azure ML): at it, the trigger records the decision on the sweep and cancels the
+        sweep (:func:`mlrunway.sweep.budget.enforce`); None where the backend's own controller keeps it.
+    """
 
     def __init__(self, backend_conn_id: str, job_name: str, poll_interval_s: float = 10.0,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, budget: dict[str, Any] | None = None) -> None:
         super().__init__(backend_conn_id, job_name, poll_interval_s, deadline)
-        self.watch, self.unreadable = TrialWatch(), False
+        self.watch, self.unreadable, self.budget = TrialWatch(), False, budget
+        self.looked: float | None = None  # when the budget was last looked at: a longer gap is a stated overshoot
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        path, kwargs = super().serialize()
+        return path, {**kwargs, "budget": self.budget}
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         polled = super().poll(backend)
@@ -184,6 +196,13 @@ class SweepTrigger(JobTrigger):
         else:
             for event in lines:
                 self.log.info("%s", event.text)
+        if self.budget is not None and not polled[1]:
+            now = time.monotonic()
+            gap = 0.0 if self.looked is None else max(0.0, now - self.looked - self.poll_interval_s)
+            self.looked = now
+            if (decision := enforce(backend, self.job_name, SweepBudget(**self.budget), outage_s=gap)) is not None:
+                info = backend.jobs.get(self.job_name)
+                return info.status.value, info.status.is_terminal(), decision
         return polled
 
 

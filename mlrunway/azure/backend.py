@@ -35,6 +35,7 @@ from mlrunway.azure.models import AzureModels
 from mlrunway.azure.prices import RetailPrices
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
+from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import ModelMonitor
 from mlrunway.backend.cost import Priced, RateCard
 from mlrunway.backend.protocol import (
@@ -75,6 +76,8 @@ class AzureBackend:
     :param transient_outage_s: how long a wait rides out reads that bring no news (a 408, 429, 5xx or dropped
         connection after azure-core's own retries) before it gives up on the watch: the connection's extra of that
         name, 15 minutes by default.
+    :param budget: the connection's ``budget`` (:class:`~mlrunway.backend.budget.Budget`): what a run without one
+        of its own may spend.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
@@ -89,12 +92,12 @@ class AzureBackend:
                  environment: str | None = None, export_environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
                  transient_outage_s: float = TRANSIENT_OUTAGE_S, rate_card: RateCard | None = None,
-                 **client_kwargs: Any) -> None:
+                 budget: Budget | None = None, **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
         # The jobs train with the project's environment's torch, unless a team names its own environment (whose torch
         # mlrunway cannot know: export then trusts the worker's).
         self.capabilities = replace(type(self).capabilities, transient_outage_s=transient_outage_s,
-                                    trainer_torch=None if environment else TORCH_VERSION)
+                                    trainer_torch=None if environment else TORCH_VERSION, budget=budget)
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
@@ -158,7 +161,8 @@ class AzureBackend:
                                                            "azure_ml connection.export_environment").environment,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,
-                   rate_card=RateCard.parse(fields.get("rates")), **client_kwargs)
+                   rate_card=RateCard.parse(fields.get("rates")),
+                   budget=Budget.parse(fields.get("budget"), "azure_ml connection.budget"), **client_kwargs)
 
     @property
     def endpoint_salt(self) -> str:

@@ -19,6 +19,7 @@ from mlrunway.azure.environments import export_environment, is_gpu_size, scoring
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import transient_reads
+from mlrunway.backend.budget import BUDGET_STOP_TAG
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
@@ -111,6 +112,19 @@ class AzureJobs(Jobs):
         except ResourceNotFoundError:
             return None
 
+    def record_stop(self, name: str, reason: str) -> None:
+        """Record why sweep ``name`` is stopped (its budget) as a tag of its run (MLflow's ``runs/log-batch``; a run's
+        tags are its job's in the studio), before the watcher cancels it: every reader then reads the same decision.
+        """
+        self.rest.set_tags(name, {BUDGET_STOP_TAG: reason})
+
+    def _budget_stop(self, job: Any, status: JobStatus) -> str | None:
+        """The decision a canceled sweep's watcher recorded on it before canceling it (:meth:`record_stop`)."""
+        if job.type != "sweep" or status is not JobStatus.CANCELED:
+            return None
+        tags = (self.rest.run_history(job.name) or {}).get("tags") or {}
+        return tags.get(BUDGET_STOP_TAG) or None
+
     def _info(self, job: Any) -> JobInfo:
         status = job_status(job.status)
         azure_status = str(getattr(job.status, "value", job.status))
@@ -121,8 +135,10 @@ class AzureJobs(Jobs):
             self._silent.pop(job.name, None)
         if status is JobStatus.FAILED and error is None:
             error = self.rest.error(job.name)
-        return JobInfo(name=job.name, kind="sweep" if job.type == "sweep" else "command", status=status, error=error,
-                       outputs=job_outputs(job.name), mlflow_run_id=job.name,
+        budget_stop = self._budget_stop(job, status)
+        return JobInfo(name=job.name, kind="sweep" if job.type == "sweep" else "command", status=status,
+                       error=budget_stop or error, budget_stop=budget_stop, outputs=job_outputs(job.name),
+                       mlflow_run_id=job.name,
                        properties={"studio_url": job.studio_url,
                                    "azure_status": getattr(job.status, "value", job.status), **(job.properties or {})})
 
@@ -206,6 +222,17 @@ class AzureJobs(Jobs):
             if started is not None:
                 found[child["runId"]] = self._usage(sweep, started, ended)
         return found
+
+    def planned_usage(self, spec: CommandJobSpec) -> Usage:
+        """The VM size and tier of the job's compute (its cluster's, one ARM read per backend, or a serverless job's
+        instance type and job tier) and its nodes."""
+        compute = spec.compute or self.compute
+        if compute is not None:
+            size, tier = self._cluster(compute)
+        else:
+            size = self.job_instance_type or SERVERLESS_DEFAULT
+            tier = "spot" if str((spec.queue_settings or {}).get("job_tier") or "").lower() == "spot" else "dedicated"
+        return Usage(size=size or SERVERLESS_DEFAULT, tier=tier, instances=spec.instance_count)
 
     def _usage(self, job: Any, started: float, ended: float | None) -> Usage:
         resources = getattr(job, "resources", None) or getattr(getattr(job, "trial", None), "resources", None)
@@ -296,6 +323,7 @@ class AzureJobs(Jobs):
             raise NotFound(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
         objective = Objective(primary_metric=sweep.objective.primary_metric, goal=sweep.objective.goal.lower())
         swept_status = job_status(sweep.status)
+        budget_stop = self._budget_stop(sweep, swept_status)
         trials = []
         for child in self.rest.children(name):
             status = job_status(child["status"])
@@ -306,21 +334,26 @@ class AzureJobs(Jobs):
                 continue
             params, metrics = self.rest.run_data(child["runId"])
             history = self.rest.metric_history(child["runId"], objective.primary_metric)
-            stop, error = _why_canceled(sweep, swept_status, len(history)) if status is JobStatus.CANCELED \
-                else (None, None)
+            stop, error = _why_canceled(sweep, swept_status, len(history), budget_stop) \
+                if status is JobStatus.CANCELED else (None, None)
             trial = TrialInfo(name=child["runId"], params=params, status=status, history=history, metrics=metrics,
                               early_termination=stop, error=error)
             self._read[(name, child["runId"])] = (time.monotonic(), trial)
             trials.append(trial)
         best = (sweep.properties or {}).get("best_child_run_id")
         return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
-                           stopped_because="the sweep was canceled" if swept_status is JobStatus.CANCELED else None)
+                           stopped_because=budget_stop or (
+                               "the sweep was canceled" if swept_status is JobStatus.CANCELED else None))
 
 
-def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int) -> tuple[dict[str, Any] | None, str | None]:
+def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int,
+                  budget_stop: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """A canceled trial's label, from the evidence the service leaves: stopped by the policy only when it was
-    canceled at an interval where the policy applies in a sweep that was not itself canceled."""
+    canceled at an interval where the policy applies in a sweep that was not itself canceled; by the budget where
+    the sweep's watcher recorded that decision before canceling it."""
     policy = sweep.early_termination
+    if budget_stop:
+        return None, f"canceled after {intervals} intervals: {budget_stop}"
     if swept_status is JobStatus.CANCELED:
         return None, "canceled: the sweep was canceled"
     if policy is not None and intervals and applies_at(policy.evaluation_interval or 1, policy.delay_evaluation or 0,

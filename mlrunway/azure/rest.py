@@ -68,6 +68,13 @@ class WorkspaceRest:
                   json={"run_id": run_id, "metrics": [{"key": k, "value": float(v), "timestamp": now, "step": 0}
                                                       for k, v in metrics.items()]})
 
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        """MLflow's ``runs/log-batch`` (POST) with ``tags`` on the run (a job's run is its job: its tags are the
+        job's)."""
+        hosts = self.services
+        self.call("POST", f"{hosts['mlflow']}/mlflow/v1.0{hosts['workspace']}/api/2.0/mlflow/runs/log-batch",
+                  json={"run_id": run_id, "tags": [{"key": k, "value": v} for k, v in tags.items()]})
+
     def run_history(self, run_id: str, tail: str = "/details", **params: Any) -> Any:
         hosts = self.services
         return self.call("GET", f"{hosts['history']}/history/v1.0{hosts['workspace']}/runs/{run_id}{tail}",

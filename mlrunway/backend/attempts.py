@@ -1,6 +1,7 @@
 """Retry semantics on any backend: re-attach to a job that can still succeed, else submit a new attempt.
 
-A retried task looks its job up by name. Queued, Running or Completed: re-attach, submit nothing. Failed or
+A retried task looks its job up by name. Queued, Running or Completed, or a sweep its budget stopped (Canceled, the
+decision recorded: it ended, and a new attempt would spend again): re-attach, submit nothing. Failed or
 Canceled (a preempted node, a transient error): first ``jobs.recover`` (a local sweep whose controller died
 resumes, and is re-attached to); else a retry that re-read that status would fail forever, so it submits
 attempt 2 as ``<name>-a2`` (then ``-a3``...), leaving every attempt visible; readers follow the newest.
@@ -74,9 +75,9 @@ def submit_or_reattach(jobs: Jobs, base: str, submit: Callable[[str], JobInfo],
     latest = latest_attempt(jobs, base)
     if latest is None:
         return Attempt(Action.SUBMITTED, submit(base))
-    if latest.status in RETRYABLE:  # what the backend can restart (a local sweep whose controller died) goes on
+    if latest.status in RETRYABLE and latest.budget_stop is None:  # what the backend can restart goes on
         latest = jobs.recover(latest.name)
-    if latest.status not in RETRYABLE:
+    if latest.status not in RETRYABLE or latest.budget_stop is not None:  # a budget's stop ended it: never -a2
         why = stale(latest) if stale is not None and latest.status is JobStatus.COMPLETED else None
         if why is None:
             return Attempt(Action.REATTACHED, latest)

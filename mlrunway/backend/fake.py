@@ -258,6 +258,9 @@ class FakeJobs(Jobs):
     def trial_usage(self, name: str) -> dict[str, Usage]:
         return {t.name: self.usages[t.name] for t in self.trials.get(name, ()) if t.name in self.usages}
 
+    def planned_usage(self, spec: CommandJobSpec) -> Usage:
+        return Usage()  # this machine, as a test prices its scripted usages
+
     def sweep_result(self, name: str) -> SweepResult:
         info = self.get(name)
         spec = self.records[name].spec

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mlrunway import check
 from mlrunway.backend.types import (
@@ -50,8 +50,11 @@ from mlrunway.errors import EndpointError, JobTimedOut, NotFound, NotSupportedOn
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
+if TYPE_CHECKING:
+    from mlrunway.backend.budget import Budget
+
 __all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Metered",
-           "MeteredEndpoints", "Models", "Rollout", "RunMetrics", "Studio", "rollout_of"]
+           "MeteredEndpoints", "Models", "Rollout", "RunMetrics", "StopRecords", "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,8 @@ class Capabilities:
     :param trainer_torch: the torch its jobs train with, where mlrunway knows it (the export job must load theirs).
     :param job_environments: whether each job runs in an environment it names (Azure ML); False: every job runs in
         the backend's own Python (the local backend), so what a job lacks is installed there.
+    :param budget: the connection's ``budget`` (:class:`~mlrunway.backend.budget.Budget`): what a run without one
+        of its own may spend; None: no limit.
     """
 
     poll_interval_s: float = 2.0
@@ -81,6 +86,7 @@ class Capabilities:
     transient_outage_s: float = 0.0
     trainer_torch: str | None = None
     job_environments: bool = True
+    budget: Budget | None = None
 
 
 class _NamesChecked:
@@ -426,6 +432,22 @@ class Metered(Protocol):
 
     def trial_usage(self, name: str) -> dict[str, Usage]:
         """Each started trial of sweep ``name``, by the trial's name as ``sweep_result`` gives it."""
+        ...
+
+    def planned_usage(self, spec: CommandJobSpec) -> Usage:
+        """What a job of ``spec`` would run on (no times yet): its rate is known before it starts, so a budget it
+        cannot keep is refused before any job."""
+        ...
+
+
+@runtime_checkable
+class StopRecords(Protocol):
+    """Jobs whose sweep is stopped by its budget from outside (Azure ML: the service starts the trials, so the
+    watcher cancels the sweep): the decision is recorded on the sweep before the cancel, so every reader (the task's
+    check, pick_best, the report, a retry) reads the same one as ``JobInfo.budget_stop``."""
+
+    def record_stop(self, name: str, reason: str) -> None:
+        """Record on sweep ``name`` why it is stopped, before it is canceled."""
         ...
 
 

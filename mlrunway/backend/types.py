@@ -189,6 +189,7 @@ class JobInfo:
     ended: float | None = None
     properties: dict[str, Any] = field(default_factory=dict)
     damaged: bool = False  # its record could not be used (the error names the file): Failed, not an exception
+    budget_stop: str | None = None  # a sweep stopped by its budget: the decision; it ended, it did not fail
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(vars(self))

@@ -31,7 +31,7 @@ from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
-from mlrunway.local.launch import check_runnable, resolve_command
+from mlrunway.local.launch import check_runnable, process_count, resolve_command
 from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, close_run, reconcile
 from mlrunway.local.records import DamagedRecord, read
@@ -268,6 +268,10 @@ class LocalJobs(Jobs):
     def trial_usage(self, name: str) -> dict[str, Usage]:
         return {trial.name: usage for trial in self.list(f"{name}_trial_")
                 if (usage := self.usage(trial.name)) is not None}
+
+    def planned_usage(self, spec: CommandJobSpec) -> Usage:
+        """This machine's cores, as many as the job runs processes of its own code."""
+        return Usage(processes=process_count(spec))
 
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
         """The workspace's jobs whose names start with ``prefix`` (all of them by default)."""

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlrunway.backend.cost import RateCard
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
@@ -28,6 +29,7 @@ from mlrunway.local.records import read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
+from mlrunway.sweep.budget import BudgetWatch
 from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
@@ -193,9 +195,12 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
         from mlrunway.local.bayesian import OptunaSearch
 
         source = OptunaSearch(jobs.workspace, job["name"], sweep, recorded=outcome.trials)
+    poll_s = float(job.get("poll_s", 1.0))
+    budget = None if sweep.budget is None else BudgetWatch(
+        sweep.budget, jobs.usage, RateCard(currency=sweep.budget.currency, local_rate=sweep.budget.local_rate), poll_s)
     controller = SweepController(
         outcome=outcome, source=source, spec=sweep, runner=runner, name=job["name"], sleep=runner.wait_for_change,
-        poll_s=float(job.get("poll_s", 1.0)), on_update=record, stop_requested=lambda: canceled[0] if canceled else None,
+        poll_s=poll_s, on_update=record, stop_requested=lambda: canceled[0] if canceled else None, budget=budget,
     )
     outcome = controller.run()
     print(format_leaderboard(outcome.trials.values(), sweep.objective), flush=True)

@@ -18,7 +18,7 @@ from mlrunway.settings import ANY_CASE, SettingsError, parse, setting
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
-__all__ = ["Objective", "SamplingAlgorithm", "SweepLimits", "SweepSpec"]
+__all__ = ["Objective", "SamplingAlgorithm", "SweepBudget", "SweepLimits", "SweepSpec"]
 
 Goal = Literal["maximize", "minimize"]
 Sampling = Literal["random", "grid", "bayesian"]
@@ -130,6 +130,26 @@ class SweepLimits:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SweepBudget:
+    """What a sweep may spend (:mod:`mlrunway.backend.budget` derives it from the run's budget): ``limit`` of
+    ``measure`` (``cost`` in ``currency``, or ``hours`` of compute), ``local_rate`` the price of a core-hour where the
+    local backend's controller prices its trials, ``basis`` how it was derived, for the record."""
+
+    limit: float
+    measure: Literal["cost", "hours"]
+    currency: str = "USD"
+    local_rate: float | None = None
+    basis: str = ""
+
+    def amount(self, value: float) -> str:
+        """``4.93 USD`` or ``1.2 compute-hours``."""
+        return f"{value:.4g} {self.currency if self.measure == 'cost' else 'compute-hours'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True, kw_only=True)
 class SweepSpec:
     """A hyperparameter search over a command job.
 
@@ -139,6 +159,7 @@ class SweepSpec:
         quniform only, no early termination, as on Azure); or azure-ai-ml's object form, ``{"type": "random",
         "rule": "sobol", "seed": 999, "logbase": "e"}`` (see :class:`SamplingAlgorithm`).
     :param seed: makes random sampling reproducible (the object form's seed lands here).
+    :param budget: what the sweep may spend (None: no budget), enforced where its trials start.
     """
 
     trial: CommandJobSpec
@@ -148,6 +169,7 @@ class SweepSpec:
     seed: int | None = None
     limits: SweepLimits = field(default_factory=SweepLimits)
     early_termination: EarlyTerminationPolicy | None = None
+    budget: SweepBudget | None = None
 
     def __post_init__(self) -> None:
         if not self.search_space:
@@ -198,6 +220,7 @@ class SweepSpec:
             "seed": self.seed,
             "limits": dict(vars(self.limits)),
             "early_termination": None if policy is None else dict(vars(policy)),
+            **({"budget": self.budget.to_dict()} if self.budget is not None else {}),
         }
 
     @classmethod
@@ -211,6 +234,7 @@ class SweepSpec:
                 seed=data.get("seed"),
                 limits=SweepLimits(**data.get("limits", {})),
                 early_termination=policy_from_dict(data.get("early_termination")),
+                budget=SweepBudget(**data["budget"]) if data.get("budget") else None,
             )
         except KeyError as exc:
             raise SpecError(f"sweep.{exc.args[0]}: is missing; pass it") from exc

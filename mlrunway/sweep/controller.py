@@ -7,6 +7,7 @@ with the clock and the sleep passed in.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,7 @@ from mlrunway.backend.naming import attempt_name, attempt_number, base_name
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.early_termination import decide, evaluation_points
 from mlrunway.specs.sweep import SweepSpec
+from mlrunway.sweep.budget import STOPPED, BudgetWatch, budget_record
 from mlrunway.sweep.leaderboard import best_trial, trial_score
 from mlrunway.sweep.sampling import SAMPLER_VERSION, new_seed, trial_params
 
@@ -77,6 +79,7 @@ class SweepOutcome:
     sampler_version: int = SAMPLER_VERSION
     seed: int | None = None
     partial: list[dict[str, Any]] = field(default_factory=list)  # judgements made without waiting for everyone
+    budget: dict[str, Any] | None = None  # what it might spend and spent, and the decision if its budget stopped it
 
     @property
     def failed(self) -> bool:
@@ -85,7 +88,8 @@ class SweepOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials.values()], "best_trial": self.best,
                 "stopped_because": self.stopped_because, "error": self.error,
-                "sampler_version": self.sampler_version, "seed": self.seed, "partial_judgements": self.partial}
+                "sampler_version": self.sampler_version, "seed": self.seed, "partial_judgements": self.partial,
+                **({"budget": self.budget} if self.budget is not None else {})}
 
 
 @dataclass
@@ -101,6 +105,7 @@ class SweepController:
     outcome: SweepOutcome = field(default_factory=SweepOutcome)
     judge_wait_s: float = JUDGE_WAIT_S
     source: ParamSource | None = None  # None: drawn with sampling.trial_params (random, sobol, grid)
+    budget: BudgetWatch | None = None  # what the sweep may spend, watched before each start and at every poll
     _judged: dict[str, int] = field(default_factory=dict)  # trial -> the last interval it was judged at
     _waiting: dict[tuple[str, int], float] = field(default_factory=dict)  # (trial, interval) -> since when
     _seen: dict[str, float] = field(default_factory=dict)  # trial -> when this controller first saw it
@@ -125,11 +130,16 @@ class SweepController:
             reason = self.stop_requested() or (
                 f"sweep timeout {self.spec.limits.timeout:g} s reached" if deadline and self.clock() > deadline else None
             )
-            if reason:
-                self._stop_all(running, reason)
+            look = None if reason or self.budget is None else self.budget.look(self.outcome.trials, running)
+            if look is not None and look.stop is None and look.room == 0 and not running:
+                reason = BudgetWatch.not_started(look, self.budget.budget, len(pending))  # type: ignore[union-attr]
+            if reason or (look is not None and look.stop):
+                self._stop_all(running, reason or look.stop)  # type: ignore[union-attr,arg-type]
                 break
-            while pending and len(running) < self.spec.limits.max_concurrent_trials:  # type: ignore[operator]
+            room = math.inf if look is None or look.room is None else look.room
+            while pending and len(running) < self.spec.limits.max_concurrent_trials and room > 0:  # type: ignore[operator]
                 running.append(self._start(pending.pop(0)))
+                room -= 1
             try:
                 running = self._refresh(running)
             except MetricNeverLogged as exc:
@@ -290,6 +300,7 @@ class SweepController:
 
     def _stop_all(self, running: list[str], reason: str) -> None:
         self.outcome.stopped_because = reason
+        log.info("Sweep %s stops: %s", self.name, reason)
         for name in running:
             trial = self.outcome.trials[name]
             if not trial.status.is_terminal():  # one that has just ended keeps its own status and error
@@ -300,6 +311,10 @@ class SweepController:
                 self.source.ended(trial, None)
 
     def _finish(self) -> SweepOutcome:
+        if self.budget is not None:  # what it spent, and the decision if the budget stopped it
+            spent = self.budget.look(self.outcome.trials, []).spent
+            stop = self.outcome.stopped_because if (self.outcome.stopped_because or "").startswith(STOPPED) else None
+            self.outcome.budget = budget_record(self.budget.budget, spent, stop)
         trials = list(self.outcome.trials.values())
         best = best_trial(trials, self.spec.objective)
         self.outcome.best = best.name if best else None
