@@ -60,6 +60,7 @@ class Drawn:
 
 
 MAX_ATTEMPTS = 3  # of one trial lost with its processes: the first and two more
+SETTLE_S = 30.0  # the most a sweep stopped by its budget or timeout waits for its canceled trials to end
 JUDGE_WAIT_S = 30.0  # the least a judgement waits for earlier trials short of its interval (or 2 of its intervals)
 
 
@@ -135,6 +136,7 @@ class SweepController:
                 reason = BudgetWatch.not_started(look, self.budget.budget, len(pending))  # type: ignore[union-attr]
             if reason or (look is not None and look.stop):
                 self._stop_all(running, reason or look.stop)  # type: ignore[union-attr,arg-type]
+                self._settle(running)
                 break
             room = math.inf if look is None or look.room is None else look.room
             while pending and len(running) < self.spec.limits.max_concurrent_trials and room > 0:  # type: ignore[operator]
@@ -309,6 +311,24 @@ class SweepController:
                 self.outcome.trials[name] = trial
             if self.source is not None:
                 self.source.ended(trial, None)
+
+    def _settle(self, canceled: list[str]) -> None:
+        """Wait (up to SETTLE_S) for the trials just canceled to end, then record all each logged: a trial logs
+        until its cancel lands, and keeps its best model so far, so its score is read from what it ran (a sweep
+        canceled from outside is not waited for: its own record already holds the stop)."""
+        self.on_update(self.outcome)  # the stop is on record before the wait
+        if self.stop_requested() is not None:
+            return
+        deadline = self.clock() + SETTLE_S
+        waiting = list(canceled)
+        while waiting and self.clock() < deadline:
+            waiting = [n for n in waiting if not self.runner.poll(n)[0].is_terminal()]
+            if waiting:
+                self.sleep(self.poll_s)
+        for name in canceled:
+            self.runner.poll(name)  # a runner reads a history after its trial's status
+            self.outcome.trials[name] = replace(self.outcome.trials[name], history=tuple(self.runner.history(name)),
+                                                metrics=self.runner.metrics(name))
 
     def _finish(self) -> SweepOutcome:
         if self.budget is not None:  # what it spent, and the decision if the budget stopped it

@@ -15,6 +15,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -28,7 +29,7 @@ from mlrunway.backend.attempts import Action
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo
+from mlrunway.backend.types import JobStatus, ProvisioningState, TrialInfo, Usage
 from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import STRATEGIES, strategy
 from mlrunway.deploy.base import DeployRequest, Done, Provisioning, Resumed, Step, Window
@@ -880,3 +881,41 @@ def test_where_jobs_run_in_the_backends_own_python_a_lacking_environment_says_to
     with pytest.raises(SpecError, match=r"^the fake backend's Python: export job .* lacks onnx; install torch \(first, "
                                         r"from PyTorch's index\) and \"mlrunway\[local\]\" where the fake backend runs"):
         export().execute(context())
+
+
+# -- the budget ------------------------------------------------------------------------------------------------
+def test_a_train_job_that_leaves_the_sweep_nothing_fails_train_naming_the_budget(fake):
+    fake.jobs.usages[NAMES.train_job] = Usage(started=0.0, ended=3240.0)  # 0.9 core-hours: 90% of the budget
+    with pytest.raises(JobFailed, match=r"^budget: Train spent 0\.9 compute-hours of 1 compute-hours, leaving the "
+                                        r"sweep nothing \(the reserve of 10% is export's"):
+        train(defer_after_s=0, budget={"max_compute_hours": 1}).execute(context())
+
+
+def test_the_sweep_may_spend_the_budget_less_its_reserve_and_what_train_spent(fake):
+    fake.jobs.usages[NAMES.train_job] = Usage(started=0.0, ended=1800.0)  # 0.5 core-hours
+    train(defer_after_s=0, budget='{"max_compute_hours": 2}').execute(context())
+    sweep(defer_after_s=0, budget={"max_compute_hours": 2}).execute(context())
+    allowed = fake.jobs.spec(NAMES.sweep).budget
+    assert allowed.limit == pytest.approx(1.3) and allowed.measure == "hours"
+    assert allowed.basis == "2 compute-hours less the 10% reserve and 0.5 compute-hours spent before the sweep"
+
+
+def test_a_sweep_its_budget_stopped_ends_the_task_with_what_it_completed_but_any_other_cancel_fails_it(fake):
+    task = sweep(defer_after_s=0)
+    task.execute(context())
+    record = fake.jobs.records[NAMES.sweep]
+    record.script = []  # it reads as set here
+    event = {"job_name": NAMES.sweep, "outcome": "ended", "status": "Canceled", "error": "canceled by user"}
+    record.info = replace(record.info, status=JobStatus.CANCELED, error="canceled by user")
+    with pytest.raises(JobFailed, match="ended Canceled: canceled by user"):
+        task.execute_complete(context(), event)
+    stop = "stopped by budget: spent 5.1 USD of 5 USD"
+    record.info = replace(record.info, error=stop, budget_stop=stop)
+    assert task.execute_complete(context(), {**event, "error": stop})["sweep_name"] == NAMES.sweep
+
+
+def test_a_budget_is_refused_before_any_job_when_the_backend_cannot_price_the_job(fake):
+    with pytest.raises(SpecError, match=r"^budget: max_cost 5 needs the rate of every job, and the job runs on this "
+                                        r"machine, whose rate is unknown; set the connection's local_rate"):
+        train(defer_after_s=0, budget={"max_cost": 5}).execute(context())
+    assert fake.jobs.records == {}

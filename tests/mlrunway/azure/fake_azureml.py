@@ -774,6 +774,9 @@ class FakeAzureML(HttpTransport):
         self.runs[name]["status"] = status
         self._time(name, status)
         children = [run_id for run_id, run in self.runs.items() if run.get("parent") == name]
+        if status == "Running":  # the service starts the sweep's trials as it runs
+            for child in children:
+                self._time(child, "Running")
         if status in ("Completed", "Failed", "Canceled"):
             self.job_script.pop(name, None)
             if status == "Completed" and props.get("jobType") == "Command" and props.get("tags", {}).get(ROLE_TAG):
@@ -1202,7 +1205,7 @@ class FakeAzureML(HttpTransport):
 
         return {"runId": run_id, "parentRunId": run.get("parent"), "status": run.get("status", "NotStarted"),
                 "experimentId": "0b7d4e8a-9c2f-1d5e-7b3a-9c406a3c9f1e", "displayName": run_id,
-                "properties": {}, "tags": {}, "createdUtc": "2026-11-22T10:00:00Z",
+                "properties": {}, "tags": dict(run.get("tags", {})), "createdUtc": "2026-11-22T10:00:00Z",
                 "startTimeUtc": utc(run.get("started")), "endTimeUtc": utc(run.get("ended"))}
 
     def _retail_prices(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
@@ -1258,7 +1261,8 @@ class FakeAzureML(HttpTransport):
                                                 "data": {"metrics": metrics, "params": params}}})
 
     def _mlflow_log_batch(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
-        """MLflow's runs/log-batch: each metric {key, value, timestamp, step} (all four required) on the run."""
+        """MLflow's runs/log-batch: each metric {key, value, timestamp, step} (all four required) and each tag {key,
+        value} (RunTag, both strings) on the run."""
         body = recorded.json()
         if body.get("run_id") not in self.runs:
             return _response(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
@@ -1267,6 +1271,10 @@ class FakeAzureML(HttpTransport):
             if set(metric) != {"key", "value", "timestamp", "step"}:
                 return _response(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(metric)})
             self.runs[body["run_id"]].setdefault("metrics", {})[metric["key"]] = metric["value"]
+        for tag in body.get("tags", []):  # RunTag {key, value}: the run's tags, which Run History shows as its own
+            if set(tag) != {"key", "value"} or not isinstance(tag["value"], str):
+                return _response(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(tag)})
+            self.runs[body["run_id"]].setdefault("tags", {})[tag["key"]] = tag["value"]
         return _response(request, 200, {})
 
     def _mlflow_history(self, request: Any, recorded: Recorded) -> HttpResponseImpl:

@@ -48,7 +48,7 @@ def test_at_the_budget_the_running_trials_are_canceled_and_the_best_so_far_is_st
                                               "trials canceled")
     assert "they may spend about 2 USD more" in outcome.stopped_because  # a poll of each: the stated overshoot
     trials = list(outcome.trials.values())
-    assert all(t.status is JobStatus.CANCELED and len(t.history) == 4 for t in trials)  # as read at tick 4
+    assert all(t.status is JobStatus.CANCELED and len(t.history) == 5 for t in trials)  # all logged until the cancel
     assert outcome.best == "sw_trial_0" == best_trial(trials, sweep(["good"]).objective).name and not outcome.failed
     assert outcome.budget == {"limit": 10, "measure": "cost", "currency": "USD", "local_rate": 3600.0,
                               "basis": "a test's", "spent": 10.0, "stopped": outcome.stopped_because}
