@@ -141,7 +141,8 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         task_args[group] = {**(task_args.get(group) or {}), **settings}
     deploy = DeployBlueOperator(task_id="deploy_blue", model_name=_out(exported, "model_name"),
                                 model_version=_out(exported, "model_version"),
-                                model_card={"job": job, "sweep": sweep_args}, **task_args, **common)
+                                model_card={"job": job, "sweep": sweep_args, "budget": budget}, **task_args,
+                                **common)
     clean = CleanupOperator(task_id="cleanup", endpoint_name=_flat(deploy_args).get("endpoint_name"),
                             keep_endpoint=deployment.get("keep_endpoint", False), **common)
     train >> swept >> pick >> exported >> deploy >> clean

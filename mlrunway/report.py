@@ -23,10 +23,11 @@ from typing import Any
 
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.cost import cost_of_run, cost_rows, estimated, serving_cost
-from mlrunway.backend.naming import RunNames
+from mlrunway.backend.naming import RunNames, base_name
 from mlrunway.backend.protocol import Artifacts, Backend, RunMetrics
 from mlrunway.backend.reports import ReportsFolder
-from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
+from mlrunway.early_termination.advice import advise
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
@@ -56,6 +57,7 @@ class SweepReport:
     error: str | None = None  # why the sweep failed, as its job says
     cost: dict[str, Any] | None = None  # the run's compute once its sweep has ended (RunCost.to_dict), an estimate
     serving: dict[str, Any] | None = None  # its endpoint's deployments' serving so far, likewise
+    advice: dict[str, Any] | None = None  # other early-termination settings replayed on its curves, once it ended
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -77,14 +79,37 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
     # refreshes every few seconds would read every trial's record again each time (ARM reads, on Azure).
     ended = result.status.is_terminal()
     endpoint = _endpoint(backend, *([production["endpoint"]] if production else names.endpoints))
+    cost = estimated(f"run {names.run_key}", lambda: cost_of_run(backend, names)) if ended else None
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
-                       cost=estimated(f"run {names.run_key}", lambda: cost_of_run(backend, names)) if ended else None,
+                       cost=cost, advice=advice_of(result, cost) if ended else None,
                        serving=estimated(f"endpoint {endpoint['name']}", lambda: serving_cost(backend, endpoint["name"]))
                        if endpoint and ended else None,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
                        model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
                        endpoint=endpoint)
+
+
+def advice_of(result: SweepResult, cost: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What other early-termination settings would have done on the sweep's own curves
+    (:mod:`mlrunway.early_termination.advice`), each trial's cost from ``cost`` where known; None for a sweep
+    with no curve."""
+    trials = sorted((t for t in result.trials if t.history), key=_index)
+    if not trials:
+        return None
+    costs = {j["job"]: j["amount"] for j in ((cost or {}).get("jobs") or {}).get("trials", [])
+             if j.get("amount") is not None}
+    advice = advise(result.policy, {t.name: t.history for t in trials},
+                    {t.name: int(t.early_termination["interval"]) for t in trials if t.early_termination},
+                    [t.name for t in trials if t.status in (JobStatus.COMPLETED, JobStatus.FAILED)],
+                    result.objective.goal, costs)
+    return advice.to_dict()
+
+
+def _index(trial: TrialInfo) -> tuple[int, str]:
+    """A trial's place in its sweep's start order (``<sweep>_trial_<i>`` locally, ``<sweep>_<i>`` on Azure ML)."""
+    tail = base_name(trial.name).rsplit("_", 1)[-1]
+    return (int(tail), trial.name) if tail.isdigit() else (1 << 30, trial.name)
 
 
 def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from airflow.sdk import Context
 from mlrunway import check, lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
+from mlrunway.backend.budget import against_budget, budget_of
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.cost import cost_of_run, estimated
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
@@ -112,7 +113,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         card each version that reaches an endpoint gets (:mod:`mlrunway.deploy.card`).
     :param model_card: what the card says of the training: ``{"job": ..., "sweep": ...}`` in azure-ai-ml's words,
         as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.lifecycle.lifecycle` passes
-        them); the rest of the card comes from the registry and the sweep's record.
+        them), and the run's ``budget``, which the run's cost is stated against; the rest of the card comes from
+        the registry and the sweep's record.
 
     :param data_collector: what the deployment collects, in azure-ai-ml's shape (``{"collections": {"model_inputs":
         {"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}``,
@@ -273,6 +275,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         cost = estimated(f"run {names.run_key}", lambda: cost_of_run(self.backend, names))
         if cost is not None:
             self.log.info("The run's compute: %s", cost["text"])
+            if (budget := budget_of((self.model_card or {}).get("budget"), self.backend)) is not None:
+                cost["budget"] = held = against_budget(budget, cost)
+                self.log.info("Budget: %s", held["text"])
         return cost
 
     def write_model_cards(self, context: Context, result: dict[str, Any],

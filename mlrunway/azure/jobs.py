@@ -23,8 +23,8 @@ from mlrunway.backend.budget import BUDGET_STOP_TAG
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
-from mlrunway.early_termination import applies_at
-from mlrunway.errors import JobFailed, NotFound
+from mlrunway.early_termination import EarlyTerminationPolicy, applies_at, policy_from_dict
+from mlrunway.errors import JobFailed, MlrunwayError, NotFound
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 
@@ -342,8 +342,22 @@ class AzureJobs(Jobs):
             trials.append(trial)
         best = (sweep.properties or {}).get("best_child_run_id")
         return SweepResult(name=name, status=swept_status, objective=objective, trials=tuple(trials), best_trial=best,
+                           policy=_policy(sweep.early_termination),
                            stopped_because=budget_stop or (
                                "the sweep was canceled" if swept_status is JobStatus.CANCELED else None))
+
+
+def _policy(sdk: Any) -> EarlyTerminationPolicy | None:
+    """The sweep's early-termination policy in mlrunway's words (the SDK's object: its type and settings); None
+    without one, or one mlrunway does not know (the report then replays nothing as its own)."""
+    if sdk is None:
+        return None
+    settings = {key: getattr(sdk, key, None) for key in ("slack_factor", "slack_amount", "truncation_percentage",
+                                                          "evaluation_interval", "delay_evaluation")}
+    try:
+        return policy_from_dict({"type": str(sdk.type).lower(), **{k: v for k, v in settings.items() if v is not None}})
+    except (MlrunwayError, TypeError):
+        return None
 
 
 def _why_canceled(sweep: Any, swept_status: JobStatus, intervals: int,

@@ -36,7 +36,7 @@ from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepBudget
 
-__all__ = ["BUDGET_STOP_TAG", "Budget", "budget_of", "refusals", "spend", "spent_before", "sweep_budget",
+__all__ = ["BUDGET_STOP_TAG", "Budget", "against_budget", "budget_of", "refusals", "spend", "spent_before", "sweep_budget",
            "train_verdict"]
 
 FIELD = "budget"
@@ -168,6 +168,20 @@ def train_verdict(budget: Budget, card: RateCard, train: Iterable[Cost]) -> tupl
     return used, (f"{FIELD}: Train spent {budget.amount(used, card)} of {budget.amount(budget.limit, card)}, leaving "
                   f"the sweep nothing (the reserve of {budget.reserve:.0%} is export's and the reference's); raise "
                   f"the budget, or train for less")
+
+
+def against_budget(budget: Budget, cost: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's cost (:meth:`~mlrunway.backend.cost.RunCost.to_dict`) against its budget: what it spent, and what
+    past it (export and the reference, which a budget never stops, and the sweep's stated overshoot)."""
+    unit = str(cost.get("currency")) if budget.measure == "cost" else "compute-hours"
+    spent = cost.get("amount") if budget.measure == "cost" else cost["node_hours"] + cost["core_hours"]
+    if spent is None or (budget.measure == "cost" and cost.get("unknown")):
+        text = f"{budget.limit:.4g} {unit}; what the run spent cannot be priced (a job's rate is unknown)"
+        return {"limit": budget.limit, "measure": budget.measure, "spent": None, "over": None, "text": text}
+    over = max(0.0, spent - budget.limit)
+    past = f", {over:.4g} {unit} past it (export, the reference or the sweep's stated overshoot)" if over else ""
+    return {"limit": budget.limit, "measure": budget.measure, "spent": spent, "over": over,
+            "text": f"spent {spent:.4g} of {budget.limit:.4g} {unit}{past}"}
 
 
 def spent_before(backend: Backend, names: RunNames, sweep: str) -> list[Cost]:

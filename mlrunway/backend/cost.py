@@ -327,6 +327,8 @@ def cost_rows(cost: dict[str, Any] | None) -> list[tuple[str, str]]:
         unknown = f", {len(jobs) - len(known)} at a rate unknown" if len(known) < len(jobs) else ""
         rows.append((role, f"{spent}{_hours(hours, jobs[0]['unit'])} in {_count(len(jobs), 'job', 'jobs')}"
                            f"{unknown}"))
+    if cost.get("budget"):  # the run's budget, where it had one (mlrunway.backend.budget.against_budget)
+        rows.append(("budget", str(cost["budget"]["text"])))
     return rows
 
 

@@ -15,6 +15,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway.backend.capture import DataCollector
+from mlrunway.early_termination import EarlyTerminationPolicy
 from mlrunway.settings import EMPTY_IS_NONE, NOT_A_FLAG, parse, setting
 from mlrunway.specs.sweep import Objective
 
@@ -263,6 +264,7 @@ class SweepResult:
     stopped_because: str | None = None
     error: str | None = None
     carried_over: tuple[str, ...] = ()
+    policy: EarlyTerminationPolicy | None = None  # the early-termination policy it ran with, where known
 
 
 @dataclass(frozen=True, kw_only=True)

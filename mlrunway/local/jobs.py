@@ -516,13 +516,14 @@ class LocalJobs(Jobs):
         if job["kind"] != "sweep":
             raise SpecError(f"job {name}: is a {job['kind']} job, not a sweep; pass a sweep job's name")
         path = self.workspace.job_dir(name) / "outputs" / "sweep.json"
-        objective = SweepSpec.from_dict(job["sweep"]).objective
+        spec = SweepSpec.from_dict(job["sweep"])
+        objective = spec.objective
         try:
             data = read(path, "restore it, or cancel the sweep and run it again") if path.exists() else {}
         except DamagedRecord as exc:  # not "Completed with no trials": what it ran is unknown
             return SweepResult(name=name, status=JobStatus.FAILED, objective=objective, error=str(exc))
         return SweepResult(
-            name=name, status=info.status, objective=objective,
+            name=name, status=info.status, objective=objective, policy=spec.early_termination,
             trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
             stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
         )

@@ -103,7 +103,8 @@ class BudgetWatch:
         if not running:
             return "no trial was running"
         return (f"{len(running)} running trial{'s' * (len(running) != 1)} canceled; until the cancels land (a poll, "
-                f"{self.poll_s:g} s) they may spend about {self.budget.amount(rate * self.poll_s)} more")
+                f"{self.poll_s:g} s, then each trial's exit) they spend about {self.budget.amount(rate * self.poll_s)} "
+                "a poll more: the sweep's record says what it spent once they ended")
 
     @staticmethod
     def not_started(look: Look, budget: SweepBudget, count: int) -> str:

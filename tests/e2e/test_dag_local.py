@@ -9,12 +9,14 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
+from markupsafe import escape
 
 from mlrunway import lineage
 from mlrunway.airflow.summary import format_summary, run_results
 from mlrunway.early_termination import evaluate_in_order
 from mlrunway.local import tracking
 from mlrunway.local.backend import LocalBackend
+from mlrunway.local.supervisor import JobState
 from mlrunway.specs import BanditPolicy
 from tests.conftest import REPO
 from tests.e2e import openlineage_events as ol
@@ -59,7 +61,8 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps({"conn_type": "mlrunway_local", "extra": {
         "workspace": str(tmp_path / "ws"), "local_rate": "0.04"}}))
     with ol.file_transport(tmp_path / "openlineage.jsonl", monkeypatch) as lineage_file:
-        run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
+        run, results, states = run_dag({**SMALL, "data_dir": str(digits), "budget": {"max_cost": 5}},
+                                       tmp_path / "ws", monkeypatch)
     assert str(run.state) == "success", states
     backend = LocalBackend.at(tmp_path / "ws")
 
@@ -106,6 +109,17 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     saved = json.loads((tmp_path / "ws" / "reports" / sweep / "report.json").read_text())
     assert {t["name"] for t in saved["trials"]} == {t.name for t in trials} and saved["best_trial"] == best.name
     assert saved["endpoint"]["traffic"] == {"blue": 100} and saved["onnx"]["properties"]["parity"] == parity
+    # Early termination replayed on the sweep's curves: the policy it ran (its live decisions reproduced), then
+    # other settings, a stricter one with what it would have saved.
+    advice = saved["advice"]
+    ran = advice["rows"][0]
+    assert ran["ran"] and ran["policy"]["type"] == "bandit" and ran["stops"] == {n: s["interval"] for n, s in stopped.items()}
+    assert advice["reproduced"] is True
+    stricter = [r for r in advice["rows"][1:] if r["saved_epochs"] and r["saved_epochs"] > ran["saved_epochs"]]
+    assert stricter and stricter[0]["change"].startswith("early_termination={") and stricter[0]["saved_cost"] > 0
+    page = (tmp_path / "ws" / "reports" / sweep / "report.html").read_text()
+    assert "Early termination, replayed" in page and "a replay of one sweep, not a promise" in page
+    assert str(escape(stricter[0]["change"])) in page  # as the page escapes it
 
     # What the run cost: each job's wall time × processes at the connection's local_rate, wherever people look.
     cost = deploy["cost"]
@@ -114,6 +128,12 @@ def test_the_dag_trains_sweeps_picks_exports_deploys_and_cleans_up(airflow_db, d
     assert [j["job"] for j in cost["jobs"]["trials"]] == sorted(t.name for t in trials)
     assert saved["cost"]["jobs"]["trials"] == cost["jobs"]["trials"]  # the report's, once the sweep had ended
     assert "## Cost to produce (an estimate)" in card and f"| total | {cost['text']} |" in card
+    # The form's budget reached every task: a generous one stops nothing, and the run's cost is stated against it.
+    assert cost["budget"]["limit"] == 5 and cost["budget"]["spent"] == pytest.approx(cost["amount"])
+    assert cost["budget"]["over"] == 0 and f"| budget | {cost['budget']['text']} |" in card
+    assert results["sweep"]["stopped_because"] is None
+    allowed = JobState(backend.workspace.job_dir(sweep)).job()["sweep"]["budget"]  # the sweep's share, as run
+    assert allowed["limit"] == pytest.approx(5 * 0.9 - cost["jobs"]["train"][0]["amount"])
     serving = results["cleanup"]["serving_cost"]  # blue's hours × its scoring processes, read before it went
     (blue,) = serving["jobs"]["serving"]
     assert blue["job"] == f"{deploy['endpoint']}/blue" and blue["processes"] == 2 and blue["running"]

@@ -19,7 +19,7 @@ from mlrunway.pipeline import pick_best
 from mlrunway.specs.sweep import SweepBudget
 from tests.mlrunway.azure.fake_azureml import Trial
 from tests.mlrunway.azure.test_cost_azure import CODE, azure_with
-from training.tutorial import train_job, tutorial_sweep
+from training.tutorial import TUTORIAL_BANDIT, train_job, tutorial_sweep
 
 NAMES = RunNames(prefix="mlr", run_key="b0d6e701")
 CARD = '{"currency": "USD", "per_hour": {"Standard_NC6s_v3": 3.06}}'
@@ -52,6 +52,7 @@ def test_the_watcher_records_the_decision_then_cancels_the_sweep_at_its_budget(f
     assert info.status is JobStatus.CANCELED and info.budget_stop == decision == info.error
     result = azure.jobs.sweep_result(NAMES.sweep)
     assert result.stopped_because == decision
+    assert result.policy == TUTORIAL_BANDIT  # read back from the service's sweep: what the report's replay starts from
     assert all(t.status is JobStatus.CANCELED and t.error.endswith(decision) for t in result.trials)
     again = submit_or_reattach(azure.jobs, NAMES.sweep, lambda name: pytest.fail(f"a retry submitted {name}"))
     assert again.action is Action.REATTACHED and again.job.budget_stop == decision

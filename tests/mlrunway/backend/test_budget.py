@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlrunway.backend.budget import Budget, budget_of, refusals, sweep_budget, train_verdict
-from mlrunway.backend.cost import RateCard, job_cost
+from mlrunway.backend.budget import Budget, against_budget, budget_of, refusals, sweep_budget, train_verdict
+from mlrunway.backend.cost import RateCard, cost_rows, job_cost, run_cost
 from mlrunway.backend.types import Usage
 from mlrunway.errors import SpecError
 from mlrunway.local.backend import LocalBackend
@@ -94,3 +94,15 @@ def test_a_job_at_a_rate_unknown_is_never_counted_as_free():
     train = [job_cost("t", Usage(started=0.0, ended=10.0, size="Standard_X"), RateCard())]
     with pytest.raises(SpecError, match=r"^budget: is in money and job t ran at a rate unknown; add 'Standard_X'"):
         train_verdict(Budget(max_cost=1), RateCard(), train)
+
+
+def test_a_runs_cost_is_stated_against_its_budget_with_what_went_past_it():
+    card = RateCard(local_rate=3.6)
+    cost = run_cost({"train": {"t": Usage(started=0.0, ended=1000.0)},
+                     "export": {"e": Usage(started=0.0, ended=500.0)}}, card).to_dict()
+    held = against_budget(Budget(max_cost=1.2), cost)
+    assert held["text"] == "spent 1.5 of 1.2 USD, 0.3 USD past it (export, the reference or the sweep's stated overshoot)"
+    assert against_budget(Budget(max_compute_hours=1), cost)["text"] == "spent 0.4167 of 1 compute-hours"
+    assert ("budget", held["text"]) in cost_rows({**cost, "budget": held})
+    unpriced = run_cost({"train": {"t": Usage(started=0.0, ended=10.0)}}, RateCard()).to_dict()
+    assert against_budget(Budget(max_cost=1), unpriced)["spent"] is None

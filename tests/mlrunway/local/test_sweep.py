@@ -10,6 +10,7 @@ import pytest
 from mlrunway.backend.types import JobStatus
 from mlrunway.early_termination import evaluate_in_order
 from mlrunway.local import tracking
+from mlrunway.report import advice_of
 from mlrunway.specs import BanditPolicy, Choice, CommandJobSpec, Objective, QUniform, SweepLimits, SweepSpec, Uniform
 from tests.conftest import write_script
 
@@ -67,6 +68,9 @@ def test_sweep_stops_exactly_the_trials_the_reference_computation_stops(jobs, tm
         assert jobs.get(trial.name).status is expected
     assert "early termination at interval 2" in jobs.get(trials["slow"].name).error
     assert result.best_trial == trials["good"].name
+    advice = advice_of(result)  # the report's replay of the policy it ran makes exactly its live decisions
+    assert advice["reproduced"] is True and advice["rows"][0]["ran"] and advice["rows"][0]["stops"] == {
+        trials[name].name: interval for name, interval in reference.items()}
 
     store = tracking.client(jobs.workspace)
     parent = info.mlflow_run_id

@@ -46,7 +46,7 @@ def test_at_the_budget_the_running_trials_are_canceled_and_the_best_so_far_is_st
     assert sorted(runner.started) == ["sw_trial_0", "sw_trial_1"]
     assert outcome.stopped_because.startswith("stopped by budget: spent 10 USD of 10 USD (a test's); 2 running "
                                               "trials canceled")
-    assert "they may spend about 2 USD more" in outcome.stopped_because  # a poll of each: the stated overshoot
+    assert "they spend about 2 USD a poll more" in outcome.stopped_because  # a poll of each: the stated overshoot
     trials = list(outcome.trials.values())
     assert all(t.status is JobStatus.CANCELED and len(t.history) == 5 for t in trials)  # all logged until the cancel
     assert outcome.best == "sw_trial_0" == best_trial(trials, sweep(["good"]).objective).name and not outcome.failed
