@@ -110,7 +110,7 @@ class AzureBackend:
         self.workspace_rest = WorkspaceRest(client, credential, cloud_hosts, **transport)
         self.rest, self.plain = self.workspace_rest.rest, self.workspace_rest.plain
         self.jobs = AzureJobs(client, self.workspace_rest, compute=self.compute, job_instance_type=job_instance_type,
-                              environment=environment, export_environment=export_environment)
+                              environment=environment, export_environment=export_environment, reports=self.reports)
         self.models = AzureModels(client, self.cache_dir)
         self.endpoints = self._endpoints(RetriedWrites())
         self.monitors = ModelMonitors(client, model_monitor) if model_monitor else None

@@ -20,6 +20,7 @@ from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import transient_reads
 from mlrunway.backend.budget import BUDGET_STOP_TAG
+from mlrunway.backend.naming import base_name
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
@@ -89,6 +90,7 @@ class AzureJobs(Jobs):
     :param cancel_wait_s: how long ``cancel`` waits for a canceled job to reach Canceled; ``poll_s`` between.
     :param refresh_s: how old a running trial's metrics may be before ``sweep_result`` reads them again (an
         ended trial's are read once; a trial whose status changed is read at once).
+    :param reports: the backend's reports folder, where a budget's decision is kept if its tag is refused.
     """
 
     wait_poll_s = 10.0  # each poll is ARM and Run History reads, which count against the subscription's limits
@@ -96,12 +98,14 @@ class AzureJobs(Jobs):
     def __init__(self, ml: MLClient, rest: WorkspaceRest, *, compute: str | None = None,
                  job_instance_type: str | None = None, environment: str | None = None,
                  export_environment: str | None = None, cancel_wait_s: float = 300.0,
-                 poll_s: float = 5.0, refresh_s: float = 60.0, not_responding_s: float = NOT_RESPONDING_S) -> None:
+                 poll_s: float = 5.0, refresh_s: float = 60.0, not_responding_s: float = NOT_RESPONDING_S,
+                 reports: Path | None = None) -> None:
         self.ml, self.rest = ml, rest
         self.compute, self.job_instance_type, self.environment = compute, job_instance_type, environment
         self.export_environment = export_environment
         self.cancel_wait_s, self.poll_s, self.refresh_s = cancel_wait_s, poll_s, refresh_s
         self.not_responding_s = not_responding_s
+        self.reports = reports  # where a sweep's budget decision is kept when the service refuses its tag
         self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
         self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
         self._clusters: dict[str, tuple[str | None, str]] = {}  # compute name -> its VM size and tier
@@ -115,15 +119,32 @@ class AzureJobs(Jobs):
     def record_stop(self, name: str, reason: str) -> None:
         """Record why sweep ``name`` is stopped (its budget) as a tag of its run (MLflow's ``runs/log-batch``; a run's
         tags are its job's in the studio), before the watcher cancels it: every reader then reads the same decision.
+        Where the service refuses the tag, in the run's reports folder (``<reports>/<sweep>/budget-stop-<attempt>.txt``).
         """
-        self.rest.set_tags(name, {BUDGET_STOP_TAG: reason})
+        try:
+            self.rest.set_tags(name, {BUDGET_STOP_TAG: reason})
+        except Exception as exc:  # noqa: BLE001 - refused or away: the decision must still be on record
+            if self.reports is None:
+                raise
+            log.warning("Sweep %s: the budget's decision could not be tagged on its run (%s: %s); it is kept in the "
+                        "run's reports folder", name, type(exc).__name__, exc)
+            path = self._stop_file(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(reason)
+
+    def _stop_file(self, name: str) -> Path:
+        assert self.reports is not None
+        return self.reports / base_name(name) / f"budget-stop-{name}.txt"
 
     def _budget_stop(self, job: Any, status: JobStatus) -> str | None:
         """The decision a canceled sweep's watcher recorded on it before canceling it (:meth:`record_stop`)."""
         if job.type != "sweep" or status is not JobStatus.CANCELED:
             return None
         tags = (self.rest.run_history(job.name) or {}).get("tags") or {}
-        return tags.get(BUDGET_STOP_TAG) or None
+        if tags.get(BUDGET_STOP_TAG):
+            return str(tags[BUDGET_STOP_TAG])
+        kept = self._stop_file(job.name) if self.reports is not None else None
+        return kept.read_text() if kept is not None and kept.is_file() else None
 
     def _info(self, job: Any) -> JobInfo:
         status = job_status(job.status)

@@ -281,6 +281,7 @@ class FakeAzureML(HttpTransport):
         # How long each run lasts as Run History records it (startTimeUtc, endTimeUtc), by run id; 30 min by
         # default: its start is when it first reads Running, its end that much later.
         self.run_seconds: dict[str, float] = {}
+        self.refuse_tags = False  # log-batch refuses tags as a workspace whose identity may not tag runs does (403)
         self.clock = 1_790_000_000.0  # the service's "now" for run times (2026-09-21), fixed so costs are exact
         # The Retail Prices API's items (its documented item shape), answered to any filter that matches them by
         # armRegionName, armSkuName and priceType; paged ``retail_page_size`` at a time.
@@ -1271,6 +1272,9 @@ class FakeAzureML(HttpTransport):
             if set(metric) != {"key", "value", "timestamp", "step"}:
                 return _response(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(metric)})
             self.runs[body["run_id"]].setdefault("metrics", {})[metric["key"]] = metric["value"]
+        if body.get("tags") and self.refuse_tags:
+            return _response(request, 403, {"error_code": "PERMISSION_DENIED",
+                                            "message": "The caller may not set tags on this run."})
         for tag in body.get("tags", []):  # RunTag {key, value}: the run's tags, which Run History shows as its own
             if set(tag) != {"key", "value"} or not isinstance(tag["value"], str):
                 return _response(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(tag)})

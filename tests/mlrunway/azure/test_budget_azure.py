@@ -4,8 +4,10 @@ sweep's run; every reader then reads the sweep as ended by its budget, and a ret
 
 from __future__ import annotations
 
+import logging
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,8 +17,10 @@ from mlrunway.backend.budget import BUDGET_STOP_TAG, Budget, refusals
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import SpecError
+from mlrunway.operators.sweep import TrialReporter
 from mlrunway.pipeline import pick_best
 from mlrunway.specs.sweep import SweepBudget
+from mlrunway.sweep.budget import enforce
 from tests.mlrunway.azure.fake_azureml import Trial
 from tests.mlrunway.azure.test_cost_azure import CODE, azure_with
 from training.tutorial import TUTORIAL_BANDIT, train_job, tutorial_sweep
@@ -84,3 +88,35 @@ def test_a_max_cost_on_a_size_the_card_lacks_is_refused_before_any_job(fake, tmp
         "max_compute_hours instead")
     assert not fake.sent("PUT", r"/jobs/")
     refusals(azure_with(fake, tmp_path, rates=CARD), Budget(max_cost=5), {"the job": job})
+
+
+def test_a_sweep_task_that_waits_in_its_worker_is_the_watcher_on_each_poll(fake, tmp_path, small_digits):
+    azure = azure_with(fake, tmp_path, rates=CARD)
+    job = train_job(str(CODE), str(small_digits), num_epochs=2)
+    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
+    fake.clock = time.time() - 3600
+    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=1, max_concurrent_trials=1))
+    fake.job_script[NAMES.sweep] = ["Running"] * 50
+    operator = SimpleNamespace(backend=azure, log=logging.getLogger("test"))
+    reporter = TrialReporter(operator, NAMES.sweep, budget=SweepBudget(limit=1.0, measure="cost", currency="USD"))
+    reporter(azure.jobs.get(NAMES.sweep))  # the worker's wait calls it on every poll
+    info = azure.jobs.get(NAMES.sweep)
+    assert info.status is JobStatus.CANCELED and info.budget_stop.startswith("stopped by budget: spent 3.06 USD")
+
+
+def test_where_the_service_refuses_the_tag_the_decision_is_kept_in_the_runs_reports_folder(fake, tmp_path,
+                                                                                          small_digits):
+    azure = azure_with(fake, tmp_path, rates=CARD)
+    job = train_job(str(CODE), str(small_digits), num_epochs=2)
+    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
+    fake.clock = time.time() - 3600
+    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=1, max_concurrent_trials=1))
+    fake.job_script[NAMES.sweep] = ["Running"] * 50
+    fake.refuse_tags = True
+    decision = enforce(azure, NAMES.sweep, SweepBudget(limit=1.0, measure="cost", currency="USD"))
+    assert "tags" not in fake.runs[NAMES.sweep] and fake.sent("POST", r"/runs/log-batch$")
+    kept = tmp_path / "reports" / NAMES.sweep / f"budget-stop-{NAMES.sweep}.txt"
+    assert kept.read_text() == decision
+    info = azure.jobs.get(NAMES.sweep)
+    assert info.status is JobStatus.CANCELED and info.budget_stop == decision
+    assert azure.jobs.sweep_result(NAMES.sweep).stopped_because == decision
