@@ -194,7 +194,6 @@ def main() -> None:
             bench.add("parse: the DAG file adds s", dag - sdk, "s")
     print(table(rows, COLUMNS))
     bench.record(rows, ("apache-airflow", "torch", "mlflow"), [
-        Target("airflow dags test: wall over the jobs'", "<=", 0.10, "the DAG's wall time under 10% over its jobs'"),
         Target("parse: the DAG file adds s", "<=", 0.3, "parsing the DAG adds under 0.3 s to import airflow.sdk"),
         Target("mlrunway's share: the DAG's wall - the core calls' - six empty tasks'", "<=", 2.0,
                "mlrunway's own share of the DAG run at most 2 s")])

@@ -156,7 +156,12 @@ def early_termination(doc: Doc) -> str:
         rows.append([policy, "live, 2 at once" if mode == "live" else mode, _grouped(doc, "stopped_early", policy, mode),
                      _grouped(doc, "epochs", policy, mode), _grouped(doc, "best_metric", policy, mode, "metric")])
     said = (f"Bandit(0.15, 1, 10) live runs {of(doc, 'Bandit live: fewer epochs than none')} fewer epochs than no policy, "
-            f"its best {of(doc, BEHIND)} points behind. Every live Bandit trial's "
+            f"its best {of(doc, BEHIND)} points behind: how the tutorial's settings fit this dataset, which the sweep "
+            f"report's advice replays for any sweep. A stopped trial logged "
+            f"{of(doc, 'Bandit live: epochs logged past a stop, median')} epochs past the interval it was stopped at "
+            f"(median; max {of(doc, 'Bandit live: epochs logged past a stop, max')}); the report's replay reproduced "
+            f"the live decisions in {of(doc, 'Bandit live: replay reproduces its decisions')} of the repeats (share). "
+            f"Every live Bandit trial's "
             f"curve equals the no-policy curve of the same trial: {'yes' if doc['curves_match'] else '**no**'}; the "
             f"no-policy curves are the same in every repeat: {'yes' if doc['curves_same_every_repeat'] else 'no'}.")
     return "\n\n".join([md_table(["policy", "how", "trials stopped early", "epochs", "best best_val_acc"], rows, 2), said,
