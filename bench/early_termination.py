@@ -53,7 +53,7 @@ def run_sweep(jobs: LocalJobs, name: str, spec) -> dict:
     best = next((t for t in trials if t.name == result.best_trial), None) or max(trials, key=lambda t: max(t.history))
     # How late each stop came: the epochs a stopped trial logged past the interval it was stopped at (it runs on
     # while it waits for the earlier trials to reach that interval, then until the cancel lands).
-    late = sorted(len(t.history) - int(t.early_termination["interval"]) for t in trials if t.stopped_early)
+    late = sorted(len(t.history) - len(t.judged) for t in trials if t.stopped_early)  # judged: up to its stop
     advice = advice_of(result)  # the report's replay of the policy it ran: its live decisions reproduced?
     trial_times = [_ran_s(jobs.get(t.name)) for t in trials]
     store = tracking.client(jobs.workspace)
