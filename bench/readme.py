@@ -159,8 +159,8 @@ def early_termination(doc: Doc) -> str:
             f"its best {of(doc, BEHIND)} points behind: how the tutorial's settings fit this dataset, which the sweep "
             f"report's advice replays for any sweep. A stopped trial logged "
             f"{of(doc, 'Bandit live: epochs logged past a stop, median')} epochs past the interval it was stopped at "
-            f"(median; max {of(doc, 'Bandit live: epochs logged past a stop, max')}); the report's replay reproduced "
-            f"the live decisions in {of(doc, 'Bandit live: replay reproduces its decisions')} of the repeats (share). "
+            f"(median; max {of(doc, 'Bandit live: epochs logged past a stop, max')}); the share of the repeats in which the "
+            f"report's replay made the live decisions exactly: {of(doc, 'Bandit live: replay reproduces its decisions')}. "
             f"Every live Bandit trial's "
             f"curve equals the no-policy curve of the same trial: {'yes' if doc['curves_match'] else '**no**'}; the "
             f"no-policy curves are the same in every repeat: {'yes' if doc['curves_same_every_repeat'] else 'no'}.")
