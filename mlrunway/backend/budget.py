@@ -27,7 +27,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
 from mlrunway.backend.attempts import earlier_attempts
-from mlrunway.backend.cost import CORE_HOUR, NODE_HOUR, Cost, RateCard, rates_for, run_cost
+from mlrunway.backend.cost import CORE_HOUR, NODE_HOUR, Cost, RateCard, rate_key, rates_for, run_cost
 from mlrunway.backend.naming import RunNames, attempts, base_name
 from mlrunway.backend.protocol import Backend, Metered
 from mlrunway.backend.types import Usage
@@ -145,7 +145,7 @@ def refusals(backend: Backend, budget: Budget | None, specs: Mapping[str, Comman
         if budget.measure == "cost" and rate is None:
             where = "this machine" if usage.size is None else repr(usage.size)
             fix = ("set the connection's local_rate (the price of a core-hour)" if usage.size is None else
-                   f"add {_key(usage)!r} to the connection's rates.per_hour, or set rates.retail_prices")
+                   f"add {rate_key(usage)!r} to the connection's rates.per_hour, or set rates.retail_prices")
             raise check.fail(FIELD, f"max_cost {budget.limit:g} needs the rate of every job, and {what} runs on "
                                     f"{where}, whose rate is unknown", f"{fix}, or give max_compute_hours instead")
         minute = (rate if budget.measure == "cost" else 1.0) / 60  # type: ignore[operator]
@@ -153,10 +153,6 @@ def refusals(backend: Backend, budget: Budget | None, specs: Mapping[str, Comman
             raise check.fail(FIELD, f"{budget.amount(budget.limit, card)} is below one {unit.replace('-hour', '')}-"
                                     f"minute of {what}'s compute ({budget.amount(minute, card)})",
                              "raise it: a job's first minute would spend it all")
-
-
-def _key(usage: Usage) -> str:
-    return usage.size if (usage.tier or "dedicated") == "dedicated" else f"{usage.size}:{usage.tier}"  # type: ignore[return-value]
 
 
 def train_verdict(budget: Budget, card: RateCard, train: Iterable[Cost]) -> tuple[float, str | None]:

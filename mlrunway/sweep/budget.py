@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlrunway.backend.budget import spend
 from mlrunway.backend.cost import Cost, RateCard, job_cost, rates_for
 from mlrunway.backend.protocol import Backend, Metered, StopRecords
 from mlrunway.backend.types import TrialInfo, Usage
@@ -41,7 +42,7 @@ def _spend(costs: Iterable[Cost], budget: SweepBudget) -> float:
     """What ``costs`` count against ``budget``; NaN where one cannot be priced (never taken as free)."""
     total = 0.0
     for cost in costs:
-        value = cost.amount if budget.measure == "cost" else cost.hours
+        value = spend(cost, budget.measure)
         total += math.nan if value is None else value
     return total
 
