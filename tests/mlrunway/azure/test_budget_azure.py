@@ -29,14 +29,27 @@ NAMES = RunNames(prefix="mlr", run_key="b0d6e701")
 CARD = '{"currency": "USD", "per_hour": {"Standard_NC6s_v3": 3.06}}'
 
 
-def test_the_watcher_records_the_decision_then_cancels_the_sweep_at_its_budget(fake, tmp_path, small_digits):
+ONE = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
+TWO = [*ONE, Trial({"learning_rate": 0.05, "momentum": 0.8}, [0.6, 0.9])]
+
+
+def running_sweep(fake, tmp_path, small_digits, trials, *, started_s_ago: float = 3600.0, runs_on: bool = True):
+    """An Azure backend pricing Standard_NC6s_v3 at 3.06 an hour, and a sweep of ``trials`` that started
+    ``started_s_ago`` (each trial a node: an hour of two is 6.12 USD so far); ``runs_on``: it would run on, and only a
+    budget stops it."""
     azure = azure_with(fake, tmp_path, rates=CARD)
     job = train_job(str(CODE), str(small_digits), num_epochs=2)
-    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6]),
-                                      Trial({"learning_rate": 0.05, "momentum": 0.8}, [0.6, 0.9])]
-    fake.clock = time.time() - 3600  # the trials started an hour ago: 2 node-hours so far, 6.12 USD
-    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=4, max_concurrent_trials=2))
-    fake.job_script[NAMES.sweep] = ["Running"] * 50  # it would run on: only the budget stops it
+    fake.sweep_trials[NAMES.sweep] = list(trials)
+    fake.clock = time.time() - started_s_ago
+    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=2 * len(trials),
+                                                        max_concurrent_trials=len(trials)))
+    if runs_on:
+        fake.job_script[NAMES.sweep] = ["Running"] * 50
+    return azure
+
+
+def test_the_watcher_records_the_decision_then_cancels_the_sweep_at_its_budget(fake, tmp_path, small_digits):
+    azure = running_sweep(fake, tmp_path, small_digits, TWO)  # 2 node-hours so far: 6.12 USD
     budget = SweepBudget(limit=5.0, measure="cost", currency="USD", basis="5.56 USD less the 10% reserve")
     trigger = SweepTrigger("unused", NAMES.sweep, poll_interval_s=0, budget=budget.to_dict())
     assert trigger.serialize()[1]["budget"] == budget.to_dict()  # it travels to the triggerer with the trigger
@@ -66,11 +79,7 @@ def test_the_watcher_records_the_decision_then_cancels_the_sweep_at_its_budget(f
 
 
 def test_below_the_budget_the_watcher_lets_the_sweep_run(fake, tmp_path, small_digits):
-    azure = azure_with(fake, tmp_path, rates=CARD)
-    job = train_job(str(CODE), str(small_digits), num_epochs=2)
-    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
-    fake.clock = time.time() - 60
-    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=1, max_concurrent_trials=1))
+    azure = running_sweep(fake, tmp_path, small_digits, ONE, started_s_ago=60, runs_on=False)
     budget = SweepBudget(limit=50.0, measure="cost", currency="USD")
     event = SweepTrigger("unused", NAMES.sweep, poll_interval_s=0, budget=budget.to_dict()).wait_here(azure)
     assert event["status"] == "Completed" and not fake.sent("POST", rf"/jobs/{NAMES.sweep}/cancel$")
@@ -91,12 +100,7 @@ def test_a_max_cost_on_a_size_the_card_lacks_is_refused_before_any_job(fake, tmp
 
 
 def test_a_sweep_task_that_waits_in_its_worker_is_the_watcher_on_each_poll(fake, tmp_path, small_digits):
-    azure = azure_with(fake, tmp_path, rates=CARD)
-    job = train_job(str(CODE), str(small_digits), num_epochs=2)
-    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
-    fake.clock = time.time() - 3600
-    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=1, max_concurrent_trials=1))
-    fake.job_script[NAMES.sweep] = ["Running"] * 50
+    azure = running_sweep(fake, tmp_path, small_digits, ONE)
     operator = SimpleNamespace(backend=azure, log=logging.getLogger("test"))
     reporter = TrialReporter(operator, NAMES.sweep, budget=SweepBudget(limit=1.0, measure="cost", currency="USD"))
     reporter(azure.jobs.get(NAMES.sweep))  # the worker's wait calls it on every poll
@@ -106,12 +110,7 @@ def test_a_sweep_task_that_waits_in_its_worker_is_the_watcher_on_each_poll(fake,
 
 def test_where_the_service_refuses_the_tag_the_decision_is_kept_in_the_runs_reports_folder(fake, tmp_path,
                                                                                           small_digits):
-    azure = azure_with(fake, tmp_path, rates=CARD)
-    job = train_job(str(CODE), str(small_digits), num_epochs=2)
-    fake.sweep_trials[NAMES.sweep] = [Trial({"learning_rate": 0.01, "momentum": 0.9}, [0.5, 0.6])]
-    fake.clock = time.time() - 3600
-    azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=1, max_concurrent_trials=1))
-    fake.job_script[NAMES.sweep] = ["Running"] * 50
+    azure = running_sweep(fake, tmp_path, small_digits, ONE)
     fake.refuse_tags = True
     decision = enforce(azure, NAMES.sweep, SweepBudget(limit=1.0, measure="cost", currency="USD"))
     assert "tags" not in fake.runs[NAMES.sweep] and fake.sent("POST", r"/runs/log-batch$")
