@@ -8,8 +8,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import check, lineage
-from mlrunway.backend.budget import budget_of, refusals, train_verdict
-from mlrunway.backend.cost import cost_of_run, rates_for
+from mlrunway.backend.budget import budget_of, refusals, spent_before, train_verdict
+from mlrunway.backend.cost import rates_for
 from mlrunway.backend.types import JobInfo
 from mlrunway.errors import JobFailed, SpecError
 from mlrunway.operators._base import MlrunwayBaseOperator
@@ -122,10 +122,8 @@ class TrainModelOperator(MlrunwayJobOperator):
         """Fail the task, before any trial, where the training job (every attempt of it) left the sweep nothing."""
         if (budget := budget_of(self.budget, self.backend)) is None:
             return
-        costs = cost_of_run(self.backend, self.names(context))
-        train = costs.jobs.get("train", []) if costs is not None else []
         card = rates_for(self.backend, [])
-        used, refused = train_verdict(budget, card, train)
+        used, refused = train_verdict(budget, card, spent_before(self.backend, self.names(context)))
         if refused:
             raise JobFailed(refused)
         self.log.info("Budget: Train spent %s of %s", budget.amount(used, card), budget.amount(budget.limit, card))

@@ -26,12 +26,10 @@ from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
-from mlrunway.backend.attempts import earlier_attempts
-from mlrunway.backend.cost import CORE_HOUR, NODE_HOUR, Cost, RateCard, rate_key, rates_for, run_cost
-from mlrunway.backend.naming import RunNames, attempts, base_name
+from mlrunway.backend.cost import CORE_HOUR, NODE_HOUR, Cost, RateCard, attempt_usages, rate_key, rates_for, run_cost
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend, Metered
-from mlrunway.backend.types import Usage
-from mlrunway.errors import NotFound, SpecError
+from mlrunway.errors import SpecError
 from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepBudget
@@ -96,6 +94,11 @@ class Budget:
     def limit(self) -> float:
         return float(self.max_cost if self.max_cost is not None else self.max_compute_hours)  # type: ignore[arg-type]
 
+    @property
+    def before_reserve(self) -> float:
+        """What Train and the sweep may spend together: the budget less its reserve."""
+        return self.limit * (1 - self.reserve)
+
     def amount(self, value: float, card: RateCard) -> str:
         """``4.93 USD`` or ``1.2 compute-hours``."""
         return f"{value:.4g} {card.currency if self.measure == 'cost' else 'compute-hours'}"
@@ -158,8 +161,7 @@ def refusals(backend: Backend, budget: Budget | None, specs: Mapping[str, Comman
 def train_verdict(budget: Budget, card: RateCard, train: Iterable[Cost]) -> tuple[float, str | None]:
     """What Train spent, and why it fails its task (it left the sweep nothing of the budget), or None."""
     used = spent(train, budget)
-    allowed = budget.limit * (1 - budget.reserve)
-    if used < allowed:
+    if used < budget.before_reserve:
         return used, None
     return used, (f"{FIELD}: Train spent {budget.amount(used, card)} of {budget.amount(budget.limit, card)}, leaving "
                   f"the sweep nothing (the reserve of {budget.reserve:.0%} is export's and the reference's); raise "
@@ -170,45 +172,34 @@ def against_budget(budget: Budget, cost: Mapping[str, Any]) -> dict[str, Any]:
     """A run's cost (:meth:`~mlrunway.backend.cost.RunCost.to_dict`) against its budget: what it spent, and what
     past it (export and the reference, which a budget never stops, and the sweep's stated overshoot)."""
     unit = str(cost.get("currency")) if budget.measure == "cost" else "compute-hours"
-    spent = cost.get("amount") if budget.measure == "cost" else cost["node_hours"] + cost["core_hours"]
-    if spent is None or (budget.measure == "cost" and cost.get("unknown")):
+    used = cost.get("amount") if budget.measure == "cost" else cost["node_hours"] + cost["core_hours"]
+    if used is None or (budget.measure == "cost" and cost.get("unknown")):
         text = f"{budget.limit:.4g} {unit}; what the run spent cannot be priced (a job's rate is unknown)"
         return {"limit": budget.limit, "measure": budget.measure, "spent": None, "over": None, "text": text}
-    over = max(0.0, spent - budget.limit)
+    over = max(0.0, used - budget.limit)
     past = f", {over:.4g} {unit} past it (export, the reference or the sweep's stated overshoot)" if over else ""
-    return {"limit": budget.limit, "measure": budget.measure, "spent": spent, "over": over,
-            "text": f"spent {spent:.4g} of {budget.limit:.4g} {unit}{past}"}
+    return {"limit": budget.limit, "measure": budget.measure, "spent": used, "over": over,
+            "text": f"spent {used:.4g} of {budget.limit:.4g} {unit}{past}"}
 
 
-def spent_before(backend: Backend, names: RunNames, sweep: str) -> list[Cost]:
+def spent_before(backend: Backend, names: RunNames, sweep: str | None = None) -> list[Cost]:
     """What the run's jobs spent before sweep attempt ``sweep``: every attempt of Train, and the trials of the
-    sweep's earlier attempts (a retried sweep does not spend the budget twice)."""
-    jobs = backend.jobs
-    if not isinstance(jobs, Metered):
-        return []
-    usages: dict[str, Usage | None] = {}
-    for name in attempts(names.train_job):
-        try:
-            jobs.get(name)
-        except NotFound:
-            break
-        usages[name] = jobs.usage(name)
-    for earlier in earlier_attempts(jobs, sweep, base_name(sweep)):
-        usages.update(jobs.trial_usage(earlier.name))
-    card = rates_for(backend, usages.values())
-    return run_cost({"before": usages}, card).costs
+    sweep's earlier attempts (a retried sweep does not spend the budget twice); Train's alone without ``sweep``."""
+    usages = attempt_usages(backend, names.train_job)
+    if sweep is not None:
+        usages.update(attempt_usages(backend, names.sweep, trials=True, until=sweep))
+    return run_cost({"before": usages}, rates_for(backend, usages.values())).costs
 
 
 def sweep_budget(budget: Budget, card: RateCard, before: Iterable[Cost]) -> SweepBudget:
     """What the sweep may spend: the budget less its reserve and what the run's jobs ``before`` it spent (Train,
     earlier sweep attempts' trials)."""
     used = spent(before, budget)
-    allowed = budget.limit * (1 - budget.reserve)
-    if allowed - used <= 0:
+    if budget.before_reserve - used <= 0:
         raise SpecError(f"{FIELD}: the run has spent {budget.amount(used, card)} of "
                         f"{budget.amount(budget.limit, card)} before the sweep, leaving it nothing (the reserve of "
                         f"{budget.reserve:.0%} is export's and the reference's); raise the budget")
     basis = (f"{budget.amount(budget.limit, card)} less the {budget.reserve:.0%} reserve"
              f"{f' and {budget.amount(used, card)} spent before the sweep' if used else ''}")
-    return SweepBudget(limit=allowed - used, measure=budget.measure, currency=card.currency,
+    return SweepBudget(limit=budget.before_reserve - used, measure=budget.measure, currency=card.currency,
                        local_rate=card.local_rate, basis=basis)

@@ -38,7 +38,7 @@ from mlrunway.backend.types import Usage
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 
-__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "cost_of_run", "cost_rows", "estimated", "job_cost",
+__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "attempt_usages", "cost_of_run", "cost_rows", "estimated", "job_cost",
            "rates_for", "run_cost", "serving_cost"]
 
 TIERS = ("dedicated", "low_priority", "spot")
@@ -291,25 +291,36 @@ def run_cost(usages: Mapping[str, Mapping[str, Usage | None]], card: RateCard, *
     return RunCost(jobs={role: costs for role, costs in priced.items() if costs}, currency=card.currency, noun=noun)
 
 
+def attempt_usages(backend: Backend, base: str, *, trials: bool = False,
+                   until: str | None = None) -> dict[str, Usage | None]:
+    """What each attempt of job ``base`` ran on (``base``, ``base-a2``, ...: a failed attempt ran too), oldest first,
+    or, for a sweep (``trials``), each of its attempts' trials; ``until``: the attempt to stop before. Empty where the
+    backend's jobs do not say (not :class:`~mlrunway.backend.protocol.Metered`)."""
+    jobs = backend.jobs
+    if not isinstance(jobs, Metered):
+        return {}
+    metered: Metered = jobs
+    found: dict[str, Usage | None] = {}
+    for name in attempts(base):
+        if name == until:
+            break
+        try:
+            jobs.get(name)
+        except NotFound:
+            break
+        found.update(metered.trial_usage(name) if trials else {name: metered.usage(name)})
+    return found
+
+
 def cost_of_run(backend: Backend, names: RunNames, *, now: float | None = None) -> RunCost | None:
     """What run ``names``'s jobs cost so far, every attempt of each (a failed attempt ran too): ``train``, each
     sweep attempt's ``trials``, ``export`` and the smoke test's ``reference``. None where the backend's jobs do not
     say what they ran on (not :class:`~mlrunway.backend.protocol.Metered`)."""
-    jobs = backend.jobs
-    if not isinstance(jobs, Metered):
+    if not isinstance(backend.jobs, Metered):
         return None
-    metered: Metered = jobs
-    usages: dict[str, dict[str, Usage | None]] = {}
-    for role, base in (("train", names.train_job), ("trials", names.sweep), ("export", names.export_job),
-                       ("reference", names.reference_job)):
-        found: dict[str, Usage | None] = {}
-        for name in attempts(base):
-            try:
-                jobs.get(name)
-            except NotFound:
-                break
-            found.update(metered.trial_usage(name) if role == "trials" else {name: metered.usage(name)})
-        usages[role] = found
+    usages = {role: attempt_usages(backend, base, trials=role == "trials")
+              for role, base in (("train", names.train_job), ("trials", names.sweep), ("export", names.export_job),
+                                 ("reference", names.reference_job))}
     card = rates_for(backend, [u for found in usages.values() for u in found.values()])
     return run_cost(usages, card, now=now)
 

@@ -106,3 +106,24 @@ def test_a_runs_cost_is_stated_against_its_budget_with_what_went_past_it():
     assert ("budget", held["text"]) in cost_rows({**cost, "budget": held})
     unpriced = run_cost({"train": {"t": Usage(started=0.0, ended=10.0)}}, RateCard()).to_dict()
     assert against_budget(Budget(max_cost=1), unpriced)["spent"] is None
+
+
+def test_what_a_retried_sweep_may_spend_counts_train_and_the_earlier_attempts_trials_not_its_own():
+    from mlrunway.backend.budget import spent_before
+    from mlrunway.backend.fake import FakeBackend
+    from mlrunway.backend.naming import RunNames
+    from mlrunway.backend.types import JobStatus, TrialInfo
+    from mlrunway.specs import Choice, Objective, SweepSpec
+
+    fake, names = FakeBackend(), RunNames(prefix="b", run_key="0badcafe")
+    fake.jobs.submit(names.train_job, JOB)
+    spec = SweepSpec(trial=CommandJobSpec(code=".", command="python t.py --lr ${{inputs.lr}}", inputs={"lr": 0.1}),
+                     search_space={"lr": Choice(values=[0.1, 0.2])}, objective=Objective(primary_metric="acc"))
+    for attempt, trial in ((names.sweep, "t1"), (f"{names.sweep}-a2", "t2")):
+        fake.jobs.submit_sweep(attempt, spec)
+        fake.jobs.set_trials(attempt, [TrialInfo(name=trial, params={}, status=JobStatus.COMPLETED)])
+    fake.jobs.usages.update({names.train_job: Usage(started=0.0, ended=3600.0), "t1": Usage(started=0.0, ended=1800.0),
+                             "t2": Usage(started=0.0, ended=900.0)})
+    assert {c.job: c.hours for c in spent_before(fake, names, f"{names.sweep}-a2")} == {names.train_job: 1.0, "t1": 0.5}
+    assert {c.job for c in spent_before(fake, names, names.sweep)} == {names.train_job}
+    assert {c.job for c in spent_before(fake, names)} == {names.train_job}
