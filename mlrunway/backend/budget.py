@@ -26,7 +26,17 @@ from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
-from mlrunway.backend.cost import CORE_HOUR, NODE_HOUR, Cost, RateCard, attempt_usages, rate_key, rates_for, run_cost
+from mlrunway.backend.cost import (
+    CORE_HOUR,
+    NODE_HOUR,
+    Cost,
+    RateCard,
+    attempt_usages,
+    missing_rate,
+    rate_key,
+    rates_for,
+    run_cost,
+)
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend, Metered
 from mlrunway.errors import SpecError
@@ -147,10 +157,9 @@ def refusals(backend: Backend, budget: Budget | None, specs: Mapping[str, Comman
         unit = CORE_HOUR if usage.size is None else NODE_HOUR
         if budget.measure == "cost" and rate is None:
             where = "this machine" if usage.size is None else repr(usage.size)
-            fix = ("set the connection's local_rate (the price of a core-hour)" if usage.size is None else
-                   f"add {rate_key(usage)!r} to the connection's rates.per_hour, or set rates.retail_prices")
             raise check.fail(FIELD, f"max_cost {budget.limit:g} needs the rate of every job, and {what} runs on "
-                                    f"{where}, whose rate is unknown", f"{fix}, or give max_compute_hours instead")
+                                    f"{where}, whose rate is unknown",
+                             f"{missing_rate(rate_key(usage))}; or give max_compute_hours instead")
         minute = (rate if budget.measure == "cost" else 1.0) / 60  # type: ignore[operator]
         if budget.limit < minute:
             raise check.fail(FIELD, f"{budget.amount(budget.limit, card)} is below one {unit.replace('-hour', '')}-"

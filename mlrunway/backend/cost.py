@@ -38,7 +38,7 @@ from mlrunway.backend.types import Usage
 from mlrunway.errors import NotFound, SpecError
 from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
 
-__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "attempt_usages", "cost_of_run", "cost_rows", "estimated", "job_cost",
+__all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "attempt_usages", "cost_of_run", "missing_rate", "cost_rows", "estimated", "job_cost",
            "rates_for", "run_cost", "serving_cost"]
 
 TIERS = ("dedicated", "low_priority", "spot")
@@ -145,6 +145,13 @@ def rate_key(usage: Usage) -> str | None:
     return usage.size if (usage.tier or "dedicated") == "dedicated" else f"{usage.size}:{usage.tier}"
 
 
+def missing_rate(key: str | None) -> str:
+    """Where the rate of the card's ``key`` (:func:`rate_key`; None: this machine's core-hour) would go."""
+    if key is None:
+        return "set the connection's local_rate, the price of a core-hour"
+    return f"add {key!r} to the connection's rates.per_hour, or set rates.retail_prices"
+
+
 def _key(key: str) -> str:
     """VM sizes as Azure compares them: case-insensitive, ``:dedicated`` the same as none."""
     return key.lower().removesuffix(":dedicated")
@@ -200,9 +207,7 @@ class Cost:
     @property
     def missing(self) -> str:
         """Where the rate that prices this would go."""
-        if self.rate_key is None:
-            return "set the connection's local_rate, the price of a core-hour"
-        return f"add {self.rate_key!r} to the connection's rates.per_hour, or set rates.retail_prices"
+        return missing_rate(self.rate_key)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "text": self.text()}

@@ -93,7 +93,7 @@ def test_a_max_cost_on_a_size_the_card_lacks_is_refused_before_any_job(fake, tmp
         refusals(azure, Budget(max_cost=5), {"the job": job})
     assert str(caught.value) == (
         "budget: max_cost 5 needs the rate of every job, and the job runs on 'STANDARD_NC6S_V3', whose rate is "
-        "unknown; add 'STANDARD_NC6S_V3' to the connection's rates.per_hour, or set rates.retail_prices, or give "
+        "unknown; add 'STANDARD_NC6S_V3' to the connection's rates.per_hour, or set rates.retail_prices; or give "
         "max_compute_hours instead")
     assert not fake.sent("PUT", r"/jobs/")
     refusals(azure_with(fake, tmp_path, rates=CARD), Budget(max_cost=5), {"the job": job})

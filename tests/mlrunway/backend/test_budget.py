@@ -54,7 +54,7 @@ def test_a_max_cost_without_the_rate_of_a_job_is_refused_before_any_job(tmp_path
         refusals(backend, Budget(max_cost=5), {"the job": JOB})
     assert str(caught.value) == (
         "budget: max_cost 5 needs the rate of every job, and the job runs on this machine, whose rate is unknown; "
-        "set the connection's local_rate (the price of a core-hour), or give max_compute_hours instead")
+        "set the connection's local_rate, the price of a core-hour; or give max_compute_hours instead")
     refusals(backend, Budget(max_compute_hours=1), {"the job": JOB})  # hours need no rate
 
 
