@@ -17,6 +17,7 @@ state is checked by preflight, before any job starts.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -26,7 +27,8 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 from mlrunway import check
 from mlrunway.errors import MlrunwayError
 
-__all__ = ["ANY_CASE", "EMPTY_IS_NONE", "NOT_A_FLAG", "SettingsError", "defaults", "form_field", "form_schema", "parse", "setting"]
+__all__ = ["ANY_CASE", "EMPTY_IS_NONE", "MAX_PRICE", "NOT_A_FLAG", "PRICE_WORDS", "SettingsError", "defaults",
+           "form_field", "form_schema", "limit_setting", "parse", "price_setting", "setting", "worded"]
 
 T = TypeVar("T")
 _WORDS = ("problem", "fix")  # a field's own error words, kept out of the form's schema
@@ -60,6 +62,46 @@ def setting(default: Any, *, description: str, problem: str, fix: str, schema: d
     its own (:func:`form_field`)."""
     return Field(default, description=description, title=title,
                  json_schema_extra={"problem": problem, "fix": fix, **(schema or {})}, **constraints)
+
+
+# The rules a budget and a rate card share, declared once for the connection's settings (Budget, RateCard) and the
+# sweep's share of a budget (SweepBudget), which the specs hold and may not import from the backends.
+MAX_PRICE = 1e6  # a price per hour above it is a slip of the keyboard (1e308 would print "inf USD")
+PRICE_WORDS = {"problem": f"{{value!r}} is not a price of at least 0 and at most {MAX_PRICE:.0f}",
+               "fix": "give a number per hour in the card's currency, e.g. 0.04"}
+
+
+def limit_setting(default: Any, *, description: str, problem: str, fix: str) -> Any:
+    """A budget's limit: a finite amount above 0 (never a flag: a template may render it as text)."""
+    return setting(default, description=description, problem=problem, fix=fix, gt=0, allow_inf_nan=False)
+
+
+def price_setting(default: Any, *, description: str, problem: str = PRICE_WORDS["problem"],
+          fix: str = PRICE_WORDS["fix"]) -> Any:
+    """A price per hour: finite, at least 0 and at most :data:`MAX_PRICE`."""
+    return setting(default, description=description, problem=problem, fix=fix, ge=0, le=MAX_PRICE,
+                   allow_inf_nan=False)
+
+
+def worded(field: str, noun: str) -> Any:
+    """A class decorator for a settings group built in code (a pydantic dataclass, not ``defer_build``: a deferred
+    build sets ``__init__`` again when it completes): its constructor's mistakes are the SpecError :func:`parse`
+    raises, ``<field>.<setting>: <problem>; <fix>``, not pydantic's own."""
+
+    def decorate(kind: type[T]) -> type[T]:
+        validated = kind.__init__
+
+        @functools.wraps(validated)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                validated(self, *args, **kwargs)
+            except ValidationError as exc:
+                raise _translated(kind, kwargs, field, noun, exc) from None
+
+        kind.__init__ = __init__  # type: ignore[method-assign]
+        return kind
+
+    return decorate
 
 
 def parse(kind: type[T], value: Mapping[str, Any] | None, field: str, *, noun: str,
@@ -109,7 +151,18 @@ def _translated(kind: type, raw: dict[str, Any], field: str, noun: str, exc: Val
         article = "an" if noun[:1] in "aeiou" else "a"
         return check.fail(name, f"is not {article} {noun} setting", f"use {', '.join(known)}")
     named = ".".join(filter(None, [field, *[str(p) for p in error["loc"][:depth] if p != "[key]"]]))
-    return check.fail(named, node["problem"].format(value=value), node["fix"])
+    return check.fail(named, node["problem"].format(value=_Shown(value)), node["fix"])
+
+
+class _Shown:
+    """A value as an error echoes it (:func:`mlrunway.check.shown`: a long one shortened), for a problem's
+    ``{value!r}``."""
+
+    def __init__(self, value: Any) -> None:
+        self.text = check.shown(value)
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def _walk(schema: dict[str, Any], loc: tuple[Any, ...],

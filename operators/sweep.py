@@ -12,7 +12,7 @@ from mlrunway import lineage
 from mlrunway.airflow.triggers import SweepTrigger
 from mlrunway.backend.budget import budget_of, refusals, spent_before, sweep_budget
 from mlrunway.backend.cost import rates_for
-from mlrunway.backend.protocol import StopRecords
+from mlrunway.backend.protocol import Metered, StopRecords
 from mlrunway.backend.types import JobInfo
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
@@ -106,8 +106,12 @@ class SweepOperator(MlrunwayJobOperator):
         before it (Train, earlier attempts' trials), the same figures on a re-attach; None without a budget."""
         if name not in self._allowances:
             budget = budget_of(self.budget, self.backend)
+            jobs = self.backend.jobs
+            planned = [jobs.planned_usage(self.spec(self.data_interval(context)).trial)] \
+                if budget is not None and isinstance(jobs, Metered) else []
             self._allowances[name] = None if budget is None else sweep_budget(
-                budget, rates_for(self.backend, []), spent_before(self.backend, self.names(context), name))
+                budget, rates_for(self.backend, planned), spent_before(self.backend, self.names(context), name),
+                planned)
         return self._allowances[name]
 
     def submit_job(self, context: Context) -> str:
@@ -157,11 +161,25 @@ class TrialReporter:
     def __init__(self, operator: SweepOperator, name: str, ends_only: bool = False,
                  budget: SweepBudget | None = None) -> None:
         self.operator, self.name, self.ends_only, self.budget = operator, name, ends_only, budget
-        self.watch = TrialWatch()
+        self.watch, self.said = TrialWatch(), set[str]()  # what was said once: an unreadable progress, an unpriced look
 
     def __call__(self, info: Any) -> None:
-        for event in self.watch.events(self.operator.backend.jobs.sweep_result(self.name)):
-            if not self.ends_only or event.kind == "ended":
-                self.operator.log.info("%s", event.text)
+        try:
+            events = self.watch.events(self.operator.backend.jobs.sweep_result(self.name))
+        except Exception as exc:  # noqa: BLE001 - progress is a courtesy (as the trigger's): the task goes on
+            self._once("progress", "the sweep's progress could not be read (%s); going on regardless", exc)
+        else:
+            for event in events:
+                if not self.ends_only or event.kind == "ended":
+                    self.operator.log.info("%s", event.text)
         if self.budget is not None and not info.status.is_terminal():  # the wait in the worker is the watcher
-            enforce(self.operator.backend, self.name, self.budget)
+            verdict = enforce(self.operator.backend, self.name, self.budget)  # Unavailable: the wait reads again
+            if verdict.unpriced is not None:
+                self._once("unpriced", "Sweep %s: its budget was not looked at: %s", self.name, verdict.unpriced)
+            else:
+                self.said.discard("unpriced")
+
+    def _once(self, what: str, message: str, *args: Any) -> None:
+        if what not in self.said:
+            self.operator.log.warning(message, *args)
+        self.said.add(what)

@@ -180,12 +180,15 @@ class SweepTrigger(JobTrigger):
         super().__init__(backend_conn_id, job_name, poll_interval_s, deadline)
         self.watch, self.unreadable, self.budget = TrialWatch(), False, budget
         self.looked: float | None = None  # when the budget was last looked at: a longer gap is a stated overshoot
+        self.unpriced = False  # a trial's price could not be read at a look: said once
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         path, kwargs = super().serialize()
         return path, {**kwargs, "budget": self.budget}
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
+        if self.looked is None:  # the watch's start: an outage before its first look makes that look late too
+            self.looked = time.monotonic() - self.poll_interval_s
         polled = super().poll(backend)
         try:
             lines = self.watch.events(backend.jobs.sweep_result(self.job_name))
@@ -198,11 +201,17 @@ class SweepTrigger(JobTrigger):
                 self.log.info("%s", event.text)
         if self.budget is not None and not polled[1]:
             now = time.monotonic()
-            gap = 0.0 if self.looked is None else max(0.0, now - self.looked - self.poll_interval_s)
-            self.looked = now
-            if (decision := enforce(backend, self.job_name, SweepBudget(**self.budget), outage_s=gap)) is not None:
+            gap = max(0.0, now - self.looked - self.poll_interval_s)
+            verdict = enforce(backend, self.job_name, SweepBudget(**self.budget), outage_s=gap)
+            if verdict.unpriced is not None:  # no verdict: this poll's status stands, the next poll looks again
+                if not self.unpriced:
+                    self.log.warning("Sweep %s: its budget was not looked at: %s", self.job_name, verdict.unpriced)
+                self.unpriced = True
+                return polled
+            self.looked, self.unpriced = now, False
+            if verdict.decision is not None:
                 info = backend.jobs.get(self.job_name)
-                return info.status.value, info.status.is_terminal(), decision
+                return info.status.value, info.status.is_terminal(), verdict.decision
         return polled
 
 

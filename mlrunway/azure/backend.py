@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from azure.ai.ml import MLClient
+from azure.core.exceptions import ResourceNotFoundError
 
 from mlrunway import check, lineage
 from mlrunway.azure import outputs
@@ -124,12 +125,12 @@ class AzureBackend:
         if not card.retail_prices or not lacking:
             return card
         prices = RetailPrices(self.reports, self._region, card.currency, **self.transport)
-        return card.filled({(size if tier == "dedicated" else f"{size}:{tier}"): rate
-                            for size in lacking for tier, rate in prices.rates(size).items()})
+        return card.filled({(size if tier == "dedicated" else f"{size}:{tier}"): rate  # asked as the region spells it
+                            for size in lacking for tier, rate in prices.rates(self.jobs.spelled(size)).items()})
 
-    @cached_property
+    @property
     def _region(self) -> str:
-        return str(self.client.workspaces.get(self.client.workspace_name).location)
+        return self.jobs.region
 
     def _endpoints(self, write: RetriedWrites) -> AzureEndpoints:
         """The endpoints and the parts of them in their own modules, all writing through ``write``."""
@@ -178,8 +179,18 @@ class AzureBackend:
         return outputs.job_outputs(job_name)
 
     def named_output(self, job_name: str, output: str) -> str:
-        """A named output's default place: ``azureml/<job>/<output>/`` in the workspace's default datastore."""
-        return outputs.named_output(job_name, output)
+        """Where a job's named output is: the URI the service recorded on the job, else ``azureml/<job>/<output>/``
+        in the workspace's default datastore (read once per backend: it need not be ``workspaceblobstore``)."""
+        try:
+            job = self.client.jobs.get(job_name)
+        except ResourceNotFoundError:
+            job = None
+        recorded = getattr((getattr(job, "outputs", None) or {}).get(output), "path", None)
+        return outputs.named_output(job_name, output, self._default_datastore, str(recorded or "") or None)
+
+    @cached_property
+    def _default_datastore(self) -> str:
+        return str(self.client.datastores.get_default().name)
 
     def output_folder(self, base: str, path: str) -> AbstractContextManager[Path]:
         """A job's outputs downloaded from their datastore into a scratch folder for the context, then removed."""

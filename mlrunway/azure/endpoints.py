@@ -117,7 +117,7 @@ class AzureEndpoints(Endpoints):
         try:
             self.write(f"endpoint {name}", lambda: self.ml.online_endpoints.begin_create_or_update(endpoint))
         except HttpResponseError as exc:
-            if exc.status_code == 400 and _NAME_TAKEN.search(str(getattr(exc.error, "message", None) or exc.message)):
+            if exc.status_code == 400 and any(_NAME_TAKEN.search(said) for said in _messages(exc)):
                 raise check.fail("endpoint_prefix", f"endpoint name {name!r} is taken in this Azure region by another "
                                  "workspace's endpoint (online endpoint names are unique per region, across "
                                  "workspaces)", "set endpoint_prefix (or endpoint_name) to one that no other "
@@ -204,3 +204,12 @@ class AzureEndpoints(Endpoints):
 
     def release(self, endpoint: str, holder: str) -> None:
         self.rollout_lease.release(endpoint, holder)
+
+
+def _messages(exc: HttpResponseError) -> list[str]:
+    """What the service said: the error's message and each of its details' (an online endpoint's name taken in
+    the region comes as ``InferencingClientCallFailed`` in ``error.details``, under a general top-level message)."""
+    error = exc.error
+    said = [str(getattr(error, "message", None) or exc.message)]
+    said += [str(getattr(detail, "message", "") or "") for detail in (getattr(error, "details", None) or [])]
+    return said

@@ -4,6 +4,7 @@ own REST services (``mlrunway.azure.rest``) for their metrics, params, logs, err
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import time
 from datetime import datetime
@@ -11,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from azure.ai.ml import MLClient
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError, ServiceResponseError
 
 from mlrunway import check
 from mlrunway.azure.entities import command_job, sweep_job
 from mlrunway.azure.environments import export_environment, is_gpu_size, scoring_environment, training_environment
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
-from mlrunway.azure.writes import transient_reads
+from mlrunway.azure.writes import transient_reads, watched_write
 from mlrunway.backend.budget import BUDGET_STOP_TAG
 from mlrunway.backend.naming import base_name
 from mlrunway.backend.protocol import Jobs
@@ -109,6 +110,7 @@ class AzureJobs(Jobs):
         self._silent: dict[str, float] = {}  # job -> when this process first saw it NotResponding
         self._read: dict[tuple[str, str], tuple[float, TrialInfo]] = {}  # (sweep, trial) -> (when read, record)
         self._clusters: dict[str, tuple[str | None, str]] = {}  # compute name -> its VM size and tier
+        self._sizes: dict[str, str] | None = None  # the region's VM sizes, lower-cased -> as the region spells them
 
     def _find(self, name: str) -> JobInfo | None:
         try:
@@ -174,8 +176,8 @@ class AzureJobs(Jobs):
 
     def _give_up(self, name: str) -> str:
         """Cancel a job that stayed NotResponding, so that a retry never runs a new attempt beside it."""
-        try:
-            self.ml.jobs.begin_cancel(name).result()
+        try:  # a transient failure is Unavailable: the watch's next poll cancels it again
+            watched_write(f"the cancel of job {name}", lambda: self.ml.jobs.begin_cancel(name).result())
             canceled = "canceled it, so a retry runs no attempt beside it"
         except HttpResponseError as exc:
             canceled = f"its cancel failed ({exc.message}): cancel it in the studio before a retry"
@@ -212,8 +214,31 @@ class AzureJobs(Jobs):
                 raise check.fail("azure_ml connection.compute", f"{compute!r} is not a compute of workspace "
                                  f"{self.ml.workspace_name}", "name an existing compute cluster, or leave compute "
                                  "empty to run on serverless compute") from exc
-            self._clusters[compute] = (getattr(target, "size", None), str(getattr(target, "tier", None) or "dedicated"))
+            size = getattr(target, "size", None)
+            facts = (size and self.spelled(size), str(getattr(target, "tier", None) or "dedicated"))
+            if self._sizes is None:  # the region's sizes could not be read: its spelling is read again next time
+                return facts
+            self._clusters[compute] = facts
         return self._clusters[compute]
+
+    @functools.cached_property
+    def region(self) -> str:
+        """The workspace's region (one ARM read per backend): its VM sizes and prices are the region's."""
+        return str(self.ml.workspaces.get(self.ml.workspace_name).location).lower()
+
+    def spelled(self, size: str) -> str:
+        """``size`` as the workspace's region lists its VM sizes (ARM answers a cluster's ``vmSize`` upper-cased,
+        ``STANDARD_NC6S_V3``; Retail Prices matches ``armSkuName`` case-sensitively, ``Standard_NC6s_v3``): the
+        region's sizes read once per backend (``compute.list_sizes``); a size it does not list is kept as given."""
+        if self._sizes is None:
+            try:
+                listed = self.ml.compute.list_sizes(location=self.region)
+                self._sizes = {str(s.name).lower(): str(s.name) for s in listed if s.name}
+            except (HttpResponseError, ServiceRequestError, ServiceResponseError) as exc:
+                log.warning("The region's VM sizes could not be read (%s): size %s is priced as ARM spells it",
+                            exc, size)
+                return size
+        return self._sizes.get(size.lower(), size)
 
     def log_metrics(self, name: str, metrics: dict[str, float]) -> None:
         """Log ``metrics`` on the job's MLflow run (its run id is the job's name) on the workspace's tracking
@@ -221,6 +246,7 @@ class AzureJobs(Jobs):
         self.rest.log_metrics(name, metrics)
 
     # -- usage (Metered): what a job ran on, and its start and end as Run History records them ----------------
+    @transient_reads
     def usage(self, name: str) -> Usage | None:
         """The job's compute (its cluster's VM size and tier, or a serverless job's instance type and job tier), its
         nodes, and its run's ``startTimeUtc`` and ``endTimeUtc`` from Run History (the job resource has no times)."""
@@ -231,6 +257,7 @@ class AzureJobs(Jobs):
         started, ended = run_times(self.rest.run_history(name) or {})
         return None if started is None else self._usage(job, started, ended)
 
+    @transient_reads
     def trial_usage(self, name: str) -> dict[str, Usage]:
         """Each started trial of the sweep, on the sweep's compute and trial resources, timed by its child run."""
         try:
@@ -312,7 +339,7 @@ class AzureJobs(Jobs):
         info = self.get(name)
         if info.status.is_terminal():
             return info
-        self.ml.jobs.begin_cancel(name).result()
+        watched_write(f"the cancel of job {name}", lambda: self.ml.jobs.begin_cancel(name).result())
         deadline = time.monotonic() + self.cancel_wait_s
         while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
             time.sleep(self.poll_s)

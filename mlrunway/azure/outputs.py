@@ -24,9 +24,13 @@ def job_outputs(job_name: str) -> str:
     return f"azureml://datastores/workspaceartifactstore/paths/ExperimentRun/dcid.{job_name}/outputs/"
 
 
-def named_output(job_name: str, output: str) -> str:
-    """A named output's default place: ``azureml/<job>/<output>/`` in the workspace's default datastore."""
-    return f"azureml://datastores/workspaceblobstore/paths/azureml/{job_name}/{output}/"
+def named_output(job_name: str, output: str, datastore: str = "workspaceblobstore", recorded: str | None = None) -> str:
+    """Where a job's named output is: the URI the service recorded for it (an ``azureml://datastores/...`` path,
+    whichever datastore it names), else its default place, ``azureml/<job>/<output>/`` in ``datastore`` (the
+    workspace's default datastore, where the service writes an output that names none)."""
+    if recorded and recorded.startswith("azureml://datastores/") and "${{" not in recorded:
+        return recorded.rstrip("/") + "/"
+    return f"azureml://datastores/{datastore}/paths/azureml/{job_name}/{output}/"
 
 
 @contextmanager

@@ -10,7 +10,9 @@ priority, else dedicated. Where several meters of one tier disagree after the pr
 the tier is left unknown rather than guessed.
 
 Answers are cached a day in the reports folder (``rates/retail-<region>-<currency>.json``), which the workers and the
-triggerer share; a failed read (the service away, a 429) is logged and leaves the rate unknown, uncached.
+triggerer share; a failed read (the service away, a 429) is logged and leaves the rate unknown, uncached, and so is
+an answer without a meter. The filter's values are case-sensitive: ``armSkuName`` must be spelled as the region lists
+its sizes (``Standard_NC6s_v3``, where ARM answers a cluster's ``vmSize`` upper-cased; ``AzureJobs`` spells it so).
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ class RetailPrices:
         except (AzureError, ValueError) as exc:
             log.warning("Retail Prices: %s in %s could not be read (%s): its rate is unknown", size, self.region, exc)
             return {}
-        cache[size.lower()] = {"at": time.time(), "rates": rates}
-        self._write(cache)
+        if rates:  # an empty answer (a size misspelled, a region without it) is not kept: it would hold a day
+            cache[size.lower()] = {"at": time.time(), "rates": rates}
+            self._write(cache)
         return rates
 
     def _items(self, size: str) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""Writes to endpoints and deployments, tried again while the service answers 409 or 429; and the reads a wait
-makes, whose transient failures are no news (:func:`transient_reads`).
+"""Writes to endpoints and deployments, tried again while the service answers 409 or 429; and the reads and writes a
+watch makes, whose transient failures are no news (:func:`transient_reads`, :func:`watched_write`): the watch tries
+them again at its next poll.
 
 An endpoint takes one operation at a time: while a deployment is still updating, a traffic update or another
 deployment's write is answered 409 Conflict; a busy subscription is throttled with 429. Both pass, so a write
@@ -18,7 +19,7 @@ from azure.core.exceptions import HttpResponseError, ServiceRequestError, Servic
 
 from mlrunway.errors import EndpointError, Unavailable
 
-__all__ = ["WRITE_BACKOFF_S", "RetriedWrites", "transient_reads"]
+__all__ = ["WRITE_BACKOFF_S", "RetriedWrites", "transient_reads", "unavailable", "watched_write"]
 
 WRITE_BACKOFF_S = 1.0  # the first wait after a 409 or 429 without Retry-After; doubled each time, up to 60 s
 T = TypeVar("T")
@@ -60,6 +61,21 @@ def _retry_after(exc: HttpResponseError) -> float | None:
         return None
 
 
+def unavailable(exc: Exception, what: str = "") -> Unavailable | None:
+    """The core's Unavailable for a failure the service's answer says is transient (408, 429, 5xx, a connection
+    refused or dropped: azure-core never retries a POST whose connection dropped), with its Retry-After; None for
+    any other."""
+    said = f"{what}: " if what else ""
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return Unavailable(f"{said}{type(exc).__name__}: {exc}")
+    if isinstance(exc, HttpResponseError):
+        status = exc.status_code or 0
+        if status in (408, 429) or status >= 500:
+            message = getattr(exc.error, "message", None) or exc.message
+            return Unavailable(f"{said}HTTP {status}: {message}", _retry_after(exc))
+    return None
+
+
 def transient_reads(read: Callable[..., T]) -> Callable[..., T]:
     """``read`` with the service's transient failures, still failing after azure-core's own retries (408, 429,
     5xx, a connection refused or reset), raised as the core's Unavailable (with the service's Retry-After): a wait
@@ -69,13 +85,18 @@ def transient_reads(read: Callable[..., T]) -> Callable[..., T]:
     def reading(*args: Any, **kwargs: Any) -> T:
         try:
             return read(*args, **kwargs)
-        except (ServiceRequestError, ServiceResponseError) as exc:
-            raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
-        except HttpResponseError as exc:
-            status = exc.status_code or 0
-            if status not in (408, 429) and status < 500:
-                raise
-            said = getattr(exc.error, "message", None) or exc.message
-            raise Unavailable(f"HTTP {status}: {said}", _retry_after(exc)) from exc
+        except (ServiceRequestError, ServiceResponseError, HttpResponseError) as exc:
+            raise (unavailable(exc) or exc) from exc
 
     return reading
+
+
+def watched_write(what: str, send: Callable[[], T]) -> T:
+    """A write a watch makes (the cancel of a sweep at its budget, of a job that stopped answering): ``send()``,
+    its transient failures raised as Unavailable naming ``what`` (with the service's Retry-After), so the watch tries
+    it again at its next poll, within the connection's ``transient_outage_s``, as it reads again (never a busy loop
+    here: the watch's own bound and backoff hold it). Any other error is raised as it was."""
+    try:
+        return send()
+    except (ServiceRequestError, ServiceResponseError, HttpResponseError) as exc:
+        raise (unavailable(exc, what) or exc) from exc

@@ -39,8 +39,9 @@ from mlrunway.backend.cost import (
 )
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend, Metered
+from mlrunway.backend.types import Usage
 from mlrunway.errors import SpecError
-from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
+from mlrunway.settings import NOT_A_FLAG, SettingsError, limit_setting, parse, setting
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepBudget
 
@@ -56,13 +57,15 @@ class Budget:
     """The most a run's jobs may spend: one of ``max_cost`` and ``max_compute_hours``, and the ``reserve`` kept for
     export and the smoke test's reference."""
 
-    max_cost: Annotated[float | None, NOT_A_FLAG] = setting(
-        None, gt=0, allow_inf_nan=False,
+    max_cost: Annotated[float | None, NOT_A_FLAG] = limit_setting(
+        None,
         description="The most the run's jobs (train, trials, export, reference) may cost, in the rate card's "
-                    "currency; every job's rate must be known (the connection's rates, or local_rate).",
+                    "currency, as estimated: each job's run time × its nodes at its rate (the connection's rates, "
+                    "or local_rate: every job's must be known). Not counted: node allocation, image pulls and idle "
+                    "nodes before a cluster scales down, which Azure ML bills too.",
         problem="{value!r} is not an amount above 0", fix="give the most the run may spend, e.g. 5")
-    max_compute_hours: Annotated[float | None, NOT_A_FLAG] = setting(
-        None, gt=0, allow_inf_nan=False,
+    max_compute_hours: Annotated[float | None, NOT_A_FLAG] = limit_setting(
+        None,
         description="The most compute the run's jobs may take: node-hours on Azure ML (hours × nodes), core-hours "
                     "locally (wall time × processes).",
         problem="{value!r} is not a number of hours above 0", fix="give the most compute the run may take, e.g. 2")
@@ -200,9 +203,11 @@ def spent_before(backend: Backend, names: RunNames, sweep: str | None = None) ->
     return run_cost({"before": usages}, rates_for(backend, usages.values())).costs
 
 
-def sweep_budget(budget: Budget, card: RateCard, before: Iterable[Cost]) -> SweepBudget:
+def sweep_budget(budget: Budget, card: RateCard, before: Iterable[Cost],
+                 planned: Iterable[Usage] = ()) -> SweepBudget:
     """What the sweep may spend: the budget less its reserve and what the run's jobs ``before`` it spent (Train,
-    earlier sweep attempts' trials)."""
+    earlier sweep attempts' trials); admitted with ``card``'s prices of what its trials run on (``planned``), which
+    every watcher of the sweep then prices from (a price read once is not read again, nor lost to an outage)."""
     used = spent(before, budget)
     if budget.before_reserve - used <= 0:
         raise SpecError(f"{FIELD}: the run has spent {budget.amount(used, card)} of "
@@ -210,5 +215,7 @@ def sweep_budget(budget: Budget, card: RateCard, before: Iterable[Cost]) -> Swee
                         f"{budget.reserve:.0%} is export's and the reference's); raise the budget")
     basis = (f"{budget.amount(budget.limit, card)} less the {budget.reserve:.0%} reserve"
              f"{f' and {budget.amount(used, card)} spent before the sweep' if used else ''}")
+    rates = {key: rate for usage in planned
+             if (key := rate_key(usage)) is not None and (rate := card.rate(usage)) is not None}
     return SweepBudget(limit=budget.before_reserve - used, measure=budget.measure, currency=card.currency,
-                       local_rate=card.local_rate, basis=basis)
+                       local_rate=card.local_rate, rates=rates, basis=basis)

@@ -36,7 +36,7 @@ from mlrunway.backend.naming import RunNames, attempts
 from mlrunway.backend.protocol import Backend, Metered, MeteredEndpoints
 from mlrunway.backend.types import Usage
 from mlrunway.errors import NotFound, SpecError
-from mlrunway.settings import NOT_A_FLAG, SettingsError, parse, setting
+from mlrunway.settings import MAX_PRICE, NOT_A_FLAG, PRICE_WORDS, SettingsError, parse, price_setting, setting
 
 __all__ = ["Cost", "Priced", "RateCard", "RunCost", "TIERS", "attempt_usages", "cost_of_run", "missing_rate", "cost_rows", "estimated", "job_cost",
            "rates_for", "run_cost", "serving_cost"]
@@ -76,10 +76,10 @@ class RateCard:
         {}, description="Azure ML: the price of an hour of one node, by VM size (Standard_NC6s_v3), with :spot or "
                         ":low_priority for those tiers.",
         problem="{value!r} is not a rate card", fix='give {"<VM size>": <price per hour>, ...}')
-    local_rate: Annotated[float | None, NOT_A_FLAG] = setting(
-        None, ge=0, allow_inf_nan=False, description="The local backend: the price of a core-hour (one process for "
-                                                     "an hour); empty: jobs show hours, not money.",
-        problem="{value!r} is not a price of at least 0", fix="give the price of a core-hour, e.g. 0.04")
+    local_rate: Annotated[float | None, NOT_A_FLAG] = price_setting(
+        None, description="The local backend: the price of a core-hour (one process for an hour); empty: jobs show "
+                          "hours, not money.",
+        fix="give the price of a core-hour, e.g. 0.04")
     retail_prices: Annotated[bool, Strict()] = setting(
         False, description="Azure ML: price the VM sizes the card lacks from Azure's public Retail Prices API, for "
                            "the workspace's region (Linux pay-as-you-go, spot and low-priority meters; cached a day "
@@ -97,9 +97,8 @@ class RateCard:
                                         f"{self.currency}: a currency mix",
                                         f"give every rate in {self.currency}, or set currency to theirs")
                 price = price["amount"]
-            if not isinstance(price, (int, float)) or price != price or price < 0 or price == float("inf"):
-                raise SettingsError(f"per_hour.{key}", f"{price!r} is not a price of at least 0",
-                                    "give a number of at least 0 per hour, in the card's currency")
+            if not isinstance(price, (int, float)) or not 0 <= price <= MAX_PRICE:  # NaN compares False
+                raise SettingsError(f"per_hour.{key}", PRICE_WORDS["problem"].format(value=price), PRICE_WORDS["fix"])
             rates[_key(key)] = float(price)
         object.__setattr__(self, "per_hour", rates)
         return self

@@ -180,12 +180,12 @@ class Jobs(_NamesChecked, abc.ABC):
         while True:
             try:
                 info = self.recover(name)
+                if on_poll is not None:  # its reads (a sweep's budget look) ride out an outage as the poll's do
+                    on_poll(info)
             except Unavailable as exc:  # as a trigger: up to the bound, and never past the deadline
                 time.sleep(outage.failed(exc, math.inf if deadline is None else deadline - time.monotonic()))
                 continue
             outage.read()
-            if on_poll is not None:
-                on_poll(info)
             if info.status.is_terminal():
                 return info
             if deadline is not None and time.monotonic() > deadline:

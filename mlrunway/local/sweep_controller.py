@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.cost import RateCard
 from mlrunway.backend.types import JobStatus, TrialInfo
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
@@ -29,7 +28,7 @@ from mlrunway.local.records import read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
-from mlrunway.sweep.budget import BudgetWatch
+from mlrunway.sweep.budget import BudgetWatch, admitted
 from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
@@ -158,7 +157,8 @@ def recorded(path: Path) -> SweepOutcome:
     trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
     # A record without a sampler version was started by version 1 and keeps drawing with it (formats migrates it).
     return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"),
-                        sampler_version=int(data["sampler_version"]), seed=data.get("seed"))
+                        sampler_version=int(data["sampler_version"]), seed=data.get("seed"),
+                        stopped_because=data.get("stopped_because"))
 
 
 def main(job_dir: Path) -> int:
@@ -196,8 +196,8 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
 
         source = OptunaSearch(jobs.workspace, job["name"], sweep, recorded=outcome.trials)
     poll_s = float(job.get("poll_s", 1.0))
-    budget = None if sweep.budget is None else BudgetWatch(
-        sweep.budget, jobs.usage, RateCard(currency=sweep.budget.currency, local_rate=sweep.budget.local_rate), poll_s)
+    budget = None if sweep.budget is None else BudgetWatch(sweep.budget, jobs.usage, admitted(sweep.budget), poll_s,
+                                                           exit_s=jobs.kill_grace_s)
     controller = SweepController(
         outcome=outcome, source=source, spec=sweep, runner=runner, name=job["name"], sleep=runner.wait_for_change,
         poll_s=poll_s, on_update=record, stop_requested=lambda: canceled[0] if canceled else None, budget=budget,

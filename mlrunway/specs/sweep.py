@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args
 
@@ -14,7 +14,18 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from mlrunway import check
 from mlrunway.early_termination import EarlyTerminationPolicy, policy_from_dict
 from mlrunway.errors import SpecError
-from mlrunway.settings import ANY_CASE, SettingsError, parse, setting
+from mlrunway.settings import (
+    ANY_CASE,
+    MAX_PRICE,
+    NOT_A_FLAG,
+    PRICE_WORDS,
+    SettingsError,
+    limit_setting,
+    parse,
+    price_setting,
+    setting,
+    worded,
+)
 from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec
 from mlrunway.specs.search_space import SearchExpression, expression_from_dict, to_dict
 
@@ -129,24 +140,39 @@ class SweepLimits:
         check.optional_seconds("sweep.limits.trial_timeout", self.trial_timeout)
 
 
-@dataclass(frozen=True, kw_only=True)
+@worded("sweep.budget", "sweep budget")
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))  # built now: worded wraps its __init__
 class SweepBudget:
     """What a sweep may spend (:mod:`mlrunway.backend.budget` derives it from the run's budget): ``limit`` of
-    ``measure`` (``cost`` in ``currency``, or ``hours`` of compute), ``local_rate`` the price of a core-hour where the
-    local backend's controller prices its trials, ``basis`` how it was derived, for the record."""
+    ``measure`` (``cost`` in ``currency``, or ``hours`` of compute); ``rates`` the prices it was admitted with, by VM
+    size (``<size>`` or ``<size>:<tier>``, per node-hour) and ``local_rate`` (per core-hour), which every watcher and
+    controller prices its trials from; ``basis`` how it was derived, for the record. Validated when it is built,
+    with the connection's rules and words (:mod:`mlrunway.settings`): a hand-built ``SweepSpec(budget=...)`` too."""
 
-    limit: float
-    measure: Literal["cost", "hours"]
-    currency: str = "USD"
-    local_rate: float | None = None
-    basis: str = ""
+    limit: Annotated[float, NOT_A_FLAG] = limit_setting(
+        ..., description="What the sweep may spend, in measure's unit.",
+        problem="{value!r} is not an amount above 0", fix="give what the sweep may spend, e.g. 5")
+    measure: Literal["cost", "hours"] = setting(
+        ..., description="cost (money, in currency) or hours (of compute).",
+        problem="{value!r} is not what a budget counts", fix="use cost or hours")
+    currency: str = setting(
+        "USD", pattern=r"^[A-Z]{3}$", description="The currency of limit and of every rate (ISO 4217).",
+        problem="{value!r} is not a currency code", fix="use three capital letters, e.g. USD or EUR")
+    local_rate: Annotated[float | None, NOT_A_FLAG] = price_setting(
+        None, description="The price of a core-hour where the local backend's controller prices its trials.")
+    rates: dict[Annotated[str, Field(min_length=1, max_length=100)], Annotated[float, NOT_A_FLAG, Field(
+        ge=0, le=MAX_PRICE, allow_inf_nan=False, json_schema_extra=PRICE_WORDS)]] = setting(
+        {}, description="The price of a node-hour of each VM size the sweep was admitted with.",
+        problem="{value!r} is not a card of prices", fix='give {"<VM size>": <price per hour>, ...}')
+    basis: str = setting("", description="How the limit was derived, for the record.",
+                         problem="{value!r} is not text", fix="give the basis as text")
 
     def amount(self, value: float) -> str:
         """``4.93 USD`` or ``1.2 compute-hours``."""
         return f"{value:.4g} {self.currency if self.measure == 'cost' else 'compute-hours'}"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

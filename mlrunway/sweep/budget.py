@@ -7,8 +7,9 @@
 - :func:`enforce`, in the sweep's watcher where the service starts the trials (Azure ML, whose canceling of one
   trial does not stop it starting another): at the budget, record the decision on the sweep, then cancel it.
 
-Either way the overshoot is stated: what the running trials spend until their cancel lands (a poll interval), or a
-read outage the watch rode out.
+Either way every trial is priced from the card the sweep was admitted with (:func:`admitted`: ``SweepBudget.rates``
+and ``local_rate``), and the overshoot is stated: what the running trials spend until their cancels land (a poll)
+and they exit, and how late the stop came where the watch could not look (a read outage, prices unread).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mlrunway.backend.protocol import Backend, Metered, StopRecords
 from mlrunway.backend.types import TrialInfo, Usage
 from mlrunway.specs.sweep import SweepBudget
 
-__all__ = ["BudgetWatch", "Look", "enforce", "stop_reason"]
+__all__ = ["BudgetWatch", "Look", "Verdict", "admitted", "enforce", "priced", "stop_reason"]
 
 log = logging.getLogger(__name__)
 STOPPED = "stopped by budget"
@@ -67,6 +68,7 @@ class BudgetWatch:
     usage: Callable[[str], Usage | None]
     card: RateCard
     poll_s: float = 1.0
+    exit_s: float = 10.0  # how long a canceled trial may take to exit (the supervisor's grace before SIGKILL)
     now: Callable[[], float] = time.time
     _ended: dict[str, Cost] = field(default_factory=dict)  # an ended trial's cost never changes: read once
 
@@ -98,14 +100,16 @@ class BudgetWatch:
         return Look(None, max(0, math.floor(left / each)) if each > 0 else None, spent)
 
     def _overshoot(self, costs: Mapping[str, Cost], running: list[str]) -> str:
-        """What the running trials may spend past the budget before their cancels land: a poll interval each."""
+        """What the running trials may spend past the budget until they have ended: until their cancels land (a
+        poll) and while each exits (up to the grace before it is killed), at the rate each spent so far."""
         rate = sum(_spend([costs[n]], self.budget) / costs[n].seconds for n in running
                    if n in costs and costs[n].seconds > 0)
         if not running:
             return "no trial was running"
         return (f"{len(running)} running trial{'s' * (len(running) != 1)} canceled; until the cancels land (a poll, "
-                f"{self.poll_s:g} s, then each trial's exit) they spend about {self.budget.amount(rate * self.poll_s)} "
-                "a poll more: the sweep's record says what it spent once they ended")
+                f"{self.poll_s:g} s) and each trial exits (up to {self.exit_s:g} s) they spend up to about "
+                f"{self.budget.amount(rate * (self.poll_s + self.exit_s))} more: the sweep's record says what it "
+                "spent once they ended")
 
     @staticmethod
     def not_started(look: Look, budget: SweepBudget, count: int) -> str:
@@ -114,32 +118,62 @@ class BudgetWatch:
                                                "it (a trial costs about what the ended ones did)")
 
 
-def enforce(backend: Backend, name: str, budget: SweepBudget, *, outage_s: float = 0.0) -> str | None:
+def admitted(budget: SweepBudget) -> RateCard:
+    """The card the sweep was admitted with (``budget.rates`` and ``local_rate``): what its watcher and its
+    controller price every trial from, on every backend."""
+    return RateCard(currency=budget.currency, per_hour=dict(budget.rates), local_rate=budget.local_rate)
+
+
+def priced(backend: Backend, budget: SweepBudget, usages: Iterable[Usage]) -> RateCard:
+    """The admitted card, and the backend's price (its connection's card, Azure's Retail Prices) of a VM size the
+    card lacks: only that is read at a look. A budget of hours needs no price."""
+    card = admitted(budget)
+    lacking = [u for u in usages if u.size is not None and card.rate(u) is None]
+    if budget.measure != "cost" or not lacking:
+        return card
+    return card.filled(rates_for(backend, lacking).per_hour)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A watcher's look at a sweep's budget: ``decision`` the stop it recorded on the sweep and canceled it for
+    (None: below the budget, or the sweep had ended by itself); ``unpriced`` why the look was skipped (a trial's
+    price could not be read: no verdict, never "over budget")."""
+
+    decision: str | None = None
+    unpriced: str | None = None
+
+
+def enforce(backend: Backend, name: str, budget: SweepBudget, *, outage_s: float = 0.0) -> Verdict:
     """The watcher's look at sweep ``name`` where the service starts its trials: at the budget, record the decision
-    on the sweep (:class:`~mlrunway.backend.protocol.StopRecords`), then cancel the sweep; return the decision (None
-    below it). ``outage_s``: how long the watch rode out reads without news since it last looked, stated in the
-    overshoot."""
+    on the sweep (:class:`~mlrunway.backend.protocol.StopRecords`), then cancel the sweep. A trial whose price cannot
+    be read skips the look (:attr:`Verdict.unpriced`). The backend's reads and its cancel raise Unavailable while
+    the service is briefly away: the watch tries again at its next poll. ``outage_s``: how long the watch could not
+    look since it last did (a read outage ridden out, prices unread), stated in the decision as the stop's lateness."""
     jobs = backend.jobs
     if not isinstance(jobs, Metered):
-        return None
+        return Verdict()
     usages = jobs.trial_usage(name)
-    card = rates_for(backend, usages.values())
+    card = priced(backend, budget, usages.values())
     costs = [cost for trial, usage in usages.items() if (cost := job_cost(trial, usage, card)) is not None]
     spent = _spend(costs, budget)
-    if not math.isnan(spent) and spent < budget.limit:
-        return None
-    running = [c for c in costs if c.running]
     if math.isnan(spent):
-        decision = f"{STOPPED}: a trial's cost cannot be priced ({next(c.missing for c in costs if c.amount is None)})"
-    else:
-        late = f", and a read outage of {outage_s:.0f} s the watch rode out" if outage_s else ""
-        decision = stop_reason(budget, spent, f"{len(running)} running trials canceled with the sweep; the overshoot "
-                                              f"is at most a poll of the watch{late}")
+        missing = next(c for c in costs if spend(c, budget.measure) is None)
+        return Verdict(unpriced=f"trial {missing.job} runs on {missing.compute}, whose price could not be read "
+                                f"({missing.missing}); the budget is looked at again at the next poll")
+    if spent < budget.limit:
+        return Verdict()
+    if jobs.get(name).status.is_terminal():  # it ended by itself since the poll: nothing to stop or record
+        return Verdict()
+    running = [c for c in costs if c.running]
+    late = f"; the stop came late by {outage_s:.0f} s in which the watch could not look" if outage_s >= 1 else ""
+    decision = stop_reason(budget, spent, f"{len(running)} running trials canceled with the sweep; the overshoot "
+                                          f"is at most a poll of the watch{late}")
     if isinstance(jobs, StopRecords):
         jobs.record_stop(name, decision)
     log.warning("Sweep %s: %s", name, decision)
-    backend.jobs.cancel(name, reason=decision)
-    return decision
+    jobs.cancel(name, reason=decision)
+    return Verdict(decision=decision)
 
 
 def budget_record(budget: SweepBudget, spent: float, stop: str | None) -> dict[str, Any]:

@@ -127,8 +127,8 @@ class SweepController:
             log.info("Resuming %s: %d trials ended, %d adopted, %d to start", self.name,
                      len(self.outcome.trials) - len(running), len(running), len(pending))
         deadline = None if self.spec.limits.timeout is None else self.clock() + self.spec.limits.timeout
-        while pending or running:
-            reason = self.stop_requested() or (
+        while pending or running:  # a stop a dead controller recorded stands: a resumed one carries it out
+            reason = self.outcome.stopped_because or self.stop_requested() or (
                 f"sweep timeout {self.spec.limits.timeout:g} s reached" if deadline and self.clock() > deadline else None
             )
             look = None if reason or self.budget is None else self.budget.look(self.outcome.trials, running)

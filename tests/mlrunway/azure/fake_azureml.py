@@ -109,6 +109,21 @@ DATA_PLANE: dict[str, tuple[str, str]] = {
 # ... to update the path of an existing asset. Asset paths are immutable", ``exceptions.py:436``). The field that
 # holds each kind's path, by its spec definition (ModelVersion, DataVersionBase, CodeVersion).
 ASSET_PATHS = {"models": "modelUri", "data": "dataUri", "codes": "codeUri"}
+# The VM sizes a region offers Azure ML (VirtualMachineSizes_List, 2023-08-01-preview machineLearningServices.json
+# ``VirtualMachineSize``), by name as Azure spells it: each size's published figures (vCPUs, GPUs, memory in GiB,
+# temporary disk in MiB; a 1 TiB OS disk limit for all). ``estimatedVMPrices`` is optional and left out.
+VM_SIZES: dict[str, dict[str, Any]] = {
+    "Standard_DS3_v2": {"family": "standardDSv2Family", "vCPUs": 4, "gpus": 0, "maxResourceVolumeMB": 28672,
+                        "memoryGB": 14.0},
+    "Standard_D4s_v3": {"family": "standardDSv3Family", "vCPUs": 4, "gpus": 0, "maxResourceVolumeMB": 32768,
+                        "memoryGB": 16.0},
+    "Standard_E4ds_v4": {"family": "standardEDSv4Family", "vCPUs": 4, "gpus": 0, "maxResourceVolumeMB": 153600,
+                         "memoryGB": 32.0},
+    "Standard_NC6s_v3": {"family": "standardNCSv3Family", "vCPUs": 6, "gpus": 1, "maxResourceVolumeMB": 753664,
+                         "memoryGB": 112.0},
+    "Standard_NC24ads_A100_v4": {"family": "standardNCADSA100v4Family", "vCPUs": 24, "gpus": 1,
+                                 "maxResourceVolumeMB": 65536, "memoryGB": 220.0},
+}
 ARM_TYPES = {"codes": "codes", "jobs": "jobs", "models": "models", "environments": "environments",
              "onlineEndpoints": "onlineEndpoints", "deployments": "onlineEndpoints/deployments",
              "schedules": "schedules"}
@@ -247,6 +262,13 @@ class FakeAzureML(HttpTransport):
         self.outages: list[list[Any]] = []  # [kind, count, route, Retry-After] of failures to inject, in order
         self._calls = 0
         self.computes = {"gpu-cluster": "STANDARD_NC6S_V3", "cpu-cluster": "STANDARD_DS3_V2"}  # name -> vmSize
+        # The workspace's datastores (name -> blob container) and its default one, where jobs' named outputs go.
+        self.datastores = {"workspaceblobstore": CONTAINER, "workspaceartifactstore": ARTIFACT_CONTAINER}
+        self.default_datastore = "workspaceblobstore"
+        # The VM sizes REGION offers (names from VM_SIZES), as ComputeOperations.list_sizes reads them; another
+        # location offers none.
+        self.region_sizes: list[str] = ["Standard_DS3_v2", "Standard_D4s_v3", "Standard_E4ds_v4", "Standard_NC6s_v3",
+                                        "Standard_NC24ads_A100_v4"]
         self.deployment_failure_code = "DeploymentFailed"
         self.storage_log: list[str] = ["Downloading model files", "Model files downloaded"]
         self.requests: list[Recorded] = []
@@ -396,8 +418,10 @@ class FakeAzureML(HttpTransport):
         return _error(request, 404, "NoRoute", f"the fake has no route for {request.method} {request.url}")
 
     def _unschemed(self, request: Any, recorded: Recorded) -> HttpResponseImpl | None:
-        """The fake's own 500, naming the route, for a request it cannot hold to a contract: an ARM route and
-        api-version no spec file has, or a data-plane route on no allow-list entry. It carries
+        """The fake's own 500, naming the route, for a request it cannot hold to a contract: an ARM route its
+        api-version's spec file lacks, or a data-plane route on no allow-list entry; an api-version no spec file has
+        is ARM's 400 ``InvalidApiVersionParameter`` (final: a transient guard must not wait it out), named too. It
+        carries
         ``x-ms-retry-after-ms``: azure-core retries a 500 ten times with a backoff of minutes in all, and the test
         should fail on the message, not wait for it. Each ARM route served is counted in ``SEEN_ARM_ROUTES``."""
         version = recorded.query.get("api-version", "")
@@ -412,16 +436,24 @@ class FakeAzureML(HttpTransport):
                 return None
             what = (f"the fake has no schema for {recorded.method} {recorded.path} at api-version "
                     f"{version or '(none)'}: add one to tests/mlrunway/azure/spec")
+            if version not in SPEC.specs:  # ARM's own answer to an api-version it does not know: a 400, final
+                self._no_schema(what)
+                known = ", ".join(sorted(SPEC.specs))
+                return _error(request, 400, "InvalidApiVersionParameter", f"The api-version '{version}' is invalid. "
+                              f"The supported versions are '{known}'.")
         elif any(re.fullmatch(pattern, f"{recorded.host}{recorded.path}") for pattern, _ in DATA_PLANE.values()):
             return None
         else:
             what = (f"the fake has no schema for {recorded.method} {recorded.host}{recorded.path}, which is on no "
                     "data-plane allow-list: add a spec to tests/mlrunway/azure/spec, or an entry with its reason to "
                     "DATA_PLANE in fake_azureml.py")
+        self._no_schema(what)
+        return _response(request, 500, {"error": {"code": "NoSchema", "message": what}}, {"x-ms-retry-after-ms": "1"})
+
+    def _no_schema(self, what: str) -> None:
         if what not in self.no_schema:
             self.no_schema.append(what)
             NO_SCHEMA.append(what)
-        return _response(request, 500, {"error": {"code": "NoSchema", "message": what}}, {"x-ms-retry-after-ms": "1"})
 
     def _validate(self, request: Any, recorded: Recorded) -> HttpResponseImpl | None:
         """The service's 400 for a body its api-version's definitions refuse (``spec_validator``), and for what
@@ -534,6 +566,8 @@ class FakeAzureML(HttpTransport):
             ("DELETE", f"{ws}/onlineEndpoints/(?P<name>[^/]+)(/deployments/(?P<dep>[^/]+))?", self._delete_online),
             ("GET", f"{ARM}{re.escape(OPERATIONS)}/mfeOperation(?:sStatus|Results)/(?P<op>[^/]+)", self._operation),
             ("GET", f"{ws}/computes/(?P<name>[^/]+)", self._compute),
+            ("GET", f"{ARM}{re.escape(f'/subscriptions/{SUBSCRIPTION}/providers/Microsoft.MachineLearningServices/')}"
+                    "locations/(?P<location>[^/]+)/vmSizes", self._vm_sizes),
             ("GET", f"{ws}/schedules", self._list_schedules),
             ("PUT", f"{ws}/schedules/(?P<name>[^/]+)", self._put_schedule),
             ("DELETE", f"{ws}/schedules/(?P<name>[^/]+)", self._delete_schedule),
@@ -625,6 +659,16 @@ class FakeAzureML(HttpTransport):
                                           "remoteLoginPortPublicAccess": "Disabled", "isolatedNetwork": False}},
         })
 
+    def _vm_sizes(self, request: Any, recorded: Recorded, location: str) -> HttpResponseImpl:
+        """VirtualMachineSizeListResult: the sizes of ``region_sizes`` in REGION, none elsewhere (not paged)."""
+        names = self.region_sizes if location.lower() == REGION else []
+        return _response(request, 200, {"value": [{
+            "name": name, "family": VM_SIZES[name]["family"], "vCPUs": VM_SIZES[name]["vCPUs"],
+            "gpus": VM_SIZES[name]["gpus"], "osVhdSizeMB": 1047552,
+            "maxResourceVolumeMB": VM_SIZES[name]["maxResourceVolumeMB"], "memoryGB": VM_SIZES[name]["memoryGB"],
+            "lowPriorityCapable": True, "premiumIO": True, "supportedComputeTypes": ["AmlCompute", "ComputeInstance"],
+        } for name in names]})
+
     # -- workspace and datastores ---------------------------------------------------------------------
     def _workspace(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
         return _response(request, 200, {
@@ -640,25 +684,30 @@ class FakeAzureML(HttpTransport):
             },
         })
 
-    def _datastore_body(self) -> dict[str, Any]:
-        return {"id": f"{WS_PATH}/datastores/workspaceblobstore", "name": "workspaceblobstore",
+    def _datastore_body(self, name: str = "workspaceblobstore") -> dict[str, Any]:
+        return {"id": f"{WS_PATH}/datastores/{name}", "name": name,
                 "type": "Microsoft.MachineLearningServices/workspaces/datastores",
-                "properties": {"datastoreType": "AzureBlob", "accountName": STORAGE, "containerName": CONTAINER,
-                               "endpoint": "core.windows.net", "protocol": "https", "isDefault": True,
+                "properties": {"datastoreType": "AzureBlob", "accountName": STORAGE,
+                               "containerName": self.datastores[name], "endpoint": "core.windows.net",
+                               "protocol": "https", "isDefault": name == self.default_datastore,
                                "credentials": {"credentialsType": "AccountKey"}}}
 
     def _datastores(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
-        return _response(request, 200, {"value": [self._datastore_body()]})
+        """Datastores_List; ``isDefault=true`` (``datastores.get_default``) lists the default one alone."""
+        names = [n for n in self.datastores if n != "workspaceartifactstore"]
+        if recorded.query.get("isDefault", "").lower() == "true":
+            names = [self.default_datastore]
+        return _response(request, 200, {"value": [self._datastore_body(n) for n in names]})
 
     def _datastore(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
-        if name not in ("workspaceblobstore", "workspaceartifactstore"):
+        if name not in self.datastores:
             return _error(request, 404, "UserError", f"datastore {name} not found")
-        body = self._datastore_body()
-        body["name"] = name
-        if name == "workspaceartifactstore":
-            body["id"] = f"{WS_PATH}/datastores/{name}"
-            body["properties"].update(containerName=ARTIFACT_CONTAINER, isDefault=False)
-        return _response(request, 200, body)
+        return _response(request, 200, self._datastore_body(name))
+
+    def container(self, uri: str) -> str:
+        """The blob container of the datastore an ``azureml://datastores/<name>/paths/...`` URI names."""
+        store = uri.split("/datastores/", 1)[1].split("/", 1)[0] if "/datastores/" in uri else ""
+        return self.datastores.get(store, CONTAINER)
 
     def _datastore_secrets(self, request: Any, recorded: Recorded, name: str) -> HttpResponseImpl:
         return _response(request, 200, {"secretsType": "AccountKey",
@@ -913,9 +962,13 @@ class FakeAzureML(HttpTransport):
             return _error(request, 400, "BadArgument", f"Deployment {dep} failed its creation and cannot be updated: "
                           "delete it and create it again.")
         if dep is None and self.region_endpoints.get(name.lower(), WS_PATH) != WS_PATH:
-            # The service's answer, as users have quoted it (the spec gives none): a 400 validation error.
-            return _error(request, 400, "BadArgument", "There is already an endpoint with this name, Endpoint name "
-                          "needs to be unique within a region. Try some other name.")
+            # The service's answer, as users have quoted it (the spec gives none): a 400 whose words are in the
+            # error's details (ErrorDetail.details, code InferencingClientCallFailed), under a general message.
+            return _response(request, 400, {"error": {
+                "code": "UserError", "message": "Online endpoint creation failed: a call to the inferencing "
+                "service was refused.", "details": [{"code": "InferencingClientCallFailed", "message":
+                "There is already an endpoint with this name, Endpoint name needs to be unique within a region. "
+                "Try some other name."}]}})
         body = SPEC.as_stored("PUT", recorded.path, recorded.query.get("api-version", ""), recorded.json())
         props = body["properties"]
         if dep is None:
@@ -1162,11 +1215,12 @@ class FakeAzureML(HttpTransport):
         if done.returncode != 0:
             self._fail_command(name, props, f"exit code {done.returncode}: {done.stderr[-1500:]}")
             return
-        for key in props.get("outputs") or {}:
+        for key, output in (props.get("outputs") or {}).items():  # to the default datastore, its URI recorded
+            output["uri"] = f"azureml://datastores/{self.default_datastore}/paths/azureml/{name}/{key}/"
             for file in sorted((folder / "outputs" / key).rglob("*")):
                 if file.is_file():
-                    self.blobs[f"{CONTAINER}/azureml/{name}/{key}/{file.relative_to(folder / 'outputs' / key)}"] = \
-                        file.read_bytes()
+                    self.blobs[f"{self.container(output['uri'])}/azureml/{name}/{key}/"
+                               f"{file.relative_to(folder / 'outputs' / key)}"] = file.read_bytes()
 
     def _fail_command(self, name: str, props: dict[str, Any], error: str) -> None:
         props["status"] = self.runs[name]["status"] = "Failed"
@@ -1175,9 +1229,7 @@ class FakeAzureML(HttpTransport):
     def _materialize(self, uri: str, dest: Path) -> Path:
         """Copy the blobs under a datastore URI (or a blob URL) into ``dest``."""
         if "/paths/" in uri:
-            store = uri.split("/datastores/", 1)[1].split("/", 1)[0] if "/datastores/" in uri else ""
-            container = ARTIFACT_CONTAINER if store == "workspaceartifactstore" else CONTAINER
-            prefix = f"{container}/{uri.split('/paths/', 1)[1]}"
+            prefix = f"{self.container(uri)}/{uri.split('/paths/', 1)[1]}"
         else:
             prefix = urlparse(uri).path.lstrip("/")
         prefix = prefix.rstrip("/")
@@ -1210,13 +1262,15 @@ class FakeAzureML(HttpTransport):
                 "startTimeUtc": utc(run.get("started")), "endTimeUtc": utc(run.get("ended"))}
 
     def _retail_prices(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
-        """The Retail Prices API: ``$filter``'s ``eq`` clauses (joined by ``and``) select items; ``currencyCode``
+        """The Retail Prices API: ``$filter``'s ``eq`` clauses (joined by ``and``, values compared case-sensitively)
+        select items; ``currencyCode``
         is quoted as the docs write it; pages of ``retail_page_size`` with a ``NextPageLink`` to the next."""
         clauses = dict(re.findall(r"(\w+) eq '([^']*)'", recorded.query.get("$filter", "")))
         field = {"priceType": "type"}
         currency = recorded.query.get("currencyCode", "'USD'").strip("'")
+        # Filter values are case-sensitive, as Microsoft documents them ("Standard_NC6s_v3", never ARM's upper case).
         items = [i for i in self.retail_items if i["currencyCode"] == currency and all(
-            str(i.get(field.get(k, k), "")).lower() == v.lower() for k, v in clauses.items())]
+            str(i.get(field.get(k, k), "")) == v for k, v in clauses.items())]
         skip = int(recorded.query.get("$skip") or 0)
         page = items[skip:skip + self.retail_page_size]
         more = skip + self.retail_page_size < len(items)

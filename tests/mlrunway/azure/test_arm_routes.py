@@ -125,3 +125,19 @@ def test_a_path_the_service_rewrote_may_be_sent_again_as_first_sent(fake, ml_cli
     assert "ExperimentRun/dcid.sweep-1_0" in fake.resource("models/versions", "digits", "1")["properties"]["modelUri"]
     ml_client.models.create_or_update(Model(name="digits", version="1", path=job_uri, description="again"))
     assert fake.refused == []
+
+
+def test_an_api_version_no_spec_has_is_arms_400_not_a_transient_500(fake):
+    """ARM answers an api-version it does not know with 400 InvalidApiVersionParameter, which no transient guard
+    waits out (a 500 would be: 5xx is transient)."""
+    from azure.core import PipelineClient
+    from azure.core.rest import HttpRequest
+
+    url = f"https://{ARM}{WS_PATH}/computes/gpu-cluster?api-version=2099-01-01"
+    response = PipelineClient(url, transport=fake).send_request(HttpRequest("GET", url))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "InvalidApiVersionParameter"
+    assert "The api-version '2099-01-01' is invalid" in response.json()["error"]["message"]
+    assert len(fake.sent("GET", "/computes/gpu-cluster$")) == 1  # final: azure-core does not retry a 400
+    assert fake.take_no_schema() == [f"the fake has no schema for GET {WS_PATH}/computes/gpu-cluster at api-version "
+                                     "2099-01-01: add one to tests/mlrunway/azure/spec"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -399,3 +400,25 @@ def test_the_smoke_tests_reference_answer_is_a_job_in_the_scoring_environment_st
     order = [r.path for r in fake.requests if r.method == "PUT"]
     first_deployment = next(i for i, p in enumerate(order) if "/deployments/blue" in p)
     assert order.index(put.path) < first_deployment  # its queue and start-up overlap the provisioning
+
+
+def test_named_outputs_are_read_from_the_datastore_the_service_wrote_them_to(fake, azure, small_digits: Path) -> None:
+    """Issue 75: the service writes an output that names no datastore to the workspace's default one, which need
+    not be workspaceblobstore, and records its URI on the job: that URI is read, else the default (read once)."""
+    from mlrunway.specs.job import Output
+
+    fake.datastores["teamstore"] = "team-container"
+    fake.default_datastore = "teamstore"
+    job = replace(train_job(str(CODE), str(small_digits)), outputs={"onnx": Output(type="uri_folder")})
+    azure.jobs.submit("out-1", job)
+    azure.jobs.submit("out-2", job)
+    # out-1: the service has recorded where it wrote the output; out-2: it has not (yet).
+    stored = fake.resources[f"{WS_PATH}/jobs/out-1".lower()]["properties"]["outputs"]["onnx"]
+    stored["uri"] = "azureml://datastores/teamstore/paths/azureml/out-1/onnx/"
+    fake.blobs["team-container/azureml/out-1/onnx/model.onnx"] = b"onnx"
+    assert azure.named_output("out-1", "onnx") == "azureml://datastores/teamstore/paths/azureml/out-1/onnx/"
+    with azure.output_folder(azure.named_output("out-1", "onnx"), "") as folder:
+        assert (folder / "model.onnx").read_bytes() == b"onnx"
+    assert azure.named_output("out-2", "onnx") == "azureml://datastores/teamstore/paths/azureml/out-2/onnx/"
+    assert azure.named_output("out-2", "report") == "azureml://datastores/teamstore/paths/azureml/out-2/report/"
+    assert len([r for r in fake.sent("GET", r"/datastores$") if r.query.get("isDefault") == "true"]) == 1

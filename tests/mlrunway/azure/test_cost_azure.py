@@ -39,7 +39,8 @@ def retail_item(size: str, meter: str, price: float, *, product: str = "Virtual 
 def azure_with(fake, tmp_path: Path, **fields) -> AzureBackend:
     backend = AzureBackend.from_connection({**CONNECTION, "cache_dir": str(tmp_path / "cache"),
                                             "reports_folder": str(tmp_path / "reports"), **fields},
-                                           credential=FakeCredential(), transport=fake, polling_interval=0)
+                                           credential=FakeCredential(), transport=fake, polling_interval=0,
+                                           retry_backoff_factor=0.0)  # the fake answers at once: retry without waiting
     backend.jobs.poll_s = 0.0
     return backend
 
@@ -57,8 +58,8 @@ def test_a_cluster_job_and_its_sweeps_trials_cost_their_hours_times_nodes_at_the
     azure.jobs.submit_sweep(NAMES.sweep, tutorial_sweep(job, max_total_trials=2, max_concurrent_trials=2))
     assert azure.jobs.wait(NAMES.sweep, poll_s=0).status is JobStatus.COMPLETED
 
-    usage = azure.jobs.usage(NAMES.train_job)
-    assert (usage.size, usage.tier, usage.instances) == ("STANDARD_NC6S_V3", "dedicated", 1)
+    usage = azure.jobs.usage(NAMES.train_job)  # ARM's upper-cased vmSize, spelled as the region lists it
+    assert (usage.size, usage.tier, usage.instances) == ("Standard_NC6s_v3", "dedicated", 1)
     assert usage.ended - usage.started == pytest.approx(3600.0)  # Run History's startTimeUtc and endTimeUtc
     cost = cost_of_run(azure, NAMES)
     assert [c.job for c in cost.jobs["trials"]] == [f"{NAMES.sweep}_0", f"{NAMES.sweep}_1"]

@@ -119,7 +119,11 @@ def test_a_local_job_counts_the_processes_its_distribution_runs(distribution, pr
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"local_rate": "-0.1"}, r"^local_rate: '-0.1' is not a price of at least 0; give the price of a core-hour"),
+    ({"local_rate": "-0.1"}, r"^local_rate: '-0.1' is not a price of at least 0 and at most 1000000; give the price "
+                             r"of a core-hour"),
+    ({"local_rate": "1e308"}, r"^local_rate: '1e308' is not a price of at least 0 and at most 1000000"),  # 'inf USD'
+    ({"rates": '{"per_hour": {"Standard_D4s_v3": 2e6}}'},
+     r"^rates.per_hour.Standard_D4s_v3: 2000000.0 is not a price of at least 0 and at most 1000000"),
     ({"local_rate": "cheap"}, r"^local_rate: 'cheap' is not a price of at least 0"),
     ({"rates": '{"currency": "EUR", "per_hour": {"Standard_D4s_v3": "0.2 USD"}}'}, r"a currency mix"),
 ])

@@ -195,3 +195,65 @@ def test_a_distributed_jobs_supervisor_imports_the_job_spec_without_the_sweeps_d
     code = "import sys, mlrunway.specs.job; print(sorted(m for m in ('pydantic', 'mlrunway.specs.sweep') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_non_distributed_jobs_supervisor_imports_no_settings_pydantic_or_budget():
+    """A validated SweepBudget (the connection's rules, :mod:`mlrunway.settings`) is not the supervisor's: planning
+    a non-distributed job's process imports neither the settings, pydantic nor the sweep's specs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, mlrunway.local.supervisor as s; s._plan({'distribution': None}, ['true'], {}); "
+            "print(sorted(m for m in ('pydantic', 'mlrunway.settings', 'mlrunway.specs', 'mlrunway.specs.sweep', "
+            "'mlrunway.backend.cost') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("given", "error"), [
+    ({"limit": float("nan")}, "sweep.budget.limit: nan is not an amount above 0; give what the sweep may spend"),
+    ({"limit": float("inf")}, "sweep.budget.limit: inf is not an amount above 0"),
+    ({"limit": -1}, "sweep.budget.limit: -1 is not an amount above 0"),
+    ({"limit": 0}, "sweep.budget.limit: 0 is not an amount above 0"),
+    ({"limit": True}, "sweep.budget.limit: True is not an amount above 0"),
+    ({"limit": "five"}, "sweep.budget.limit: 'five' is not an amount above 0"),
+    ({"measure": "bogus"}, "sweep.budget.measure: 'bogus' is not what a budget counts; use cost or hours"),
+    ({"local_rate": float("nan")}, "sweep.budget.local_rate: nan is not a price of at least 0 and at most 1000000"),
+    ({"local_rate": 1e308}, "sweep.budget.local_rate: 1e+308 is not a price of at least 0 and at most 1000000"),
+    ({"local_rate": -0.5}, "sweep.budget.local_rate: -0.5 is not a price of at least 0"),
+    ({"rates": {"Standard_NC6s_v3": float("inf")}},
+     "sweep.budget.rates.Standard_NC6s_v3: inf is not a price of at least 0 and at most 1000000"),
+    ({"rates": {"Standard_NC6s_v3": -3}}, "sweep.budget.rates.Standard_NC6s_v3: -3 is not a price of at least 0"),
+    ({"rates": [3.06]}, "sweep.budget.rates: [3.06] is not a card of prices"),
+    ({"currency": "usd"}, "sweep.budget.currency: 'usd' is not a currency code"),
+    ({"pennies": 5}, "sweep.budget.pennies: is not a sweep budget setting; use limit, measure, currency"),
+])
+def test_a_hand_built_sweep_budget_is_refused_with_the_connections_words(given, error):
+    """SweepSpec(budget=SweepBudget(...)) is public: its budget is validated when it is built, not by the controller
+    that first prices a trial with it (where nan or inf crashed, -1 stopped before any trial, bogus read as hours)."""
+    from mlrunway.specs.sweep import SweepBudget
+
+    with pytest.raises(SpecError) as refused:
+        SweepBudget(**{"limit": 5, "measure": "cost", **given})
+    assert str(refused.value).startswith(error)
+
+
+def test_a_sweep_budget_keeps_what_it_was_admitted_with_through_its_record():
+    from mlrunway.specs.sweep import SweepBudget
+
+    budget = SweepBudget(limit="5", measure="cost", currency="EUR", local_rate=0.04,
+                         rates={"Standard_NC6s_v3": 3.06, "Standard_NC6s_v3:spot": 0.61}, basis="b")
+    assert budget.limit == 5.0  # a number a template rendered as text
+    assert SweepBudget(**budget.to_dict()) == budget
+    spec = sweep(budget=budget)
+    assert SweepSpec.from_dict(spec.to_dict()).budget == budget
+
+
+def test_a_settings_error_echoes_a_long_value_shortened_with_its_field_and_fix():
+    from mlrunway.specs.sweep import SweepBudget
+
+    with pytest.raises(SpecError) as refused:
+        SweepBudget(limit=5, measure="x" * 5000)
+    message = str(refused.value)
+    assert message.startswith("sweep.budget.measure: 'xxx") and message.endswith("use cost or hours")
+    assert len(message) < 300
