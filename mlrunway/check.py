@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from mlrunway.errors import SpecError
+from mlrunway.errors import SpecError, shorten
 
 # Azure ML job and experiment names: letters, digits, '-' and '_', starting with a letter or digit.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
@@ -15,9 +15,16 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 # Azure ML online endpoint and deployment names: 3 to 32 characters, a letter first, no hyphen last.
 ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
+SHOWN_CHARS = 80  # a bad value as an error echoes it: a line's worth, whatever its length
 
 __all__ = ["endpoint_name", "fail", "job_name", "model_name", "model_version", "number", "one_of", "optional_seconds",
-           "positive_int"]
+           "positive_int", "shown"]
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error echoes it: its repr, or, past SHOWN_CHARS, its head and tail with what was cut
+    counted, so a 5,000-character name does not bury the field and the fix that follow it."""
+    return shorten(repr(value), SHOWN_CHARS)
 
 
 def fail(field: str, problem: str, fix: str) -> SpecError:
@@ -29,7 +36,7 @@ def job_name(field: str, value: str) -> str:
     if not isinstance(value, str) or not _JOB_NAME.match(value):
         raise fail(
             field,
-            f"{value!r} is not a valid name",
+            f"{shown(value)} is not a valid name",
             "use 1 to 255 letters, digits, '-' or '_', starting with a letter or digit",
         )
     return value
@@ -37,7 +44,7 @@ def job_name(field: str, value: str) -> str:
 
 def model_name(field: str, value: str) -> str:
     if not isinstance(value, str) or not _MODEL_NAME.match(value):
-        raise fail(field, f"{value!r} is not a valid model name",
+        raise fail(field, f"{shown(value)} is not a valid model name",
                    "use 1 to 255 letters, digits, '-', '_' or '.', starting with a letter or digit")
     return value
 
@@ -46,7 +53,8 @@ def model_version(field: str, value: object) -> int:
     """A version number as a user or a URL may give it: 3 or "3"."""
     if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())) \
             or int(value) < 1:
-        raise fail(field, f"{value!r} is not a version number", "pass a whole number >= 1 (or 'latest' where allowed)")
+        raise fail(field, f"{shown(value)} is not a version number",
+                   "pass a whole number >= 1 (or 'latest' where allowed)")
     return int(value)
 
 
@@ -54,7 +62,7 @@ def endpoint_name(name: str, field: str = "endpoint.name") -> str:
     """Azure's rule: 3 to 32 characters, a letter first, letters, digits and hyphens, no hyphen last."""
     if not isinstance(name, str) or not ENDPOINT_NAME.match(name):
         raise fail(
-            field, f"{name!r} is not a valid endpoint name",
+            field, f"{shown(name)} is not a valid endpoint name",
             "use 3 to 32 letters, digits and hyphens, starting with a letter and not ending with a hyphen",
         )
     return name
@@ -62,13 +70,13 @@ def endpoint_name(name: str, field: str = "endpoint.name") -> str:
 
 def number(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise fail(field, f"{value!r} is not a finite number", "pass an int or float")
+        raise fail(field, f"{shown(value)} is not a finite number", "pass an int or float")
     return float(value)
 
 
 def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise fail(field, f"{value!r} is not an integer >= {minimum}", f"pass an integer >= {minimum}")
+        raise fail(field, f"{shown(value)} is not an integer >= {minimum}", f"pass an integer >= {minimum}")
     if maximum is not None and value > maximum:
         raise fail(field, f"{value} is over the limit of {maximum}", f"pass at most {maximum}")
     return value
@@ -79,7 +87,7 @@ def optional_seconds(field: str, value: Any) -> float | None:
         return None
     seconds = number(field, value)
     if seconds <= 0:
-        raise fail(field, f"{value!r} is not a positive number of seconds", "pass seconds > 0 or None")
+        raise fail(field, f"{shown(value)} is not a positive number of seconds", "pass seconds > 0 or None")
     return seconds
 
 
@@ -91,10 +99,10 @@ def flag(field: str, value: Any) -> bool:
         return False
     if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
         return value.strip().lower() in ("true", "1")
-    raise fail(field, f"{value!r} is not true or false", "pass true or false")
+    raise fail(field, f"{shown(value)} is not true or false", "pass true or false")
 
 
 def one_of(field: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise fail(field, f"{value!r} is not supported", f"use one of {', '.join(allowed)}")
+        raise fail(field, f"{shown(value)} is not supported", f"use one of {', '.join(allowed)}")
     return value

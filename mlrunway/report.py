@@ -17,10 +17,12 @@ import io
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from mlrunway import check
 from mlrunway.backend.attempts import latest_attempt
 from mlrunway.backend.cost import cost_of_run, cost_rows, estimated, serving_cost
 from mlrunway.backend.naming import RunNames, base_name
@@ -28,7 +30,7 @@ from mlrunway.backend.protocol import Artifacts, Backend, RunMetrics
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
 from mlrunway.early_termination.advice import advise
-from mlrunway.errors import MlrunwayError, NotFound
+from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
@@ -36,12 +38,14 @@ from mlrunway.sweep.leaderboard import format_params, rank, trial_score
 
 HTML_FILE, PLOT_FILE, DATA_FILE = "report.html", "curves.png", "report.json"
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(kw_only=True)
 class SweepReport:
-    """What the page and the artifact show; ``model``, ``onnx`` and ``endpoint`` are None until they exist;
-    ``production`` is a stable endpoint's decision on the run's model, with its evidence (else None)."""
+    """What the page and the artifact show; ``model``, ``onnx`` and ``endpoint`` are None until they exist (a
+    version whose record is damaged holds ``damaged``: the backend's words, naming the file); ``production`` is a
+    stable endpoint's decision on the run's model, with its evidence (else None)."""
 
     sweep: str
     sweep_status: str
@@ -58,6 +62,8 @@ class SweepReport:
     cost: dict[str, Any] | None = None  # the run's compute once its sweep has ended (RunCost.to_dict), an estimate
     serving: dict[str, Any] | None = None  # its endpoint's deployments' serving so far, likewise
     advice: dict[str, Any] | None = None  # other early-termination settings replayed on its curves, once it ended
+    # What a section could not read, by section (``production``, ``endpoint``, ...): said there, the rest stands.
+    problems: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -68,17 +74,20 @@ class SweepReport:
 
 def collect(backend: Backend, names: RunNames) -> SweepReport:
     """The run's report as it stands now, from the newest attempt of its sweep (with the trials earlier attempts
-    completed). Raises NotFound until the run's sweep exists."""
+    completed). Raises NotFound until the run's sweep exists. A section whose record cannot be used (a tag that is
+    not a name, a backend that refuses a read) says so in ``problems``: the rest of the report stands."""
     latest = latest_attempt(backend.jobs, names.sweep)
     if latest is None:
         raise NotFound(f"sweep {names.sweep!r} does not exist yet")
     result = sweep_result(backend.jobs, latest.name)
-    onnx = _model(backend, f"{names.model}-onnx")
-    production = _production(onnx)
+    problems: dict[str, str] = {}
+    onnx = _section(problems, "onnx", lambda: _model(backend, f"{names.model}-onnx"))
+    production = _production(onnx, problems)
     # The run's cost once the sweep has ended: its trials' figures no longer change, and a live page that
     # refreshes every few seconds would read every trial's record again each time (ARM reads, on Azure).
     ended = result.status.is_terminal()
-    endpoint = _endpoint(backend, *([production["endpoint"]] if production else names.endpoints))
+    endpoint = None if "endpoint" in problems else _section(problems, "endpoint", lambda: _endpoint(
+        backend, *([production["endpoint"]] if production else names.endpoints)))
     cost = estimated(f"run {names.run_key}", lambda: cost_of_run(backend, names)) if ended else None
     return SweepReport(sweep=latest.name, sweep_status=result.status.value, objective=result.objective,
                        cost=cost, advice=advice_of(result, cost) if ended else None,
@@ -86,8 +95,19 @@ def collect(backend: Backend, names: RunNames) -> SweepReport:
                        if endpoint and ended else None,
                        trials=list(result.trials), best_trial=result.best_trial,
                        stopped_because=result.stopped_because, error=result.error or latest.error,
-                       model=_model(backend, names.model, latest.name), onnx=onnx, production=production,
-                       endpoint=endpoint)
+                       model=_section(problems, "model", lambda: _model(backend, names.model, latest.name)),
+                       onnx=onnx, production=production, endpoint=endpoint, problems=problems)
+
+
+def _section(problems: dict[str, str], section: str, read: Callable[[], _T]) -> _T | None:
+    """What ``read`` gives; None, and the backend's words in ``problems[section]``, when it refuses (a damaged
+    record, a name that is not one, an outage): one section's failure is no reason to lose the report."""
+    try:
+        return read()
+    except MlrunwayError as exc:
+        log.warning("The sweep report's %s section could not be read: %s", section, exc)
+        problems[section] = str(exc)
+        return None
 
 
 def advice_of(result: SweepResult, cost: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -112,18 +132,48 @@ def _index(trial: TrialInfo) -> tuple[int, str]:
     return (int(tail), trial.name) if tail.isdigit() else (1 << 30, trial.name)
 
 
-def _production(onnx: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The decision a stable endpoint's deploy recorded on the model's version (see mlrunway.deploy.stable)."""
+def _production(onnx: dict[str, Any] | None, problems: dict[str, str]) -> dict[str, Any] | None:
+    """The decision a stable endpoint's deploy recorded on the model's version (see mlrunway.deploy.stable). Its
+    tags are read as data: an endpoint tag that is not an endpoint's name, or evidence that is not the deploy's,
+    is named in its section's ``problems`` (``endpoint``, ``production``), never looked up or drawn."""
     tags = (onnx or {}).get("tags", {})
     if "mlrunway.decision" not in tags:
         return None
+    version = f"{onnx['name']}:{onnx['version']}" if onnx else "?"
+    endpoint = tags.get("mlrunway.endpoint", "")
     try:
-        evidence = json.loads(tags.get("mlrunway.evidence", "{}"))
-    except ValueError:
-        evidence = {}
-    return {"decision": tags["mlrunway.decision"], "endpoint": tags.get("mlrunway.endpoint", ""),
-            "reason": tags.get("mlrunway.reason", ""), "gate": evidence.get("gate", {}),
-            "windows": evidence.get("windows", [])}
+        check.endpoint_name(endpoint, f"tag mlrunway.endpoint of {version}")
+    except SpecError as exc:
+        problems["endpoint"] = str(exc)
+    evidence = _evidence(tags.get("mlrunway.evidence", "{}"))
+    if evidence is None:
+        problems["production"] = (f"tag mlrunway.evidence of {version}: {_clipped(tags['mlrunway.evidence'])} is not "
+                                  "the deploy's evidence (an object with a gate and a list of windows)")
+    return {"decision": tags["mlrunway.decision"], "endpoint": endpoint,
+            "reason": tags.get("mlrunway.reason", ""), "gate": (evidence or {}).get("gate", {}),
+            "windows": (evidence or {}).get("windows", [])}
+
+
+def _evidence(text: str) -> dict[str, Any] | None:
+    """The deploy's evidence as recorded (``gate`` an object, ``windows`` a list of objects); None when it is not."""
+    try:
+        evidence = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(evidence, dict) or not isinstance(evidence.get("gate", {}), dict):
+        return None
+    windows = evidence.get("windows", [])
+    if not isinstance(windows, list) or not all(isinstance(w, dict) for w in windows):
+        return None
+    return {"gate": evidence.get("gate", {}),
+            "windows": [{"phase": w.get("phase", "?"), "ok": w.get("ok") is True, "reason": w.get("reason", "")}
+                        for w in windows]}
+
+
+def _clipped(value: Any, limit: int = 80) -> str:
+    """``value`` as code would write it, cut to ``limit`` characters: a problem quotes what it read, not a page of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, Any] | None:
@@ -132,13 +182,13 @@ def _model(backend: Backend, name: str, sweep: str | None = None) -> dict[str, A
         versions = backend.models.list(name)
     except NotFound:
         return None
-    if sweep is not None:
-        versions = [v for v in versions if (v.properties or {}).get("sweep") == sweep]
+    if sweep is not None:  # a damaged version's sweep is unknown: it may be this one's, and is shown as damaged
+        versions = [v for v in versions if v.damaged or (v.properties or {}).get("sweep") == sweep]
     if not versions:
         return None
     latest = max(versions, key=lambda v: int(v.version))
     return {"name": latest.name, "version": int(latest.version), "properties": dict(latest.properties or {}),
-            "tags": dict(latest.tags or {})}
+            "tags": dict(latest.tags or {}), **({"damaged": latest.error} if latest.damaged else {})}
 
 
 def _endpoint(backend: Backend, *names: str) -> dict[str, Any] | None:
@@ -237,7 +287,7 @@ def render_html(report: SweepReport, png: bytes) -> str:
         "sweep_report.html", title=report.sweep, refresh_s=LIVE_REFRESH_S if live else None, live=live, report=report,
         metric=report.objective.primary_metric, rows=rows, stopped=sum(1 for t in report.trials if t.stopped_early),
         epochs=sum(len(t.history) for t in report.trials), png=base64.b64encode(png).decode(),
-        model_params=format_params((report.model or {}).get("properties", {}).get("params", {})),
+        model_params=_model_params((report.model or {}).get("properties", {}).get("params", {})),
         onnx_figures=_parity_figures((report.onnx or {}).get("properties", {}).get("parity", {})),
         card=bool((report.onnx or {}).get("tags", {}).get("mlrunway.model_card")),
         traffic=", ".join(f"{k} {v}%" for k, v in endpoint.get("traffic", {}).items()) or "no traffic",
@@ -247,10 +297,20 @@ def render_html(report: SweepReport, png: bytes) -> str:
 LIVE_REFRESH_S = 5  # a running sweep's report page asks again this often
 
 
-def _parity_figures(parity: dict[str, Any]) -> str:
-    """The ONNX check's figures in a sentence, as recorded before and after the relative tolerance."""
+def _model_params(params: Any) -> str:
+    """The chosen model's hyperparameters in a line; a ``params`` property that is not an object says so."""
+    if not isinstance(params, dict):
+        return f"its params property holds {_clipped(params)}, not an object"
+    return format_params(params)
+
+
+def _parity_figures(parity: Any) -> str:
+    """The ONNX check's figures in a sentence, as recorded before and after the relative tolerance; a property
+    that is not the export job's (a figure missing, a word where a number goes) says what it lacks instead."""
     if not parity:
         return "no parity figures recorded"
+    if (problem := _parity_problem(parity)) is not None:
+        return f"its parity property {problem}: no figures to show (the export job records them; export again)"
     if parity.get("max_abs_diff") is None:
         return f"no PyTorch model to compare with: ran on {parity['samples']} {parity['inputs']}"
     share = "" if parity.get("tolerance_used") is None else (  # recorded since the relative part
@@ -259,6 +319,24 @@ def _parity_figures(parity: dict[str, Any]) -> str:
     return (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
             + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
                else "not a classifier"))
+
+
+# Each a number, or None where the sentence does without it (``atol`` is needed with ``tolerance_used``).
+_PARITY_NUMBERS = ("max_abs_diff", "tolerance_used", "atol", "rtol", "top1_agreement")
+
+
+def _parity_problem(parity: Any) -> str | None:
+    """What keeps ``parity`` from being read as the export job writes it, in words; None when it can be."""
+    if not isinstance(parity, dict):
+        return f"holds {_clipped(parity)}, not an object"
+    needed = ("samples", "inputs", *(("atol",) if parity.get("tolerance_used") is not None else ()))
+    if missing := [key for key in needed if key not in parity]:
+        return f"lacks {' and '.join(map(repr, missing))}"
+    for key in _PARITY_NUMBERS:
+        value = parity.get(key)
+        if (value is not None or key in needed) and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"holds {_clipped(value)} as {key!r}, not a number"
+    return None
 
 
 def _utc(seconds: float) -> str:

@@ -11,18 +11,56 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
 from mlrunway.airflow.links import ALL_LINKS, links_for
 from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.backend.protocol import Backend
-from mlrunway.errors import shorten_exception
+from mlrunway.errors import ParityError, SpecError, shorten_exception
+from mlrunway.extras import MissingExtra
 from mlrunway.lineage import LineageDataset, namespace_of
 from mlrunway.pipeline import check_prefix
 
 T = TypeVar("T")
 # azure-ai-ml's placeholders: ``${{inputs.lr}}`` would otherwise be read by Jinja as its own ``{{ inputs.lr }}``.
 _AZURE_PLACEHOLDER = re.compile(r"\$\{\{.*?\}\}")
+# What a retry cannot change: a bad input or a preflight refusal, a missing extra, the export job's parity verdict.
+# (A lost watch, an outage past its bound and a killed worker are not among them: their retry re-attaches.)
+REFUSALS: tuple[type[Exception], ...] = (SpecError, MissingExtra, ParityError)
+_FINAL: dict[type[BaseException], type[BaseException]] = {}
+
+
+def final(exc: BaseException) -> BaseException:
+    """``exc`` as an error Airflow does not retry: the same class and message, also an AirflowFailException (a
+    retry would only meet it again). One that cannot be rebuilt so becomes an AirflowFailException with its
+    message."""
+    if isinstance(exc, AirflowFailException):
+        return exc
+    kind = type(exc)
+    marked = _FINAL.get(kind) or _FINAL.setdefault(kind, type(kind.__name__, (kind, AirflowFailException), {
+        "__module__": kind.__module__, "__doc__": f"{kind.__doc__ or kind.__name__} (not retried)"}))
+    try:
+        again = marked(*exc.args)
+    except TypeError:  # a class whose constructor wants other arguments than its args
+        again = AirflowFailException(f"{kind.__name__}: {exc}")
+    return again.with_traceback(exc.__traceback__)
+
+
+def _refusals_final(method: Callable[..., T]) -> Callable[..., T]:
+    """``method``, whose refusals (:data:`REFUSALS`) fail the task at once, its message said once, instead of
+    after every retry has met it again."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return method(*args, **kwargs)
+        except REFUSALS as exc:
+            if isinstance(exc, AirflowFailException):  # an inner call (super().execute) marked it already
+                raise
+            raise final(exc) from exc.__cause__
+
+    return run
 
 
 def _screen_sized(method: Callable[..., T]) -> Callable[..., T]:
@@ -60,7 +98,8 @@ class MlrunwayBaseOperator(BaseOperator):
     :param name_prefix: prefix of every name this run creates (jobs, models, the endpoint).
 
     No exception of an operator carries a message longer than a screen (:func:`~mlrunway.errors.shorten`), from
-    ``execute`` or from whichever method a deferral resumes in.
+    ``execute`` or from whichever method a deferral resumes in; a refusal a retry cannot change (:data:`REFUSALS`)
+    fails the task for good (:func:`final`), wherever it is raised.
 
     Templates render natively whatever the DAG says (``render_template_as_native_obj=False`` on a task turns it
     off): a templated job, search space or limit renders to the object or number it describes, not to its text.
@@ -73,7 +112,8 @@ class MlrunwayBaseOperator(BaseOperator):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "execute" in cls.__dict__:
-            cls.execute = _screen_sized(_remembered(cls.__dict__["execute"]))  # type: ignore[method-assign]
+            cls.execute = _refusals_final(  # type: ignore[method-assign]
+                _screen_sized(_remembered(cls.__dict__["execute"])))
 
     def __init__(self, *, backend_conn_id: str = DEFAULT_CONN_ID, name_prefix: str = "mlrunway", **kwargs: Any) -> None:
         kwargs.setdefault("multiple_outputs", True)  # each returned key is an XCom of its own: task.output["key"]
@@ -92,8 +132,8 @@ class MlrunwayBaseOperator(BaseOperator):
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """Where every deferral comes back (``execute_complete`` or another method), under ``execute``'s wrappers."""
         self.returned = None
-        result = self.returned = _screen_sized(super().resume_execution)(next_method, next_kwargs,
-                                                                                           context)
+        result = self.returned = _refusals_final(_screen_sized(super().resume_execution))(next_method, next_kwargs,
+                                                                                             context)
         return result
 
     @cached_property

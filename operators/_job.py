@@ -8,10 +8,11 @@ to a Queued, Running or Completed job and submits nothing; after a Failed or Can
 attempt (``<name>-a2``...: :mod:`mlrunway.backend.attempts`).
 
 Retries re-attach, never re-spend: a job that *ended* (Failed, Canceled, past ``max_wait_s``, or Completed with
-a model or metrics its check refuses) fails the task for good (:func:`final`, an AirflowFailException: a retry
-would submit the same deterministic failure again); only a lost watch (its status unreadable for longer than
-the backend's ``transient_outage_s``) is retried, and the retry re-attaches to the same job. ``on_kill`` cancels
-the job on the last try only: before it, a worker restart would otherwise cancel the job its retry re-attaches to.
+a model or metrics its check refuses) fails the task for good (:func:`~mlrunway.operators._base.final`, an
+AirflowFailException: a retry would submit the same deterministic failure again), as a refusal before any job does;
+only a lost watch (its status unreadable for longer than the backend's ``transient_outage_s``) is retried, and the
+retry re-attaches to the same job. ``on_kill`` cancels the job on the last try only: before it, a worker restart
+would otherwise cancel the job its retry re-attaches to.
 """
 
 from __future__ import annotations
@@ -21,32 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowFailException
 
 from mlrunway.airflow.triggers import JobTrigger
 from mlrunway.backend.attempts import Action, submit_or_reattach
 from mlrunway.backend.types import JobInfo, JobStatus
 from mlrunway.backend.waiting import Outcome
 from mlrunway.errors import JobTimedOut, MlrunwayError, Unavailable, WatchLost
-from mlrunway.operators._base import MlrunwayWaitingOperator
-
-_FINAL: dict[type[BaseException], type[BaseException]] = {}
-
-
-def final(exc: BaseException) -> BaseException:
-    """``exc`` as an error Airflow does not retry: the same class and message, also an AirflowFailException (the
-    job ended; a retry would only run it again). One that cannot be rebuilt so becomes an AirflowFailException
-    with its message."""
-    if isinstance(exc, AirflowFailException):
-        return exc
-    kind = type(exc)
-    marked = _FINAL.get(kind) or _FINAL.setdefault(kind, type(kind.__name__, (kind, AirflowFailException), {
-        "__module__": kind.__module__, "__doc__": f"{kind.__doc__ or kind.__name__} (not retried)"}))
-    try:
-        again = marked(*exc.args)
-    except TypeError:  # a class whose constructor wants other arguments than its args
-        again = AirflowFailException(f"{kind.__name__}: {exc}")
-    return again.with_traceback(exc.__traceback__)
+from mlrunway.operators._base import MlrunwayWaitingOperator, final
 
 
 class MlrunwayJobOperator(ResumableJobMixin, MlrunwayWaitingOperator):

@@ -3,4 +3,4 @@ plugin's pages. The only package that imports Airflow (import-linter holds the r
 
 from __future__ import annotations
 
-__all__ = ["hook", "links", "provider", "summary", "triggers", "ui"]
+__all__ = ["hook", "links", "provider", "summary", "triggers", "ui", "views"]

@@ -13,7 +13,9 @@
   with the earlier ones listed; ``monitor/<conn_id>/<endpoint>/<time>`` one of them.
 
 Each page starts with a way back (to Airflow, and to the page before); an error is such a page too, with its
-status and what to do, never a JSON body.
+status and what to do, never a JSON body; every answer, a 500 too, carries the same headers (the policy). A record
+the backend could not use is shown as damaged, naming its file. The pages made from a backend are in
+:mod:`mlrunway.airflow.views`; this module routes requests to them.
 
 The last two stand in for a backend's own UI: where it has one (:class:`~mlrunway.backend.protocol.Studio`, Azure ML studio),
 they answer 404 and the task's studio link is the way there.
@@ -24,9 +26,7 @@ dependency: plugin apps are not protected by default.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,7 +35,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from mlrunway import check
-from mlrunway.backend.protocol import Artifacts, Backend, Studio
+from mlrunway.airflow import views
+from mlrunway.backend.protocol import Backend, Studio
 from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
 
@@ -62,45 +63,20 @@ def _backend(conn_id: str) -> Backend:
         raise HTTPException(404, f"connection {conn_id!r}: {exc}") from exc
 
 
-_CAME_FROM: ContextVar[str | None] = ContextVar("came_from", default=None)
-
-
 @app.middleware("http")
 async def _policy(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Every answer of the plugin carries mlrunway's Content-Security-Policy (no script runs on its pages); the page
+    """Every answer carries :func:`~mlrunway.airflow.views.headers` (a 500 too: see :func:`_broken_page`); the page
     the reader came from, when it is of this server, is kept for the nav's way back."""
-    from mlrunway.pages import CSP
-
     referer = urlsplit(request.headers.get("referer", ""))
-    _CAME_FROM.set(referer.geturl() if referer.scheme in ("http", "https") and referer.netloc == request.url.netloc
-                   else None)
+    views.CAME_FROM.set(referer.geturl() if referer.scheme in ("http", "https")
+                        and referer.netloc == request.url.netloc else None)
     response = await call_next(request)
-    response.headers["Content-Security-Policy"] = CSP
+    response.headers.update(views.headers())
     return response
 
 
-def _nav() -> str:
-    """The way back: to Airflow, and to the page the reader came from (a link, not a script: the policy runs none)."""
-    from mlrunway.pages import render
-
-    return render("nav.html", came_from=_CAME_FROM.get())
-
-
-def _page(template: str, title: str, status: int = 200, refresh_s: int | None = None, **values: Any) -> HTMLResponse:
-    """A page of the plugin's own (a template extending ``plugin.html``: the layout, the way back on top)."""
-    from mlrunway.pages import render
-
-    return HTMLResponse(render(template, title=title, refresh_s=refresh_s, came_from=_CAME_FROM.get(), **values),
-                        status_code=status)
-
-
-def _with_nav(page: str) -> HTMLResponse:
-    """A page built elsewhere (a report, a model card: self-contained files), with the way back on top."""
-    return HTMLResponse(page.replace("<body>", f"<body>{_nav()}", 1))
-
-
 def _file(path: Path) -> HTMLResponse:
-    return _with_nav(path.read_text(encoding="utf-8"))
+    return views.with_nav(path.read_text(encoding="utf-8"))
 
 
 def _inside(root: str | Path, path: Path) -> Path:
@@ -131,15 +107,18 @@ def _refused_page(request: Request, exc: MlrunwayError) -> HTMLResponse:
 def _broken_page(request: Request, exc: Exception) -> HTMLResponse:
     """Anything else (a report file that cannot be read, a bug): a 500 page that says what to do, never a bare
     ``Internal Server Error``; the traceback is in the API server's log."""
-    return _error_page(request, HTTPException(500, f"this page could not be made ({type(exc).__name__}); the "
-                                                   "Airflow API server's log has the details"))
+    response = _error_page(request, HTTPException(500, f"this page could not be made ({type(exc).__name__}); the "
+                                                       "Airflow API server's log has the details"))
+    # Starlette answers with this handler from its outermost middleware, outside _policy: the headers go on here.
+    response.headers.update(views.headers())
+    return response
 
 
 @app.exception_handler(HTTPException)
 def _error_page(request: Request, exc: HTTPException) -> HTMLResponse:
     """An error as a page: its status, what it means, and the way back (a 401 also says where to sign in)."""
-    response = _page("error.html", f"{exc.status_code}", status=exc.status_code, code=exc.status_code,
-                     detail=str(exc.detail))
+    response = views.page("error.html", f"{exc.status_code}", status=exc.status_code, code=exc.status_code,
+                          detail=str(exc.detail))
     for key, value in (exc.headers or {}).items():
         response.headers[key] = value
     return response
@@ -159,7 +138,7 @@ def sweep_report(conn_id: str, sweep: str) -> Any:
         report = collect(backend, RunNames.of_sweep(sweep, endpoint_salt(backend)))
     except (NotFound, MlrunwayError) as exc:
         raise HTTPException(404, str(exc)) from exc
-    return _with_nav(render_html(report, plot_curves(report)))
+    return views.with_nav(render_html(report, plot_curves(report)))
 
 
 @app.get("/runs/{dag_id}/{run_id}", dependencies=[can_read_runs()])
@@ -178,7 +157,7 @@ def run_report(dag_id: str, run_id: str) -> Any:
     if not url:  # asks again by itself: the tab shows the live report as soon as the sweep exists
         from mlrunway.report import LIVE_REFRESH_S
 
-        return _page("waiting.html", "no sweep yet", refresh_s=LIVE_REFRESH_S, run_id=run_id, dag_id=dag_id)
+        return views.page("waiting.html", "no sweep yet", refresh_s=LIVE_REFRESH_S, run_id=run_id, dag_id=dag_id)
     return RedirectResponse(url)
 
 
@@ -197,7 +176,7 @@ def report_run(conn_id: str, job: str) -> Any:
     backend = _backend(conn_id)
     if isinstance(backend, Studio):
         return RedirectResponse(backend.link("job", job))
-    return _mlflow_page(backend, job)
+    return views.job_page(backend, job)
 
 
 @app.get("/report/{conn_id}/model/{name}/{version}", dependencies=[can_read_runs()])
@@ -208,73 +187,20 @@ def model_version(conn_id: str, name: str, version: str) -> Any:
     backend = _backend(conn_id)
     if isinstance(backend, Studio):
         return RedirectResponse(backend.link("model", name, version))
-    try:
-        model = backend.models.get(name, version)
-    except (NotFound, MlrunwayError) as exc:
-        raise HTTPException(404, str(exc)) from exc
-    aliases = [a for a in ("production", "previous") if (held := backend.models.alias(name, a)) and
-               held.version == model.version]
-    rows = sorted({**model.properties, **{f"tag {k}": v for k, v in model.tags.items()}}.items())
-    return _page("model_version.html", f"{name}:{model.version}", name=name, model=model, rows=rows, aliases=aliases,
-                 source=str(model.properties.get("source_job", "")), tracking_uri=_tracking_uri(backend))
-
-
-def _tracking_uri(backend: Backend) -> str | None:
-    """The backend's tracking store, where MLflow's own UI can open it on this machine (``mlflow_ui.html``)."""
-    return backend.jobs.tracking_uri() if isinstance(backend.jobs, Artifacts) else None
+    return views.version_page(backend, name, version)
 
 
 @app.get("/mlflow/{conn_id}/{job}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def mlflow_run(conn_id: str, job: str) -> Any:
     _named(check.job_name, "job", job)
-    return _mlflow_page(_backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page"),
-                        job)
-
-
-def _mlflow_page(backend: Backend, job: str) -> HTMLResponse:
-    """A job's MLflow run: params, metrics and their curves (a backend without a studio of its own)."""
-    try:
-        info = backend.jobs.get(job)
-    except NotFound as exc:
-        raise HTTPException(404, str(exc)) from exc
-    if not info.mlflow_run_id:
-        raise HTTPException(404, f"job {job} has no MLflow run")
-    latest = backend.jobs.metrics(job)
-    histories = {key: list(backend.jobs.metric_history(job, key)) for key in sorted(latest)}
-    curves = [k for k, values in histories.items() if len(values) > 1]
-    png = base64.b64encode(_curves_png(histories, curves)).decode() if curves else ""
-    return _page("mlflow_run.html", job, job=job, info=info, png=png, tracking_uri=_tracking_uri(backend),
-                 params=sorted(backend.jobs.params(job).items()),
-                 metrics=[(k, f"{v:.6g}", len(histories[k])) for k, v in sorted(latest.items())])
-
-
-def _curves_png(histories: dict[str, list[float]], keys: list[str]) -> bytes:
-    """One small plot per metric of ``keys``, three to a row."""
-    from mlrunway.report import new_figure, png_bytes
-
-    rows, columns = (len(keys) + 2) // 3, min(len(keys), 3)
-    fig = new_figure(figsize=(3.2 * columns, 2.6 * rows), dpi=100)
-    for index, key in enumerate(keys):
-        ax = fig.add_subplot(rows, columns, index + 1)
-        ax.plot(range(1, len(histories[key]) + 1), histories[key])
-        ax.set_title(key, fontsize=9)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return png_bytes(fig)
+    return views.job_page(
+        _backend_without_studio(conn_id, "MLflow runs of Azure ML jobs are on the job's studio page"), job)
 
 
 @app.get("/endpoint/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def endpoint(conn_id: str, name: str) -> Any:
     _named(lambda field, value: check.endpoint_name(value, field), "endpoint", name)
-    backend = _backend_without_studio(conn_id, "Azure ML endpoints are on their studio page")
-    try:
-        info = backend.endpoints.get(name)
-        deployments = backend.endpoints.list_deployments(name)
-    except NotFound as exc:
-        raise HTTPException(404, f"{exc} (deleted by its run's cleanup, or never created)") from exc
-    curl = (f"curl -X POST {info.scoring_uri} -H \"Authorization: Bearer $KEY\" "
-            "-H \"Content-Type: application/json\" -d @sample_request.json")
-    return _page("endpoint.html", name, name=name, info=info, deployments=deployments, curl=curl)
+    return views.endpoint_page(_backend_without_studio(conn_id, "Azure ML endpoints are on their studio page"), name)
 
 
 @app.get("/monitor/{conn_id}/{name}", response_class=HTMLResponse, dependencies=[can_read_runs()])
@@ -301,7 +227,7 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
     earlier = sorted((p.stem for p in folder.glob("*T*Z.html")), reverse=True)[:30]
     listed = render("earlier.html", name=name, earlier=earlier, linked=stamp == "latest")
     page = (folder / f"{stamp}.html").read_text(encoding="utf-8")
-    return _with_nav(page.replace("</body>", f"{listed}</body>", 1))
+    return views.with_nav(page.replace("</body>", f"{listed}</body>", 1))
 
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])

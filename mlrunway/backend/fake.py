@@ -7,6 +7,7 @@ what was asked of it::
     fake = FakeBackend.named("t")                      # an Airflow connection of type mlrunway_fake, extra {"name": "t"}
     fake.jobs.script("run-train", JobStatus.RUNNING, JobStatus.COMPLETED)   # one status per get(), the last stays
     fake.jobs.set_trials("run-sweep", [TrialInfo(...), ...])
+    fake.jobs.outages["run-train"] = 2                 # its next two reads bring no news (Unavailable)
     fake.endpoints.scorer = lambda payload, deployment: '{"predictions": [...]}'
 
 Models are real files under a scratch folder, so export and download behave as on the other backends.
@@ -44,7 +45,7 @@ from mlrunway.backend.types import (
     TrialInfo,
     Usage,
 )
-from mlrunway.errors import EndpointError, NotFound
+from mlrunway.errors import EndpointError, NotFound, Unavailable
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
@@ -123,6 +124,7 @@ class FakeJobs(Jobs):
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
         self.usages: dict[str, Usage] = {}  # what each job ran on and how long, when a test scripts it (Metered)
         self.validated: list[CommandJobSpec] = []
+        self.outages: dict[str, int] = {}  # how many of a job's next reads bring no news (Unavailable), by its name
         # What a command job leaves in its outputs (path -> text): by default a model as the contract asks.
         # (bytes for a binary file, e.g. an inputs .npy).
         self.output_files: dict[str, str | bytes] = {
@@ -218,6 +220,9 @@ class FakeJobs(Jobs):
     def get(self, name: str) -> JobInfo:
         if name not in self.records:
             raise NotFound(f"job {name!r} does not exist in the fake backend")
+        if self.outages.get(name):
+            self.outages[name] -= 1
+            raise Unavailable(f"job {name}: the fake service did not answer (a scripted outage)")
         job = self.records[name]
         if job.script:
             status = job.script.pop(0) if len(job.script) > 1 else job.script[0]

@@ -265,6 +265,7 @@ class SweepResult:
     error: str | None = None
     carried_over: tuple[str, ...] = ()
     policy: EarlyTerminationPolicy | None = None  # the early-termination policy it ran with, where known
+    damaged: bool = False  # its record could not be used (the error names the file): Failed, with no trials
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ Every sweep whose controller died resumes from its record, and every endpoint wh
 own port with its keys, deployments and traffic. Jobs that simply failed are left as they are (a task's retry
 submits them anew). Run it at boot, before the Airflow workers (a systemd unit: docs/how-to/recover.md).
 
-Exit codes: 0 done; 1 what was named does not exist, or a step failed (the reason on stderr); 2 a usage error.
+Exit codes: 0 done (a delete of an endpoint already gone too: it says so); 1 what was named does not exist, or a step
+failed (the reason on stderr); 2 a usage error.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from mlrunway.backend.retention import RetentionPolicy
-from mlrunway.backend.types import JobStatus, ProvisioningState
+from mlrunway.backend.types import JobInfo, JobStatus, ProvisioningState, SweepResult
 from mlrunway.errors import MlrunwayError
 from mlrunway.local.backend import LocalBackend
-from mlrunway.local.serving import master
+from mlrunway.local.jobs import LocalJobs
+from mlrunway.local.serving.endpoints import Removal
 
 
 def recover_workspace(backend: LocalBackend) -> list[str]:
@@ -113,26 +115,28 @@ def _endpoints(backend: LocalBackend, verb: str, name: str | None) -> int:
         print(_table(("NAME", "STATE", "TRAFFIC", "SCORING URI"), rows) if rows else "no endpoints")
         return 0
     assert name is not None
+    if verb == "delete":  # as the API deletes: another delete of it (a run's cleanup, a person) may be first
+        print(_deleted(name, endpoints.remove(name)))
+        return 0
     info = endpoints.get(name)
-    if verb == "show":
-        shown = {k: v for k, v in vars(info).items() if v not in (None, {}, "", False)}
-        shown["provisioning_state"] = info.provisioning_state.value
-        if not info.damaged:
-            shown["deployments"] = [{"name": d.name, "state": d.provisioning_state.value, "model": d.model,
-                                     **({"error": d.error} if d.error else {})} for d in endpoints.list_deployments(name)]
-        print(json.dumps(shown, indent=1))
-        return 0
-    if info.damaged:  # its record cannot be read: its server is found by its command line and stopped
-        stopped = len(master.processes_of(backend.workspace.endpoints / name))
-        endpoints.delete(name)
-        print(f"endpoint {name} deleted: its record was damaged; {stopped} process(es) of its server stopped")
-        return 0
-    state = endpoints.state(name)
-    endpoints.delete(name)
+    shown = {k: v for k, v in vars(info).items() if v not in (None, {}, "", False)}
+    shown["provisioning_state"] = info.provisioning_state.value
+    if not info.damaged:
+        shown["deployments"] = [{"name": d.name, "state": d.provisioning_state.value, "model": d.model,
+                                 **({"error": d.error} if d.error else {})} for d in endpoints.list_deployments(name)]
+    print(json.dumps(shown, indent=1))
+    return 0
+
+
+def _deleted(name: str, removal: Removal | None) -> str:
+    """What deleting endpoint ``name`` stopped, in a line."""
+    if removal is None:
+        return f"endpoint {name} was already gone: nothing to delete"
+    if (state := removal.state) is None:  # its record could not be read: its server was found by its command line
+        return f"endpoint {name} deleted: its record was damaged; {removal.stopped} process(es) of its server stopped"
     server = f"its server (pid {state.pid}) stopped, port {state.port} freed" if state.pid else "no server was running"
     served = ", ".join(sorted(state.deployments)) or "no deployment"
-    print(f"endpoint {name} deleted: {server}; it served {served}")
-    return 0
+    return f"endpoint {name} deleted: {server}; it served {served}"
 
 
 def _jobs(backend: LocalBackend, verb: str, name: str | None) -> int:
@@ -149,17 +153,34 @@ def _jobs(backend: LocalBackend, verb: str, name: str | None) -> int:
         shown: dict[str, Any] = {k: v for k, v in vars(info).items() if v not in (None, {}, "")}
         shown["status"] = info.status.value
         if info.kind == "sweep":
-            shown["trials"] = [{"name": t.name, "status": t.status.value, "intervals": len(t.history),
-                                **({"note": t.note} if t.note else {})} for t in jobs.sweep_result(name).trials]
+            shown.update(_sweep_shown(jobs.sweep_result(name)))
         print(json.dumps(shown, indent=1, default=str))
         return 0
-    if info.status.is_terminal():
-        print(f"job {name} had already ended {info.status.value}: nothing to cancel")
-        return 0
-    ended = jobs.cancel(name, reason="canceled from the command line")
-    trials = [t.name for t in jobs.sweep_result(name).trials] if info.kind == "sweep" else []
-    print(f"job {name} {ended.status.value}" + (f", with its trials ({', '.join(trials)})" if trials else ""))
+    print(_cancel(jobs, info))
     return 0
+
+
+def _sweep_shown(result: SweepResult) -> dict[str, Any]:
+    """A sweep's part of ``jobs show``: its trials; or, where its record is damaged, that, and which file."""
+    if result.damaged:  # what it ran is unknown: never "Completed" with no trials
+        return {"status": result.status.value, "damaged": True, "error": result.error}
+    return {"trials": [{"name": t.name, "status": t.status.value, "intervals": len(t.history),
+                        **({"note": t.note} if t.note else {})} for t in result.trials]}
+
+
+def _cancel(jobs: LocalJobs, info: JobInfo) -> str:
+    """Cancel the job as the API does (a damaged record's processes are found by its token and stopped: what it
+    reads as cannot say whether it runs) and say what that stopped."""
+    name = info.name
+    running = jobs.processes(name)
+    ended = jobs.cancel(name, reason="canceled from the command line")
+    stopped = f"{running} process(es) stopped"
+    if info.damaged:
+        return f"job {name}: its record is damaged, {stopped} ({info.error})"
+    if not running and ended.status is info.status:
+        return f"job {name} had already ended {info.status.value}: nothing to cancel"
+    trials = [t.name for t in jobs.sweep_result(name).trials] if info.kind == "sweep" else []
+    return f"job {name} {ended.status.value}, {stopped}" + (f", with its trials ({', '.join(trials)})" if trials else "")
 
 
 def _weights(traffic: dict[str, int]) -> str:

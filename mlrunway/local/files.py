@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,25 +60,61 @@ def stamp(path: str | os.PathLike[str]) -> Stamp:
 
 
 FULL_BELOW_BYTES = 1 << 20  # a filesystem with less free than this, or no inode, at a failed job's end was full
+_NO_SPACE = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT))
 
 
-def full_filesystem(path: Path, stderr_tail: str = "") -> str:
-    """Why a failed job may have failed, when its folder's filesystem was full at its end (under 1 MiB or no inode
-    free: ``statvfs``) or a write of the job's own failed with ENOSPC (its stderr says so): a clause for its
-    error; "" otherwise. A trainer that dies on a full disk reads "killed by SIGABRT" with an empty stderr, or
-    torch's "unexpected pos", which name no cause."""
+def lack(path: Path) -> str | None:
+    """How the filesystem of ``path`` is full now ("no inode left, 4096 KiB and 0 inodes free"; under
+    FULL_BELOW_BYTES free is full too), or None while it is not (``statvfs`` of it, or, where it is not made yet, of
+    the folder it would be made in)."""
     try:
-        disk = os.statvfs(path)
+        disk = os.statvfs(next((p for p in (path, *path.parents) if p.exists()), path))
     except OSError:
-        return ""
+        return None
     free, inodes = disk.f_bavail * disk.f_frsize, disk.f_favail
     no_inode = disk.f_files > 0 and inodes == 0
-    enospc = "No space left on device" in stderr_tail or "ENOSPC" in stderr_tail
-    if free >= FULL_BELOW_BYTES and not no_inode and not enospc:
+    if free >= FULL_BELOW_BYTES and not no_inode:
+        return None
+    return f"{'no inode left' if no_inode else 'no space left'}, {free // 1024} KiB and {inodes} inodes free"
+
+
+def full_filesystems(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    """The filesystems of ``paths`` that are full now, each once, named by the first of ``paths`` on it, with how
+    (:func:`lack`)."""
+    found: list[tuple[Path, str]] = []
+    seen: set[int] = set()
+    for path in paths:
+        try:
+            device = os.stat(path).st_dev
+        except OSError:
+            continue
+        if device not in seen and (how := lack(path)) is not None:
+            found.append((path, how))
+        seen.add(device)
+    return found
+
+
+def full_filesystem(paths: Iterable[Path], stderr_tail: str = "") -> str:
+    """Why a failed job may have failed, when a filesystem it writes to (``paths``: its folder and its outputs, a
+    model's folder among them, which may be another filesystem) was full at its end (:func:`lack`) or a write of its
+    own failed with ENOSPC (its stderr says so): a clause for its error; "" otherwise. A trainer that dies on a full
+    disk reads "killed by SIGABRT" with an empty stderr, or torch's "unexpected pos", which name no cause."""
+    found = full_filesystems(paths)
+    said = "No space left on device" in stderr_tail or "ENOSPC" in stderr_tail
+    if not found and not said:
         return ""
-    said = "; a write of its own failed with ENOSPC" if enospc else ""
-    return (f" (the filesystem of {path} was full at the job's end: {free // 1024} KiB and {inodes} inodes free"
-            f"{said}; free space there and run it again)")
+    named = [f"the filesystem of {path} was full at the job's end: {how}" for path, how in found]
+    named += ["a write of its own failed with ENOSPC"] if said else []
+    return f" ({'; '.join(named)}; free space {'there' if found else 'where it writes'} and run it again)"
+
+
+def no_space(exc: OSError, path: Path) -> str | None:
+    """Why a write under ``path`` failed, when a full filesystem is why: "the filesystem of <path> is full (<how>)";
+    None for any other failure. Call it before what the write left is removed: a half copy may hold the last inodes.
+    ``exc`` may be a ``shutil.Error``, which lists each file's failure as text."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and not any(words in str(exc) for words in _NO_SPACE):
+        return None
+    return f"the filesystem of {path} is full ({lack(path) or 'a write failed with ENOSPC'})"
 
 
 def read_json(path: Path) -> Any:
@@ -182,3 +219,31 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def folder_locked(folder: Path) -> Iterator[bool]:
+    """Hold an exclusive flock on ``folder`` itself, for work that ends by removing it (a lock file inside would go
+    with it; one beside it would stay behind). Yields whether ``folder`` is still the folder locked: False once it is
+    gone (removed by whoever held the lock before), or replaced by another of its name meanwhile."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        descriptor = -1
+    try:
+        if descriptor >= 0:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield descriptor >= 0 and _is_open_as(folder, descriptor)
+    finally:
+        if descriptor >= 0:
+            os.close(descriptor)  # the lock goes with it
+
+
+def _is_open_as(path: Path, descriptor: int) -> bool:
+    """Whether ``path`` names the file ``descriptor`` has open."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)

@@ -32,7 +32,7 @@ from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, U
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
 from mlrunway.local.launch import check_runnable, process_count, resolve_command
-from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked
+from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked, marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, close_run, reconcile
 from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.supervisor import JobState
@@ -285,6 +285,9 @@ class LocalJobs(Jobs):
         state = JobState(self.workspace.job_dir(name))
         if not state.status_file.exists():
             return None
+        if (why := self.workspace.outside(state.dir)) is not None:  # never read (a read may write) nor acted on
+            return JobInfo(name=name, kind="command", status=JobStatus.FAILED, outputs=str(state.dir / "outputs"),
+                           damaged=True, error=f"job folder not followed: {why}; remove it (submit makes a job's folder)")
         try:
             try:  # checked before anything acts on it (reconcile)
                 state.job()
@@ -321,17 +324,15 @@ class LocalJobs(Jobs):
         deadline = time.monotonic() + self.kill_grace_s + 30
         info = self.get(name)
         if info.damaged:  # its record cannot say how it stands: its processes are stopped, and it reads as get() does
-            self._stop_damaged(state)
+            if self.workspace.outside(state.dir) is None:  # a link out of the workspace is not followed
+                self._stop_damaged(state)
             return info
         if info.kind == "sweep" and info.status is JobStatus.FAILED:
             self._cancel_resumable(state, reason)
         if not info.status.is_terminal():
             self.request_cancel(name, reason)
-            asked = time.monotonic()
-            while not (info := self.get(name)).status.is_terminal() and time.monotonic() < deadline:
-                if not state.cancel_seen_file.exists() and time.monotonic() - asked > CANCEL_ANSWER_S:
-                    break  # frozen (SIGSTOP), or swapped out: waiting longer tells nothing more
-                time.sleep(0.2)
+            info = await_answer(lambda: self.get(name), state.cancel_seen_file.exists, deadline,
+                                time.monotonic() + CANCEL_ANSWER_S)
             if not info.status.is_terminal():  # the supervisor did not answer: stop the job's processes ourselves
                 answered = state.cancel_seen_file.exists()
                 kill_marked(state.job()["token"])
@@ -352,12 +353,18 @@ class LocalJobs(Jobs):
     def _stop_damaged(state: JobState) -> None:
         """Stop what runs of a job whose record is damaged: found by the copy of its token (:data:`TOKEN_FILE`);
         a job submitted before the copy was kept has nothing to find its processes by."""
-        try:
-            token = (state.dir / TOKEN_FILE).read_text().strip()
-        except OSError:
-            return
-        if stopped := kill_marked(token):
+        if (token := _token(state)) is not None and (stopped := kill_marked(token)):
             log.warning("Job %s: its record is damaged; its %d process(es) were stopped", state.dir.name, stopped)
+
+    def processes(self, name: str) -> int:
+        """How many processes of job ``name`` run now (a sweep's trials' too): what :meth:`cancel` stops, found by
+        the copy of its token, so counted whether or not its record can be read."""
+        info = self.get(name)
+        names = [name, *(t.name for t in self.list(f"{name}_trial_"))] if info.kind == "sweep" else [name]
+        folders = [self.workspace.job_dir(job) for job in names]
+        tokens = [token for folder in folders
+                  if self.workspace.outside(folder) is None and (token := _token(JobState(folder))) is not None]
+        return sum(len(marked(token)) for token in tokens)
 
     def _cancel_resumable(self, state: JobState, reason: str) -> None:
         """A sweep whose controller died is Failed but resumable: ``recover`` (the CLI, any retry) would start a
@@ -435,7 +442,7 @@ class LocalJobs(Jobs):
             if sweep else [name]
         pending = []
         for job in names:
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, DamagedRecord):  # no supervisor known: wait as get() reads
                 status = JobState(self.workspace.job_dir(job)).status()
                 if (supervisor := Identity.recorded(status.get("supervisor_pid"), status.get("supervisor_started"))):
                     pending.append(supervisor)
@@ -521,12 +528,34 @@ class LocalJobs(Jobs):
         try:
             data = read(path, "restore it, or cancel the sweep and run it again") if path.exists() else {}
         except DamagedRecord as exc:  # not "Completed with no trials": what it ran is unknown
-            return SweepResult(name=name, status=JobStatus.FAILED, objective=objective, error=str(exc))
+            return SweepResult(name=name, status=JobStatus.FAILED, objective=objective, error=str(exc), damaged=True)
         return SweepResult(
             name=name, status=info.status, objective=objective, policy=spec.early_termination,
             trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
             stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
         )
+
+
+def await_answer(read: Callable[[], JobInfo], answered: Callable[[], bool], until: float, answer_by: float, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 poll_s: float = 0.2) -> JobInfo:
+    """Read a canceled job until it has ended, ``until`` passes, or ``answer_by`` passes with its supervisor not
+    having answered (frozen, or swapped out: waiting longer tells nothing more); the last read. No sleep runs past
+    ``answer_by``, so the supervisor is found frozen at CANCEL_ANSWER_S, as its error says, not a poll later."""
+    while not (info := read()).status.is_terminal():
+        now, seen = clock(), answered()
+        if now >= until or (not seen and now >= answer_by):
+            break
+        sleep(min(poll_s, (until if seen else min(until, answer_by)) - now))
+    return info
+
+
+def _token(state: JobState) -> str | None:
+    """The job's token, from its copy (:data:`TOKEN_FILE`); None for a job submitted before the copy was kept."""
+    try:
+        return (state.dir / TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
 
 
 def _existing_folder(field: str, path: str) -> Path:

@@ -11,6 +11,7 @@ model version of the same number in the workspace's store (:mod:`mlrunway.local.
 from __future__ import annotations
 
 import builtins
+import errno
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local import mlflow_registry
-from mlrunway.local.files import locked, write_json
+from mlrunway.local.files import locked, no_space, write_json
 from mlrunway.local.records import read_version
 from mlrunway.local.workspace import Workspace
 
@@ -68,16 +69,8 @@ class LocalModels(Models):
         """Copy ``path`` (a file or folder; inside ``base`` when given) as the next version of ``name``."""
         source = resolve_inside(base, path) if base is not None else resolve_inside(Path(path).resolve().parent, Path(path).name)
         folder = self.workspace.model_dir(name)
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=folder, prefix=".new."))
+        staging = _copied(name, source, folder)
         try:
-            files = staging / "files"
-            if source.is_dir():
-                shutil.copytree(source, files, symlinks=False)
-            else:
-                files.mkdir()
-                shutil.copy2(source, files / source.name)
-            _make_read_only(files)
             with locked(folder / ".lock"):
                 self._sync(name, force=True)  # MLflow holds every earlier version: its next number is ours
                 version = max(self._versions(name), default=0) + 1
@@ -89,9 +82,12 @@ class LocalModels(Models):
                 write_json(staging / "model.json", model.to_dict())
                 staging.rename(folder / str(version))
                 self._mirror(model, lambda: mlflow_registry.create_version(self.workspace, model, folder / str(version)))
-        except BaseException:  # a full disk mid-copy: no half-copied version is left to fill it further
+        except BaseException as exc:  # no half-made version is left to fill the disk further
+            full = _out_of_room(exc, name, source, folder)
             shutil.rmtree(staging, ignore_errors=True)
-            raise
+            if full is None:
+                raise
+            raise full from exc
         return model
 
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:
@@ -216,6 +212,42 @@ def usable(model: ModelVersion) -> ModelVersion:
     if model.damaged:
         raise MlrunwayError(model.error)
     return model
+
+
+def _copied(name: str, source: Path, folder: Path) -> Path:
+    """Copy ``source`` into a new folder in ``folder`` (the model's), read-only, as the version to be; return it. A
+    copy that fails leaves nothing behind, and says so when a full filesystem, or one out of inodes, is why
+    (:func:`_out_of_room`)."""
+    staging: Path | None = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder, prefix=".new."))
+        files = staging / "files"
+        if source.is_dir():
+            shutil.copytree(source, files, symlinks=False)
+        else:
+            files.mkdir()
+            shutil.copy2(source, files / source.name)
+        _make_read_only(files)
+        return staging
+    except BaseException as exc:
+        full = _out_of_room(exc, name, source, folder)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if full is None:
+            raise
+        raise full from exc
+
+
+def _out_of_room(exc: BaseException, name: str, source: Path, folder: Path) -> OSError | None:
+    """The error to raise when a full filesystem is why ``exc`` was (a copy of a folder raises a ``shutil.Error``
+    listing every file it could not copy, which names no cause); None for any other failure. Read before the half
+    copy is removed: it may hold the last inodes."""
+    full = no_space(exc, folder) if isinstance(exc, OSError) else None
+    if full is None:
+        return None
+    return OSError(errno.ENOSPC, f"model {name}: {source} could not be registered: {full}; free space there and "
+                                 "register it again")
 
 
 def _make_read_only(root: Path) -> None:

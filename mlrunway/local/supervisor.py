@@ -51,6 +51,11 @@ OUTCOME_BYTES = 4096  # reserved when the job starts, so its outcome can be writ
 # imports neither the specs nor the backend's types (about 40 ms of a 60 ms start) unless the job is distributed.
 TERMINAL = frozenset({"Completed", "Failed", "Canceled"})
 _ENTRY = "import sys; sys.path[:0] = path = {path!r}; import mlrunway.local.supervisor as supervisor; supervisor.{call}"
+ROLE_TAG = "mlrunway.role"  # mlrunway.specs.job.ROLE_TAG, not imported here either (a test holds them equal)
+# What a failed job's error calls its process, by the job's role (:func:`_role`; a team's job's is its "trainer"), and
+# what a SIGKILL of it most likely was where "out of memory?" says too little.
+_PROCESSES = {"sweep": "sweep controller", "export": "export", "reference": "reference job"}
+_SIGKILL_HINTS = {"export": "out of memory? an export holds the model and its ONNX graph at once"}
 
 
 class JobState:
@@ -149,6 +154,15 @@ class JobState:
         except DamagedRecord as exc:  # asked for all the same: its reason is what cannot be read
             return f"canceled ({exc})"
 
+    def written(self) -> list[Path]:
+        """Where the job writes: its folder, its outputs and each folder in them (a named output's; a model's folder
+        may be another filesystem, mounted there or linked)."""
+        outputs = self.dir / "outputs"
+        try:
+            return [self.dir, outputs, *sorted(p for p in outputs.iterdir() if p.is_dir())]
+        except OSError:
+            return [self.dir]
+
     def stderr_tail(self) -> str:
         path = self.dir / "logs" / "stderr.log"
         if not path.exists():
@@ -213,7 +227,7 @@ def _exits(procs: list[subprocess.Popen[bytes]], look_s: float) -> Iterator[Call
 
 
 def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float | None,
-          grace_s: float, interrupted: list[str], label: str, look_s: float) -> tuple[str, str | None, bool]:
+          grace_s: float, interrupted: list[str], role: str | None, look_s: float) -> tuple[str, str | None, bool]:
     """Wait for the processes; return (status, reason, timed_out)."""
     started = time.monotonic()
     pgid = procs[0].pid
@@ -237,8 +251,20 @@ def _wait(state: JobState, procs: list[subprocess.Popen[bytes]], timeout: float 
     killed_by = signal_name(failed.returncode)
     if killed_by is None:
         return "Failed", f"exit code {failed.returncode}", False
-    hint = " (out of memory?)" if killed_by == "SIGKILL" else ""
-    return "Failed", f"{label} (pid {failed.pid}) killed by {killed_by}{hint}", False
+    return "Failed", _killed(role, failed.pid, killed_by), False
+
+
+def _role(job: dict[str, Any]) -> str | None:
+    """What the job is to mlrunway ("sweep", "export", "reference"; None: a team's own job), which names its
+    process in its error."""
+    return "sweep" if job["kind"] == "sweep" else (job["spec"].get("tags") or {}).get(ROLE_TAG)
+
+
+def _killed(role: str | None, pid: int, killed_by: str) -> str:
+    """"<process> (pid N) killed by <signal>", the process named by its job's role, and a SIGKILL by what it most
+    likely was: an export, which takes more memory than the training it follows, says why."""
+    hint = f" ({_SIGKILL_HINTS.get(role or '', 'out of memory?')})" if killed_by == "SIGKILL" else ""
+    return f"{_PROCESSES.get(role or '', 'trainer')} (pid {pid}) killed by {killed_by}{hint}"
 
 
 def _plan(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> tuple[list[ProcessLaunch], int]:
@@ -298,7 +324,7 @@ def run(job_dir: Path) -> str:
     state.update(status="Running", started=state.known().get("started") or time.time(), mlflow_run_id=run_id,
                  pgid=leader.pid, pgid_started=leader.started, usage={"processes": processes})
     status, reason, timed_out = _wait(state, procs, spec["timeout"], job.get("kill_grace_s", 10.0), interrupted,
-                                      "sweep controller" if job["kind"] == "sweep" else "trainer",
+                                      _role(job),
                                       job.get("cancel_look_s", CANCEL_LOOK_S))
     if (spec.get("distribution") or {}).get("type") == "mpi":
         # mpirun starts each rank in a process group of its own, which the group's end reaches only through mpirun;
@@ -309,7 +335,7 @@ def run(job_dir: Path) -> str:
     error = None
     if status == "Failed":
         tail = state.stderr_tail()
-        error = f"{reason}{full_filesystem(state.dir, tail)}; stderr tail:\n{tail}"
+        error = f"{reason}{full_filesystem(state.written(), tail)}; stderr tail:\n{tail}"
     elif status == "Canceled":
         error = reason
     outcome = {"status": status, "ended": time.time(), "exit_code": exit_code, "error": error, "timed_out": timed_out,

@@ -44,6 +44,15 @@ class Workspace(NamedTuple):
     def tracking_uri(self) -> str:
         return f"sqlite:///{self.root / 'mlflow.db'}"
 
+    def outside(self, path: Path) -> str | None:
+        """Why ``path``, an entry of the workspace, is not followed: it is a symbolic link, or resolves outside the
+        workspace (reading a job there would rewrite another's files); None for one of the workspace's own."""
+        if path.is_symlink():
+            return f"{path} is a symbolic link (to {os.readlink(path)})"
+        if not (resolved := path.resolve()).is_relative_to(self.root.resolve()):  # a root given as it was found
+            return f"{path} resolves to {resolved}, outside workspace {self.root}"
+        return None
+
     def job_dir(self, name: str) -> Path:
         """A job's folder; a name that is not a job name (``..``, a slash) is refused before any path is made."""
         return self.jobs / check.job_name("job.name", name)

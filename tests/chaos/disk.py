@@ -41,3 +41,23 @@ def full_disk(folder: Path, size: str = "64k") -> Iterator[Path]:
     """``folder`` on a tmpfs of ``size``, filled: writes there fail with ENOSPC until the filler (yielded) goes."""
     with tmpfs(folder, size):
         yield fill(folder)
+
+
+def take_inodes(folder: Path) -> list[Path]:
+    """Create empty files in ``folder`` until its file system has no inode left (ENOSPC); the files, to unlink to
+    free them."""
+    taken: list[Path] = []
+    with pytest.raises(OSError) as full:
+        while True:
+            taken.append(folder / f"inode-{len(taken)}")
+            taken[-1].touch()
+    assert full.value.errno == errno.ENOSPC
+    return taken[:-1]
+
+
+@contextlib.contextmanager
+def no_inodes(folder: Path, inodes: int = 64) -> Iterator[list[Path]]:
+    """``folder`` on a tmpfs of ``inodes`` inodes (and 64 MiB), all taken: creating a file or folder there fails
+    with ENOSPC until the files (yielded) go, while a write into a file that exists has room."""
+    with tmpfs(folder, f"64m,nr_inodes={inodes}"):
+        yield take_inodes(folder)

@@ -154,6 +154,22 @@ def test_a_trainer_killed_by_a_signal_is_reported_with_the_signal(jobs, tmp_path
     assert mlflow_status(jobs, info.mlflow_run_id) == "FAILED"
 
 
+def test_an_export_killed_by_sigkill_is_named_by_its_role_and_its_hint_fits_an_export(jobs, tmp_path):
+    """Issue 76: an export job's process read "trainer (pid N) killed by SIGKILL (out of memory?)"."""
+    from mlrunway.specs.job import ROLE_TAG
+
+    jobs.submit("export", CommandJobSpec(code=str(write_script(tmp_path / "export", TRAINS)),
+                                         command="python script.py 300", tags={ROLE_TAG: "export"}))
+    pid_file = jobs.workspace.job_dir("export") / "outputs" / "pid"
+    wait_for(pid_file.exists)
+    exporter = int(pid_file.read_text())
+    os.kill(exporter, signal.SIGKILL)
+    info = jobs.wait("export", timeout=30, poll_s=0.1)
+    assert info.status is JobStatus.FAILED and info.exit_code == -9
+    assert info.error.startswith(f"export (pid {exporter}) killed by SIGKILL (out of memory? an export holds the "
+                                 "model and its ONNX graph at once)"), info.error
+
+
 def test_an_unwritable_job_folder_still_reads_as_the_jobs_true_outcome(jobs, tmp_path):
     """Issue 27, 5: the supervisor cannot write status.json into an immutable folder; before, the job then read
     as "killed" (or a folder error). The outcome it recorded in place, in outcome.json, is what the next read
@@ -270,6 +286,51 @@ def test_a_job_that_fails_on_a_full_disk_says_the_disk_was_full(tmp_path):
             if filler is not None:
                 filler.unlink(missing_ok=True)
             jobs.cancel("aborts")
+
+
+SAVES_WHEN_TOLD = """
+import os, pathlib, sys, time
+pathlib.Path("outputs/ready").write_text("ready")
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.05)
+try:
+    pathlib.Path(sys.argv[2], "model.pt").write_bytes(b"x" * 2**20)
+except OSError:
+    os.abort()  # as torch.save dies on a full disk: SIGABRT in native code, or "unexpected pos", naming no cause
+"""
+
+
+@pytest.mark.parametrize(("exhaust", "how"), [("full_disk", "no space left"), ("no_inodes", "no inode left")],
+                         ids=["full", "no-inode"])
+def test_a_model_saved_onto_another_full_filesystem_names_that_filesystem(tmp_path, exhaust, how):
+    """Issue 76: only the job folder's filesystem was checked, so a model whose output folder is another, full
+    filesystem failed "killed by SIGABRT" naming no cause."""
+    from mlrunway.local.workspace import Workspace
+    from mlrunway.specs import Output
+    from tests.chaos import disk
+    from tests.chaos.disk import tmpfs
+
+    go = tmp_path / "go"
+    with tmpfs(tmp_path / "ws", "64m") as root:
+        jobs = LocalJobs(Workspace.at(root), kill_grace_s=2.0)
+        jobs.submit("saves", CommandJobSpec(code=str(write_script(tmp_path / "code", SAVES_WHEN_TOLD)),
+                                            command=f"python script.py {go} ${{{{outputs.model}}}}",
+                                            outputs={"model": Output()}))
+        folder = jobs.workspace.job_dir("saves")
+        model = folder / "outputs" / "model"
+        try:
+            wait_for(lambda: (folder / "outputs" / "ready").exists(), 60)
+            with getattr(disk, exhaust)(model):  # a second tmpfs, mounted on the model's folder
+                go.touch()
+                wait_for(lambda: jobs.get("saves").status.is_terminal(), 60)
+            info = jobs.get("saves")
+            assert info.status is JobStatus.FAILED and "killed by SIGABRT" in info.error, info.error
+            assert f"the filesystem of {model} was full at the job's end: {how}, " in info.error, info.error
+            assert f"the filesystem of {folder} was full" not in info.error  # the job folder's has room
+            assert "free space there and run it again" in info.error
+        finally:
+            go.touch()
+            jobs.cancel("saves")
 
 
 def test_a_submit_that_finds_no_inode_leaves_no_staging_folder(tmp_path):

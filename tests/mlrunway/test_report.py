@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 import json
 
@@ -103,13 +104,13 @@ def test_a_stable_endpoints_decision_on_the_runs_model_is_in_the_report():
         "mlrunway.reason": "error rate 30.0% (30 of 100) against the champion's 0.0% (0 of 250)",
         "mlrunway.evidence": json.dumps({"gate": {"metric": "accuracy", "champion": 0.9, "challenger": 0.95},
                                          "windows": [{"phase": "10%", "ok": False, "reason": "error rate 30.0%"}]})}}
-    production = _production(onnx)
-    assert production["decision"] == "rolled_back" and production["gate"]["challenger"] == 0.95
+    production = _production(onnx, problems := {})
+    assert problems == {} and production["decision"] == "rolled_back" and production["gate"]["challenger"] == 0.95
     page = render_html(report(production=production), b"")
     decision = page.split('<p id="decision">')[1].split("</p>")[0]
     assert "<b>rolled_back</b> on digits-prod" in decision and "30 of 100" in decision
     assert "<td>10%</td><td>OUT OF BOUNDS</td>" in page
-    assert _production({"tags": {}}) is None and "<h2>Production</h2>" not in render_html(report(), b"")
+    assert _production({"tags": {}}, {}) is None and "<h2>Production</h2>" not in render_html(report(), b"")
 
 
 OLD_PARITY = {"max_abs_diff": 3.8e-06, "top1_agreement": 1.0, "samples": 256, "inputs": "validation images",
@@ -177,3 +178,115 @@ def test_a_saved_reports_endpoint_is_said_as_of_when_it_was_built():
     page = render_html(report(created=1_790_000_000.0), b"")
     assert "digits-0123abcd</b> Succeeded, traffic blue 100%" in page
     assert "(as of 2026-09-21 14:13:20 UTC, when this report was built" in page
+
+
+def ended_sweep(tmp_path, **onnx_record):
+    """A fake backend whose run's sweep has ended, and its names; ``onnx_record`` (``tags``, ``properties``), when
+    given, registered as the run's ONNX version."""
+    from mlrunway.backend.fake import FakeBackend
+    from mlrunway.specs import SweepSpec, vocabulary
+    from tests.tutorial import OBJECTIVE, SPACE, tutorial_job
+
+    fake, names = FakeBackend(tmp_path), RunNames.of_sweep(SWEEP)
+    fake.jobs.script(SWEEP, JobStatus.RUNNING, JobStatus.COMPLETED)
+    fake.jobs.submit_sweep(SWEEP, SweepSpec(trial=vocabulary.command_job(tutorial_job("/data")),
+                                            search_space=vocabulary.search_space(SPACE),
+                                            objective=vocabulary.objective(OBJECTIVE)))
+    fake.jobs.get(SWEEP), fake.jobs.get(SWEEP)  # walks to Completed
+    if onnx_record:
+        (tmp_path / "onnx").mkdir()
+        (tmp_path / "onnx" / "model.onnx").write_bytes(b"onnx")
+        fake.models.register(f"{names.model}-onnx", tmp_path / "onnx", **onnx_record)
+    return fake, names
+
+
+def sections(page):
+    """The page's sections by heading: what each says, up to the next."""
+    parts = page.split("<h2>")
+    return {part.split("</h2>")[0]: part.split("</h2>", 1)[1] for part in parts[1:]}
+
+
+@pytest.mark.parametrize("tag", ["<script>alert(1)</script>", "a" * 40], ids=["hostile", "40 characters"])
+def test_an_endpoint_tag_that_is_no_endpoint_name_is_named_in_its_section_and_the_report_stands(tmp_path, tag):
+    """Before: the tag was looked up as an endpoint: the whole report a 404, save_run_report raised SpecError."""
+    from mlrunway.report import collect, save_run_report
+
+    fake, names = ended_sweep(tmp_path, tags={"mlrunway.decision": "deployed", "mlrunway.endpoint": tag},
+                              properties={"parity": OLD_PARITY})
+    collected = collect(fake, names)
+    assert collected.endpoint is None and set(collected.problems) == {"endpoint"}
+    assert f"tag mlrunway.endpoint of digits-0123abcd-onnx:1: {tag!r} is not a valid endpoint name" in \
+        collected.problems["endpoint"]
+    page = sections(render_html(collected, b""))
+    assert (f'id="endpoint-problem">Not shown: tag mlrunway.endpoint of digits-0123abcd-onnx:1: {tag!r} is not a '
+            "valid endpoint name") in html.unescape(page["Endpoint"])
+    assert "<script>" not in page["Endpoint"] + page["Production"]  # escaped where it is shown
+    assert "top-1 agreement 100.00%" in page["ONNX export"] and "<b>deployed</b>" in page["Production"]
+    saved = save_run_report(fake, names, tmp_path / "reports")
+    assert saved is not None and "endpoint-problem" in saved.read_text()
+
+
+@pytest.mark.parametrize(("parity", "said"), [
+    ({k: v for k, v in OLD_PARITY.items() if k != "inputs"}, "its parity property lacks 'inputs'"),
+    ({k: v for k, v in OLD_PARITY.items() if k != "samples"}, "its parity property lacks 'samples'"),
+    ({"max_abs_diff": None}, "its parity property lacks 'samples' and 'inputs'"),
+    ({**OLD_PARITY, "max_abs_diff": "<b>x</b>"}, "its parity property holds '<b>x</b>' as 'max_abs_diff', not a number"),
+    ({**OLD_PARITY, "tolerance_used": 0.5, "atol": None}, "its parity property holds None as 'atol'"),
+    ("<b>x</b>", "its parity property holds '<b>x</b>', not an object"),
+], ids=["no inputs", "no samples", "no figures", "a word for a number", "no tolerance", "not an object"])
+def test_a_parity_property_that_is_not_the_export_jobs_is_named_in_its_section(tmp_path, parity, said):
+    """Before: a KeyError from the page: the live report a 500, save_run_report raised it."""
+    from mlrunway.report import collect, save_run_report
+
+    fake, names = ended_sweep(tmp_path, properties={"opset": 18, "parity": parity})
+    page = sections(render_html(collect(fake, names), b""))
+    assert said in html.unescape(page["ONNX export"]) and "digits-0123abcd-onnx:1" in page["ONNX export"]
+    assert "<b>x</b>" not in page["ONNX export"] and "Leaderboard" in page  # escaped where it is shown
+    assert save_run_report(fake, names, tmp_path / "reports") is not None
+
+
+@pytest.mark.parametrize("evidence", ["[1, 2]", "not json", '{"windows": ["<b>x</b>"]}', '{"gate": 3}'],
+                         ids=["a list", "not JSON", "a window not an object", "a gate not an object"])
+def test_evidence_that_is_not_the_deploys_is_named_in_the_production_section(tmp_path, evidence):
+    from mlrunway.report import collect
+
+    fake, names = ended_sweep(tmp_path, tags={"mlrunway.decision": "rolled_back", "mlrunway.endpoint": "digits-prod",
+                                              "mlrunway.evidence": evidence})
+    collected = collect(fake, names)
+    assert collected.production["windows"] == [] and set(collected.problems) == {"production"}
+    page = sections(render_html(collected, b""))
+    assert "tag mlrunway.evidence of digits-0123abcd-onnx:1" in page["Production"]
+    assert "<b>x</b>" not in page["Production"] and "<b>rolled_back</b> on digits-prod" in page["Production"]
+
+
+def test_a_damaged_version_is_said_damaged_in_its_section_naming_its_file(tmp_path):
+    """Before: a version whose record could not be read showed as the run's model with no figures."""
+    import dataclasses
+
+    from mlrunway.report import collect
+
+    fake, names = ended_sweep(tmp_path, properties={"parity": OLD_PARITY})
+    error = "damaged record /ws/models/digits-0123abcd-onnx/1/model.json: holds <b>[]</b>, not an object; restore it"
+    fake.models.versions[f"{names.model}-onnx"] = [dataclasses.replace(
+        fake.models.versions[f"{names.model}-onnx"][0], properties={}, damaged=True, error=error)]
+    page = sections(render_html(collect(fake, names), b""))
+    assert ('id="onnx-damaged"><b><a class="version" href="model/digits-0123abcd-onnx/1">digits-0123abcd-onnx:1</a>'
+            "</b>: its record is damaged: damaged record /ws/models/digits-0123abcd-onnx/1/model.json: holds "
+            "&lt;b&gt;[]&lt;/b&gt;") in page["ONNX export"]
+
+
+def test_a_section_the_backend_refuses_is_named_there_and_the_report_stands(tmp_path, monkeypatch):
+    from mlrunway.errors import EndpointError
+    from mlrunway.report import collect
+
+    fake, names = ended_sweep(tmp_path)
+
+    def refused(*names):
+        raise EndpointError("the service answered 503 <b>busy</b>")
+
+    monkeypatch.setattr(fake.endpoints, "first_existing", refused)
+    collected = collect(fake, names)
+    assert collected.problems == {"endpoint": "the service answered 503 <b>busy</b>"}
+    page = sections(render_html(collected, b""))
+    assert "Not shown: the service answered 503 &lt;b&gt;busy&lt;/b&gt;" in page["Endpoint"]
+    assert "no endpoint" not in page["Endpoint"] and "not exported yet" in page["ONNX export"]

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mlrunway import check
 from mlrunway.backend.protocol import Endpoints
@@ -35,7 +35,7 @@ from mlrunway.backend.types import (
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local import records
-from mlrunway.local.files import locked, tail, write_json
+from mlrunway.local.files import folder_locked, locked, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import capture, master, metrics, provision
@@ -49,6 +49,15 @@ from mlrunway.local.serving.state import (
 from mlrunway.local.workspace import Workspace
 
 LEASE_FIX = "delete it once no rollout of the endpoint is running"
+
+
+class Removal(NamedTuple):
+    """What deleting an endpoint stopped: its saved state (its server's pid and port, the deployments it served;
+    None when its record was damaged or it had none) and, for a damaged record, how many processes of its server
+    were found without it and stopped."""
+
+    state: EndpointState | None
+    stopped: int
 
 
 class LocalEndpoints(Endpoints):
@@ -160,26 +169,41 @@ class LocalEndpoints(Endpoints):
 
     def delete(self, name: str) -> bool:
         """Stop the server, free the port, remove the state; False when it was already gone."""
+        return self.remove(name) is not None
+
+    def remove(self, name: str) -> Removal | None:
+        """:meth:`delete`, saying what it stopped; None when the endpoint was already gone. Deletes of one endpoint
+        (a person's, a run's cleanup) take turns on a lock on its folder: the first removes it, the others then
+        find it gone."""
         folder = self._dir(name)
-        if not folder.exists():
-            return False
-        for record in folder.glob(f"deployments/*/{provision.RECORD}"):  # none may join a deleted endpoint
-            provision.stop(folder, record.parent.name)
-        if (folder / "endpoint.json").exists():
-            try:
-                state = EndpointState.load(folder)
-            except records.DamagedRecord:  # damaged: its server is found without it
-                server = master.processes_of(folder)
-                ports = master.listening_ports(server)
-                master.stop_processes(server)
-            else:
-                master.stop(state)
-                ports = {state.port}
-            if busy := sorted(port for port in ports if not wait_port_free(port)):
-                raise EndpointError(f"port {busy[0]} is still in use after the endpoint's server was stopped")
-        shutil.rmtree(folder)
+        with folder_locked(folder) as there:
+            if not there:
+                return None
+            for record in folder.glob(f"deployments/*/{provision.RECORD}"):  # none may join a deleted endpoint
+                provision.stop(folder, record.parent.name)
+            removal = self._stop_server(folder) if (folder / "endpoint.json").exists() else Removal(None, 0)
+            shutil.rmtree(folder)
         self._readers.pop(name, None)
-        return True
+        return removal
+
+    @staticmethod
+    def _stop_server(folder: Path) -> Removal:
+        """Stop the endpoint's server and wait for its ports to be free; a damaged record's server is found
+        without it (by its command line)."""
+        try:
+            state = EndpointState.load(folder)
+        except records.DamagedRecord:
+            server = master.processes_of(folder)
+            ports = master.listening_ports(server)
+            master.stop_processes(server)
+            removal = Removal(None, len(server))
+        else:
+            master.stop(state)
+            ports = {state.port}
+            removal = Removal(state, 0)
+        if busy := sorted(port for port in ports if not wait_port_free(port)):
+            raise EndpointError(f"port {busy[0]} is still in use after the endpoint's server was stopped")
+        return removal
 
     def get_keys(self, name: str) -> dict[str, str]:
         return dict(self.state(name).keys)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.reports import ReportsFolder
-from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus, TrialInfo
+from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus, ProvisioningState, TrialInfo
 from mlrunway.local.backend import LocalBackend
 from mlrunway.pages import CSP
 from mlrunway.report import render_html, save
@@ -140,8 +141,30 @@ def endpoint_page(site: Any, v: str) -> str:
     client, fake, _ = site
     fake.endpoints.endpoints.clear()
     fake.endpoints.create_or_update("digits-prod", EndpointSettings())
-    fake.endpoints.create_or_update_deployment("digits-prod", "blue", DeploymentSettings(model=v, code_dir="."))
+    for name in ("blue", "green"):
+        fake.endpoints.create_or_update_deployment("digits-prod", name, DeploymentSettings(model=v, code_dir="."))
+    deployments = fake.endpoints.endpoints["digits-prod"].deployments  # green failed: why, in the service's words
+    deployments["green"] = replace(deployments["green"], provisioning_state=ProvisioningState.FAILED, error=v)
     return client.get("/endpoint/fake_hostile/digits-prod").text
+
+
+def damaged_version_page(site: Any, v: str) -> str:
+    """A version whose record the backend could not use, its words (``error``) holding ``v``."""
+    client, fake, tmp_path = site
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "m.onnx").write_text("x")
+    name = f"damaged-{len(v)}"
+    version = fake.models.register(name, tmp_path / "model")
+    fake.models.versions[name] = [replace(version, damaged=True, error=v)]
+    return client.get(f"/report/fake_hostile/model/{name}/1").text
+
+
+def damaged_sweep_report(v: str) -> Any:
+    """A sweep report whose versions' records are damaged and whose every section could not read something, each
+    in ``v``'s words."""
+    fields = sweep_report(v)
+    return replace(fields, model={**fields.model, "damaged": v}, onnx={**fields.onnx, "damaged": v},
+                   problems={section: v for section in ("model", "onnx", "endpoint", "production")})
 
 
 def monitoring_page(site: Any, v: str, route: str) -> str:
@@ -198,10 +221,17 @@ def test_every_route_of_the_plugin_has_a_case():
     assert {route.path for route in app.routes if hasattr(route, "methods")} == set(CASES)
 
 
-@pytest.mark.parametrize("route", [*CASES, "error page", "live sweep report"])
+# What a page shows of a record that is not whole: a damaged one, a section that could not be read (issue 76).
+DAMAGED: dict[str, Callable[[Any, str], str]] = {
+    "damaged version page": damaged_version_page,
+    "damaged sweep report": lambda _, v: render_html(damaged_sweep_report(v), b""),
+}
+
+
+@pytest.mark.parametrize("route", [*CASES, "error page", "live sweep report", *DAMAGED])
 def test_a_page_with_hostile_values_has_no_live_markup(site, route):
-    make = {"error page": error_page, "live sweep report": lambda _, v: render_html(sweep_report(v), b"")}.get(route) \
-        or CASES[route]
+    make = {"error page": error_page, "live sweep report": lambda _, v: render_html(sweep_report(v), b""),
+            **DAMAGED}.get(route) or CASES[route]
     plain, hostile = parsed(make(site, PLAIN)), parsed(make(site, HOSTILE))
     assert hostile.live == [], hostile.live
     assert hostile.shape == plain.shape  # no element or attribute that the page's own markup does not have
@@ -214,3 +244,22 @@ def test_every_answer_of_the_plugin_carries_the_policy(site):
                  "/report/fake_hostile/card/x/abc"):
         assert client.get(path).headers["content-security-policy"] == CSP
     assert "script-src 'none'" in CSP and "object-src 'none'" in CSP and "base-uri 'none'" in CSP
+
+
+def test_a_page_that_fails_carries_the_same_headers_as_every_other_answer(site):
+    """Before: a 500 was answered by Starlette's outermost middleware, outside the one that sets the headers: the
+    page's own meta policy held, the header was missing."""
+    from mlrunway.airflow.views import headers
+
+    client, fake, _ = site
+    folder = Path(fake.reports) / "digits-89abcdef-sweep"
+    folder.mkdir(parents=True)
+    (folder / "report.html").write_bytes(b"\xff\xfe not a page")  # the route raises reading it
+    as_served = TestClient(client.app, cookies=client.cookies, raise_server_exceptions=False)  # as uvicorn answers
+    broken = as_served.get("/report/fake_hostile/digits-89abcdef-sweep")
+    assert broken.status_code == 500 and 'id="error"' in broken.text
+    answers = [broken, as_served.get("/endpoint/fake_hostile/nothing-here"), as_served.get("/runs/d/r")]
+    assert [a.status_code for a in answers] == [500, 404, 200]
+    assert "Content-Security-Policy" in headers() and headers()["Content-Security-Policy"] == CSP
+    for answer in answers:
+        assert {key: answer.headers.get(key) for key in headers()} == headers(), answer.status_code

@@ -23,9 +23,11 @@ def test_the_package_exports_every_name_it_lists_without_importing_them_all_up_f
 
 def test_the_supervisor_knows_the_terminal_statuses_without_importing_them():
     from mlrunway.backend.types import JobStatus
-    from mlrunway.local.supervisor import TERMINAL
+    from mlrunway.local.supervisor import ROLE_TAG, TERMINAL
+    from mlrunway.specs.job import ROLE_TAG as SPEC_ROLE_TAG
 
     assert TERMINAL == {s.value for s in JobStatus if s.is_terminal()}
+    assert ROLE_TAG == SPEC_ROLE_TAG  # the role an export's or a reference job's process is named by
     from mlrunway.local.records import JOB_STATES
 
     assert set(JOB_STATES) == {s.value for s in JobStatus}  # what a status.json may hold, checked without them

@@ -2,8 +2,9 @@
 
 A workspace with healthy records of every kind (``tests/fixtures/workspace-0.2.0``, written by this release) gets one
 state file damaged per example: truncated, binary, empty, a field of the wrong JSON type, or a field its readers need
-removed. Then every reader of that file must answer with the problem named (``damaged record <file>: ...``), ``list``,
-``recover`` and ``delete`` must still serve the healthy records, and no healthy file may change.
+removed. Then every reader of that file must answer with the problem named (``damaged record <file>: ...``), every
+page of the UI plugin and every ``show`` of the command line that shows the record must say it is damaged and name
+the file, ``list``, ``recover`` and ``delete`` must still serve the healthy records, and no healthy file may change.
 
 Two Hypothesis profiles, both derandomized (the same cases on every run): ``damage-suite``, about 30 s for the test
 suite, and ``damage-long`` with ``MLRUNWAY_DAMAGE_EXAMPLES`` examples (``make test-long``).
@@ -11,6 +12,7 @@ suite, and ``damage-long`` with ``MLRUNWAY_DAMAGE_EXAMPLES`` examples (``make te
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from mlrunway.backend.naming import RunNames
 from mlrunway.backend.types import JobStatus, ProvisioningState
 from mlrunway.errors import NotFound
 from mlrunway.local import formats
@@ -31,6 +34,7 @@ from mlrunway.local.processes import Identity
 from mlrunway.local.records import DamagedRecord
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.sweep_controller import recorded
+from mlrunway.report import collect, render_html
 from tests.profiles import suite_and_long
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "workspace-0.2.0"
@@ -138,6 +142,7 @@ def check_readers(backend: LocalBackend, root: Path, file: Path, content: bytes)
         job = backend.jobs.get(file.parts[1])
         assert job.damaged and job.status is JobStatus.FAILED and named(job.error, path), job
         assert backend.jobs.cancel(job.name) == job
+        assert backend.jobs.wait(job.name) == job  # as get() reads it, never a raw DamagedRecord
     elif kind == "outcome.json":
         if not content.strip():  # blank: reserved, the outcome not yet written (what a running job's holds)
             assert JobState(path.parent).outcome() is None
@@ -169,6 +174,51 @@ def check_readers(backend: LocalBackend, root: Path, file: Path, content: bytes)
         raise AssertionError(f"no reader checked for {kind}")
 
 
+def shown(page: Any) -> str:
+    """A page's text as a reader sees it (its escaping undone)."""
+    return html.unescape(page if isinstance(page, str) else bytes(page.body).decode())
+
+
+def check_pages(backend: LocalBackend, root: Path, file: Path) -> None:
+    """Every page of the UI plugin that shows the record says it is damaged, naming the file (issue 76): not a job
+    without an MLflow run, not a plain custom model, not a deployment failed for no reason."""
+    from mlrunway.airflow import views
+
+    path, kind = root / file, file.name
+    if kind in ("job.json", "status.json"):
+        page = shown(views.job_page(backend, file.parts[1]))
+    elif kind == "model.json":
+        page = shown(views.version_page(backend, "old", "1"))
+    elif kind == "endpoint.json":
+        page = shown(views.endpoint_page(backend, "old-ep"))
+    elif kind == "provision.json":  # the deployment's row says why it failed
+        assert named(shown(views.endpoint_page(backend, "old-ep")).split("<td>blue</td>")[1], path)
+        return
+    elif kind == "sweep.json":
+        assert named(shown(render_html(collect(backend, RunNames.of_sweep(file.parts[1])), b"")), path)
+        return
+    else:  # no page shows it: what the backend acts on (a lease, an outcome, a cancel request)
+        assert kind in ("outcome.json", "cancel_requested.json", "lease.json"), kind
+        return
+    assert "Its record is damaged: " in page and named(page, path), page
+
+
+def check_cli(root: Path, file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line's view of the record says it is damaged, naming the file (issue 76): never a sweep that
+    "Completed" with no trials."""
+    if file.name in ("job.json", "status.json", "sweep.json"):
+        command = ["jobs", "show", file.parts[1]]
+    elif file.name == "endpoint.json":
+        command = ["endpoints", "show", "old-ep"]
+    else:  # the CLI shows no more of it than its readers do
+        return
+    capsys.readouterr()
+    assert main([*command, "--workspace", str(root)]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["damaged"] is True and named(view["error"], root / file), view
+    assert view.get("status", view.get("provisioning_state")) == "Failed", view
+
+
 @settings(settings.get_profile(PROFILE))
 @given(case=damage())
 def test_one_damaged_state_file_is_named_by_its_readers_and_stops_nothing_else(tmp_path, baseline, case, capsys):
@@ -180,6 +230,8 @@ def test_one_damaged_state_file_is_named_by_its_readers_and_stops_nothing_else(t
     before = snapshot(root)
 
     check_readers(backend, root, file, content)
+    check_cli(root, file, capsys)
+    check_pages(backend, root, file)
     assert without(healthy_view(backend), file) == without(baseline, file)  # list serves every healthy record
     damaged_job = file.name in ("job.json", "status.json")
     assert main(["recover", "--workspace", str(root)]) == (1 if damaged_job or file.name == "endpoint.json" else 0)

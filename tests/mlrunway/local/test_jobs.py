@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
-from mlrunway.backend.types import JobStatus
+from mlrunway.backend.types import JobInfo, JobStatus
 from mlrunway.errors import JobTimedOut, NotFound, NotSupportedOnBackend, SpecError
 from mlrunway.local import launch, tracking
 from mlrunway.local.jobs import LocalJobs
@@ -358,3 +359,42 @@ def test_a_cancel_wakes_the_supervisor_at_once_and_an_old_supervisor_is_not_sign
         old.kill()
         old.wait()
         state.update(**status)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when slept on, or by what each read of a job costs."""
+
+    def __init__(self, read_s: float) -> None:
+        self.now, self.read_s = 0.0, read_s
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.now += seconds
+
+    def read(self, info: JobInfo) -> Callable[[], JobInfo]:
+        def read() -> JobInfo:
+            self.now += self.read_s
+            return info
+        return read
+
+
+def test_a_cancel_finds_a_frozen_supervisor_at_its_stated_bound_not_a_poll_later():
+    """Issue 76: a frozen supervisor's cancel took 10.2 s against its error's "did not answer the cancel within
+    10 s": the wait slept a whole poll past its bound, and fifty reads' time added up before it."""
+    from mlrunway.local.jobs import CANCEL_ANSWER_S, await_answer
+
+    clock, running = FakeClock(read_s=0.004), JobInfo(name="frozen", kind="command", status=JobStatus.RUNNING)
+    info = await_answer(clock.read(running), lambda: False, 40.0, CANCEL_ANSWER_S, clock=lambda: clock.now,
+                        sleep=clock.sleep)
+    assert info is running and CANCEL_ANSWER_S <= clock.now <= CANCEL_ANSWER_S + 0.004
+
+
+def test_a_cancel_its_supervisor_answered_waits_past_the_answers_bound_for_the_job_to_end():
+    from mlrunway.local.jobs import CANCEL_ANSWER_S, await_answer
+
+    clock = FakeClock(read_s=0.0)
+    infos = iter([JobInfo(name="slow", kind="command", status=JobStatus.RUNNING)] * 75
+                 + [JobInfo(name="slow", kind="command", status=JobStatus.CANCELED)])
+    info = await_answer(lambda: next(infos), lambda: True, 40.0, CANCEL_ANSWER_S, clock=lambda: clock.now,
+                        sleep=clock.sleep)
+    assert info.status is JobStatus.CANCELED and clock.now == pytest.approx(15.0)  # a grace period past it

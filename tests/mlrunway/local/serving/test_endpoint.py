@@ -434,3 +434,21 @@ def test_server_limits_are_checked_before_any_server_starts(endpoints, limits, m
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         endpoints.create_or_update("limits", **limits)
     assert not (endpoints.workspace.endpoints / "limits").exists()
+
+
+def test_concurrent_deletes_of_an_endpoint_one_deletes_it_and_the_others_find_it_gone(endpoints, tmp_path):
+    """A run's cleanup racing a person's delete: before, the others died on rmtree's FileNotFoundError."""
+    endpoints.create_or_update("raced-ep", EndpointSettings(workers=1))
+    (tmp_path / "model").mkdir()
+    score = write_script(tmp_path / "code", "def init():\n    pass\n\ndef run(raw):\n    return raw\n", "score.py")
+    endpoints.create_or_update_deployment("raced-ep", "blue", deployment(endpoints.workspace, tmp_path / "model", score))
+    pid = endpoints.state("raced-ep").pid
+    start = threading.Barrier(4)
+
+    def delete(_: int) -> bool:
+        start.wait()
+        return endpoints.delete("raced-ep")
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(delete, range(4))) == [False, False, False, True]
+    assert not psutil.pid_exists(pid) and endpoints.list() == []
