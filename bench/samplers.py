@@ -5,7 +5,7 @@
 The job script computes Hartmann's 4-dimensional function (the Hartmann-6 constants over the first four
 coordinates; minimum about -3.73) at its hyperparameters and logs it: x1 and x2 ``uniform(0, 1)``, x3
 ``quniform(0, 1, 0.05)``, x4 a ``choice`` of 0, 0.1, ..., 1 (the expressions Azure allows with bayesian). Each
-repeat is one seed: a random sweep and a bayesian sweep (Optuna TPE through ``mlrunway.local.bayesian``) of
+repeat is one seed: a random sweep and a bayesian sweep (Optuna TPE through ``mlrunway.sweep.bayesian``) of
 ``--trials`` trials each, run in turn (the order rotated), and the best value each found. The target: over the
 seeds, bayesian's best beats random's (the median of random's best minus bayesian's is above 0). Recorded in
 bench/results/samplers.json.

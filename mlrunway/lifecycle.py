@@ -27,10 +27,10 @@ from airflow.sdk import BaseOperator, Context
 
 from mlrunway import check
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
-from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import DataCollector
 from mlrunway.backend.types import Instances
 from mlrunway.deploy import strategy_for
+from mlrunway.ledger.budget import Budget
 from mlrunway.operators import (
     CleanupOperator,
     DeployBlueOperator,
@@ -86,7 +86,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         job whose watch was lost (its status unreadable past the connection's ``transient_outage_s``); a job that
         ended Failed or Canceled fails its task for good, never run again by a retry.
     :param job_retry_delay: the delay between those retries.
-    :param budget: the most the run's jobs may spend (:class:`~mlrunway.backend.budget.Budget`: ``max_cost`` or
+    :param budget: the most the run's jobs may spend (:class:`~mlrunway.ledger.budget.Budget`: ``max_cost`` or
         ``max_compute_hours``, and a ``reserve`` for export and the reference), or a template (``{{ params.budget
         }}``); None: the connection's ``budget``, else no limit. The sweep stops at it and still delivers its best
         model.
@@ -141,7 +141,7 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         task_args[group] = {**(task_args.get(group) or {}), **settings}
     deploy = DeployBlueOperator(task_id="deploy_blue", model_name=_out(exported, "model_name"),
                                 model_version=_out(exported, "model_version"),
-                                model_card={"job": job, "sweep": sweep_args, "budget": budget}, **task_args,
+                                model_card={"job": job, "sweep": sweep_args}, budget=budget, **task_args,
                                 **common)
     clean = CleanupOperator(task_id="cleanup", endpoint_name=_flat(deploy_args).get("endpoint_name"),
                             keep_endpoint=deployment.get("keep_endpoint", False), **common)

@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 
 from mlrunway import check
 from mlrunway.backend.attempts import latest_attempt
-from mlrunway.backend.cost import cost_of_run, cost_rows, estimated, serving_cost
 from mlrunway.backend.naming import RunNames, base_name
 from mlrunway.backend.protocol import Artifacts, Backend, RunMetrics
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
 from mlrunway.early_termination.advice import advise
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
+from mlrunway.ledger.cost import cost_of_run, cost_rows, estimated, serving_cost
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
@@ -19,6 +20,7 @@ from mlrunway.backend.naming import RunNames, endpoint_salt
 from mlrunway.backend.protocol import Backend
 from mlrunway.errors import ParityError, SpecError, shorten_exception
 from mlrunway.extras import MissingExtra
+from mlrunway.ledger.budget import Budget, budget_of
 from mlrunway.lineage import LineageDataset, namespace_of
 from mlrunway.pipeline import check_prefix
 
@@ -108,6 +110,7 @@ class MlrunwayBaseOperator(BaseOperator):
     template_fields: tuple[str, ...] = ("backend_conn_id", "name_prefix")
     operator_extra_links = ALL_LINKS
     returned: Any = None  # what execute (or the method a deferral resumed in) returned: the lineage's outputs
+    budget: Any = None  # the run's budget as the task was given it (a task that takes one sets it); None: the connection's
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -139,6 +142,12 @@ class MlrunwayBaseOperator(BaseOperator):
     @cached_property
     def backend(self) -> Backend:
         return MlrunwayHook(self.backend_conn_id).get_backend()
+
+    @cached_property
+    def run_budget(self) -> Budget | None:
+        """The run's budget, resolved once per task: the task's own ``budget`` (Train's, the sweep's, deploy's), else
+        its connection's (:meth:`~mlrunway.airflow.hook.MlrunwayHook.get_budget`); None: no limit."""
+        return budget_of(self.budget, MlrunwayHook(self.backend_conn_id).get_budget)
 
     def names(self, context: Context) -> RunNames:
         """What the run creates is named after it; its endpoint after the backend's workspace too, where endpoint
@@ -185,8 +194,16 @@ class MlrunwayBaseOperator(BaseOperator):
         return []
 
 
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (False unless a deployment sets it), read as Airflow's own
+    providers read it: where a triggerer runs, set it (``AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=True``) and every
+    waiting task frees its worker slot."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
 class MlrunwayWaitingOperator(MlrunwayBaseOperator):
-    """:param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    """:param deferrable: wait in the triggerer instead of holding a worker slot; None (the default): Airflow's
+        ``[operators] default_deferrable`` (:func:`default_deferrable`), as Airflow's own providers do.
     :param max_wait_s: past this many seconds, stop the remote work and fail the task.
     :param poll_interval_s: seconds between status checks; None (the default) takes the backend's
         (``capabilities.poll_interval_s``: 0.25 s locally, a read of a few files; 30 s on Azure ML, whose reads
@@ -196,10 +213,11 @@ class MlrunwayWaitingOperator(MlrunwayBaseOperator):
         trigger fires seconds after it deferred (apache/airflow#72716).
     """
 
-    def __init__(self, *, deferrable: bool = True, max_wait_s: float = 3600, poll_interval_s: float | None = None,
-                 defer_after_s: float = 20.0, **kwargs: Any) -> None:
+    def __init__(self, *, deferrable: bool | None = None, max_wait_s: float = 3600,
+                 poll_interval_s: float | None = None, defer_after_s: float = 20.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.deferrable, self.max_wait_s, self.poll_interval_s = deferrable, max_wait_s, poll_interval_s
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.max_wait_s, self.poll_interval_s = max_wait_s, poll_interval_s
         self.defer_after_s = defer_after_s
 
     @property

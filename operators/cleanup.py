@@ -9,11 +9,11 @@ from airflow.sdk import Context, TriggerRule
 
 from mlrunway import check, lineage
 from mlrunway.airflow.links import SweepReportLink, ui_path
-from mlrunway.backend.cost import RunCost, estimated, serving_cost
 from mlrunway.backend.naming import RunNames, endpoint_salt
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.deploy import strategy_for
 from mlrunway.errors import JobFailed
+from mlrunway.ledger.cost import RunCost, estimated, serving_cost
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.report import HTML_FILE, save_run_report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,12 +12,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from mlrunway import check, lineage
+from mlrunway import lineage
 from mlrunway.airflow.assets import emit_production, production_alias
 from mlrunway.airflow.triggers import ApprovalTrigger, DeploymentTrigger, WindowTrigger
-from mlrunway.backend.budget import against_budget, budget_of
 from mlrunway.backend.capture import DataCollector
-from mlrunway.backend.cost import cost_of_run, estimated
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, Instances
 from mlrunway.deploy import (
     APPROVAL_TAG,
@@ -24,10 +23,9 @@ from mlrunway.deploy import (
     DeploymentStrategy,
     DeployRequest,
     Done,
-    Promotion,
+    ProductionSettings,
     Provisioning,
     Resumed,
-    RolloutPolicy,
     SmokeTest,
     Step,
     Window,
@@ -36,13 +34,14 @@ from mlrunway.deploy import (
     strategy_for,
 )
 from mlrunway.errors import EndpointError, MlrunwayError
+from mlrunway.ledger.budget import against_budget
+from mlrunway.ledger.cost import cost_of_run, estimated
 from mlrunway.operators._base import MlrunwayWaitingOperator
 
 SMOKE_KEYS = tuple(f.name for f in fields(SmokeTest))
-PRODUCTION_KEYS = (*(f.name for f in fields(Promotion)), "evaluation", "rollout", "rollback_to", "approval_timeout_s")
+PRODUCTION_KEYS = ProductionSettings.keys()  # the champion strategy's settings, which the task passes through
 FLAT_KEYS = SMOKE_KEYS + PRODUCTION_KEYS  # the task's own keywords until 0.3.0, read (with a warning) until 0.4.0
 FLAT_READ_UNTIL = "0.4.0"
-APPROVAL_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def grouped(arguments: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -93,8 +92,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     fails with the figures). The XComs ``decision`` and ``live`` say which; a change of the live model is an
     event of the endpoint's Asset (:mod:`mlrunway.airflow.assets`).
 
-    :param production: a stable endpoint's settings, ``endpoint_name``, ``min_improvement``, ``evaluation``,
-        ``rollout``, ``require_approval``, ``approval_timeout_s`` and ``rollback_to``:
+    :param production: a stable endpoint's settings (:class:`~mlrunway.deploy.ProductionSettings`, the strategy's
+        own: the task passes them through), ``endpoint_name``, ``min_improvement``, ``evaluation``, ``rollout``,
+        ``require_approval``, ``approval_timeout_s`` and ``rollback_to``:
 
     :param endpoint_name: the stable endpoint; empty: the run's own endpoint, deleted at cleanup.
     :param min_improvement: how much better on the evaluation set the challenger must be (default 0: better).
@@ -105,7 +105,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
     :param require_approval: after the gate, before any traffic moves, wait (deferred) for a person's answer on
         the challenger: ``python -m mlrunway.airflow.approval approve|reject <model> <version>``, or its
         ``mlrunway.approval`` tag set in the registry; a rejection or no answer within ``approval_timeout_s``
-        ends ``held``.
+        (default :data:`~mlrunway.deploy.APPROVAL_TIMEOUT_S`, a week) ends ``held``.
     :param rollback_to: a registry alias (``previous``): deploy the version of ``model_name`` holding it instead
         of ``model_version``, through the same staged rollout, without the gate (a person decided).
 
@@ -113,8 +113,9 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         card each version that reaches an endpoint gets (:mod:`mlrunway.deploy.card`).
     :param model_card: what the card says of the training: ``{"job": ..., "sweep": ...}`` in azure-ai-ml's words,
         as the DAG gave them to the Train and Sweep tasks (:func:`mlrunway.lifecycle.lifecycle` passes
-        them), and the run's ``budget``, which the run's cost is stated against; the rest of the card comes from
-        the registry and the sweep's record.
+        them); the rest of the card comes from the registry and the sweep's record.
+    :param budget: the run's budget (:class:`~mlrunway.ledger.budget.Budget`; None: the connection's), as the Train
+        and Sweep tasks get it: the card states the run's cost against it.
 
     :param data_collector: what the deployment collects, in azure-ai-ml's shape (``{"collections": {"model_inputs":
         {"enabled": "true"}, "model_outputs": {"enabled": "true"}}, "sampling_rate": 1.0, "rolling_rate": "hour"}``,
@@ -127,14 +128,15 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
 
     template_fields = (*MlrunwayWaitingOperator.template_fields, "model_name", "model_version", "code_dir",
                        "data_dir", "instance_type", "instance_count", "smoke", "production", "scoring_script",
-                       "strategy", "intended_use", "model_card", "data_collector")
+                       "strategy", "intended_use", "model_card", "data_collector", "budget")
 
     def __init__(self, *, model_name: str, model_version: int | str, code_dir: str, data_dir: str | None = None,
                  scoring_script: str = "score.py", workers: int = 2, instance_type: str | None = None,
                  instance_count: int | str | None = None, smoke: dict[str, Any] | None = None,
                  production: dict[str, Any] | None = None, strategy: str | None = None,
                  intended_use: str | None = None, model_card: dict[str, Any] | None = None,
-                 data_collector: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 data_collector: dict[str, Any] | None = None, budget: Mapping[str, Any] | str | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [production_alias()])
         given = {key: kwargs.pop(key) for key in FLAT_KEYS if key in kwargs}
         if given:
@@ -150,33 +152,30 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         self.scoring_script = scoring_script
         self.instance_type, self.instance_count = instance_type, instance_count
         self.strategy, self.intended_use, self.model_card = strategy, intended_use, model_card
-        self.data_collector = data_collector
+        self.data_collector, self.budget = data_collector, budget
 
     @property
     def endpoint_name(self) -> str | None:
-        """The stable endpoint (``production["endpoint_name"]``, as rendered); None: the run's own."""
-        return self._production().get("endpoint_name") or None
+        """The stable endpoint (``production["endpoint_name"]``, as rendered); None: the run's own. A key that is
+        no production setting is a SpecError naming it."""
+        return ProductionSettings.endpoint_of(self._production())
 
     def _production(self) -> dict[str, Any]:
-        """``production`` as rendered, each key one of :data:`PRODUCTION_KEYS` (a SpecError naming it otherwise)."""
-        production = self.production if isinstance(self.production, dict) else {}
-        if unknown := sorted(set(production) - set(PRODUCTION_KEYS)):
-            raise check.fail(f"deploy.production.{unknown[0]}", "is not a production endpoint setting",
-                             f"use {', '.join(PRODUCTION_KEYS)}")
-        return production
+        """``production`` as rendered (a template not rendered yet: nothing)."""
+        return self.production if isinstance(self.production, dict) else {}
 
     def chosen(self) -> DeploymentStrategy:
         return strategy_for(self.strategy, self.endpoint_name)
 
     def request(self, context: Context) -> DeployRequest:
-        """The strategy's request, from the task's arguments and its run (built again in a resumed task)."""
-        capabilities = self.backend.capabilities
+        """The strategy's request, from the task's arguments and its run (built again in a resumed task); the
+        ``production`` object goes to the strategy as given, which reads its own settings from it."""
         size = Instances.parse("deploy", instance_type=self.instance_type, instance_count=self.instance_count)
-        production = self._production()
-        promotion = Promotion.of(production)
+        endpoint, chosen = self.endpoint_name, self.chosen()
+        strategy_settings = chosen.settings(self.backend, self._production())
         checked = SmokeTest.parse(self.smoke if isinstance(self.smoke, dict) else {}, "deploy.smoke")
         return DeployRequest(
-            endpoint=promotion.endpoint_name or self.run_endpoint(context),
+            endpoint=endpoint or self.run_endpoint(context),
             settings=DeploymentSettings(model=f"{self.model_name}:{self.model_version}", code_dir=str(self.code_dir),
                                         scoring_script=self.scoring_script, instance_type=size.instance_type,
                                         instance_count=size.instance_count,
@@ -186,12 +185,7 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
             expected_response=Path(self.code_dir) / checked.expected_response if checked.expected_response else None,
             ignore_keys=checked.keys,
             run_key=self.names(context).run_key, not_newest=self.not_newest(context), max_wait_s=self.max_wait_s,
-            poll_s=self.poll_s, min_improvement=promotion.min_improvement, evaluation=production.get("evaluation"),
-            rollout=RolloutPolicy.parse(production.get("rollout"), default_window_s=capabilities.rollout_window_s,
-                                        metrics_lag_s=capabilities.metrics_lag_s),
-            require_approval=promotion.require_approval,
-            approval_timeout_s=float(production.get("approval_timeout_s") or APPROVAL_TIMEOUT_S),
-            rollback_to=production.get("rollback_to") or None, reference_job=self.names(context).reference_job)
+            poll_s=self.poll_s, reference_job=self.names(context).reference_job, strategy_settings=strategy_settings)
 
     def run_endpoint(self, context: Context) -> str:
         """The run's own endpoint: its name, or the one it had before names were salted when a try made before the
@@ -269,13 +263,13 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
 
     def run_cost(self, context: Context) -> dict[str, Any] | None:
         """What the run's jobs cost (train, the sweep's trials, export, the smoke test's reference), an estimate
-        (:mod:`mlrunway.backend.cost`); None where the backend does not say or the run started none (a version
+        (:mod:`mlrunway.ledger.cost`); None where the backend does not say or the run started none (a version
         deployed by ``deploy_model``). A read that fails is logged: the deployment stands."""
         names = self.names(context)
         cost = estimated(f"run {names.run_key}", lambda: cost_of_run(self.backend, names))
         if cost is not None:
             self.log.info("The run's compute: %s", cost["text"])
-            if (budget := budget_of((self.model_card or {}).get("budget"), self.backend)) is not None:
+            if (budget := self.run_budget) is not None:
                 cost["budget"] = held = against_budget(budget, cost)
                 self.log.info("Budget: %s", held["text"])
         return cost

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway import check
-from mlrunway.backend.budget import Budget, budget_of, refusals
 from mlrunway.backend.naming import RunNames
 from mlrunway.errors import SpecError
+from mlrunway.ledger.budget import Budget, refusals
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.operators.sweep import sweep_spec
 from mlrunway.pipeline import check_prefix
@@ -22,7 +22,8 @@ def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any],
     every argument (named errors: ``search_space.batch_size.values: empty``), each search-space name reaching
     the trial's command, each ``${{inputs.x}}`` defined; then the backend's own checks of both jobs (local:
     the distribution runs here, paths exist, the code snapshot's size; Azure: the compute exists), and the run's
-    ``budget`` against both jobs' rates (:func:`mlrunway.backend.budget.refusals`). Raises SpecError before any job
+    ``budget`` against both jobs' rates (:func:`mlrunway.ledger.budget.refusals`; under an mlrunway task, the task's
+    ``run_budget``: the same value, resolved once per task). Raises SpecError before any job
     starts; returns the sweep."""
     RunNames.of(context["dag"].dag_id, context["run_id"], check_prefix(name_prefix))
     train = vocabulary.command_job(job)
@@ -34,7 +35,8 @@ def check_run(context: Any, *, job: Mapping[str, Any], sweep: Mapping[str, Any],
                 task.backend.jobs.validate(built)
             except SpecError as exc:  # a backend names the job's fields command_job.*; the DAG calls it `field`
                 raise SpecError(str(exc).replace("command_job.", f"{field}.", 1)) from None
-        refusals(task.backend, budget_of(budget, task.backend), {"the job": train, "the sweep's trial": spec.trial})
+        # the task's budget (Train's, resolved once for its task), which the DAG hands both as ``budget``
+        refusals(task.backend, task.run_budget, {"the job": train, "the sweep's trial": spec.trial})
     else:
         Budget.parse(budget)
     return spec

@@ -8,8 +8,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import check
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.retention import Retention, RetentionPolicy
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.operators._base import MlrunwayBaseOperator
 
 
@@ -17,7 +17,7 @@ class PruneWorkspaceOperator(MlrunwayBaseOperator):
     """Prune the connection's workspace by its ``retention`` extra (or ``retention`` given here), logging each thing
     removed or kept against the numbers, and return the plan's summary (:mod:`mlrunway.local.prune`). Azure ML
     keeps its workspace by its own retention: there the task prunes the reports folder only
-    (:meth:`~mlrunway.backend.reports.ReportsFolder.prune`), by ``retention`` or the defaults.
+    (:meth:`~mlrunway.ledger.reports.ReportsFolder.prune`), by ``retention`` or the defaults.
 
     :param retention: ``{"keep_runs": 10, "keep_versions": 5, "capture_days": 30}``; None: the connection's.
     :param preview: a dry run: list what would go, remove nothing.

@@ -10,10 +10,10 @@ from airflow.sdk import Context
 
 from mlrunway import lineage
 from mlrunway.airflow.triggers import SweepTrigger
-from mlrunway.backend.budget import budget_of, refusals, spent_before, sweep_budget
-from mlrunway.backend.cost import rates_for
 from mlrunway.backend.protocol import Metered, StopRecords
 from mlrunway.backend.types import JobInfo
+from mlrunway.ledger.budget import refusals, spent_before, sweep_budget
+from mlrunway.ledger.cost import rates_for
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import require_completed
 from mlrunway.specs import CommandJobSpec, SweepSpec, vocabulary
@@ -56,7 +56,7 @@ class SweepOperator(MlrunwayJobOperator):
         "delay_evaluation": 10}``, ``median_stopping``, ``truncation_selection``, or None.
     :param max_wait_s: cancel the sweep and fail past this many seconds.
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
-    :param budget: the run's budget (:class:`~mlrunway.backend.budget.Budget`; None: the connection's): the sweep
+    :param budget: the run's budget (:class:`~mlrunway.ledger.budget.Budget`; None: the connection's): the sweep
         may spend it less what Train (and earlier attempts' trials) spent and its reserve; at that, it stops and
         ends with what it completed, the decision recorded.
     """
@@ -92,7 +92,7 @@ class SweepOperator(MlrunwayJobOperator):
         carried = carried_trials(self.backend.jobs, name)
         spec = spec_for_attempt(self.spec(self.data_interval(context)), name, carried)
         if (allowed := self.allowance(context, name)) is not None:
-            refusals(self.backend, budget_of(self.budget, self.backend), {"the sweep's trial": spec.trial})
+            refusals(self.backend, self.run_budget, {"the sweep's trial": spec.trial})
             spec = replace(spec, budget=allowed)  # a controller of the backend's own holds the sweep to it
         info = self.backend.jobs.submit_sweep(name, spec)
         self.log.info("Sweep %s submitted: %s trials, %s at a time%s%s", name, spec.limits.max_total_trials,
@@ -105,7 +105,7 @@ class SweepOperator(MlrunwayJobOperator):
         """What sweep attempt ``name`` may spend: the run's budget less its reserve and what the run's jobs spent
         before it (Train, earlier attempts' trials), the same figures on a re-attach; None without a budget."""
         if name not in self._allowances:
-            budget = budget_of(self.budget, self.backend)
+            budget = self.run_budget
             jobs = self.backend.jobs
             planned = [jobs.planned_usage(self.spec(self.data_interval(context)).trial)] \
                 if budget is not None and isinstance(jobs, Metered) else []

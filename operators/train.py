@@ -8,10 +8,10 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import check, lineage
-from mlrunway.backend.budget import budget_of, refusals, spent_before, train_verdict
-from mlrunway.backend.cost import rates_for
 from mlrunway.backend.types import JobInfo
 from mlrunway.errors import JobFailed, SpecError
+from mlrunway.ledger.budget import refusals, spent_before, train_verdict
+from mlrunway.ledger.cost import rates_for
 from mlrunway.operators._base import MlrunwayBaseOperator
 from mlrunway.operators._job import MlrunwayJobOperator
 from mlrunway.pipeline import check_metrics, check_model_output, require_completed
@@ -53,7 +53,7 @@ class TrainModelOperator(MlrunwayJobOperator):
     :param deferrable: wait in the triggerer (default) or, with False, in the worker.
     :param preflight: checks run first thing in ``execute``, before the job is submitted (lifecycle()'s checks
         of the whole run); a failure is the log's first line of the task's own, not inside a collapsed group.
-    :param budget: the run's budget (:class:`~mlrunway.backend.budget.Budget`; None: the connection's): refused
+    :param budget: the run's budget (:class:`~mlrunway.ledger.budget.Budget`; None: the connection's): refused
         before the job when the job's rate cannot keep it; a job that leaves the sweep nothing of it fails the task,
         before any trial.
     """
@@ -99,7 +99,8 @@ class TrainModelOperator(MlrunwayJobOperator):
 
     def submit(self, name: str, context: Context) -> JobInfo:
         spec = self.spec(self.data_interval(context))
-        refusals(self.backend, budget_of(self.budget, self.backend), {"the job": spec})
+        if self.preflight is None:  # lifecycle's preflight refused it already, with the sweep's trial
+            refusals(self.backend, self.run_budget, {"the job": spec})
         info = self.backend.jobs.submit(name, spec)
         self.log.info("Training job %s submitted", name)
         return info
@@ -120,7 +121,7 @@ class TrainModelOperator(MlrunwayJobOperator):
 
     def check_budget(self, context: Context) -> None:
         """Fail the task, before any trial, where the training job (every attempt of it) left the sweep nothing."""
-        if (budget := budget_of(self.budget, self.backend)) is None:
+        if (budget := self.run_budget) is None:
             return
         card = rates_for(self.backend, [])
         used, refused = train_verdict(budget, card, spent_before(self.backend, self.names(context)))

@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="mlrunway-airflow-")
 atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # the session's home goes with it
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# As a deployment with a triggerer sets it (make demo, make ui and docker-compose.yml do): waiting tasks defer.
+os.environ.setdefault("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ.pop("MLRUNWAY_WORKSPACE", None)
 

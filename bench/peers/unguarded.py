@@ -13,10 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-from mlrunway.local.serving.app import ENDPOINT_DIR_ENV
 from mlrunway.local.serving.master import listening_sockets
 from mlrunway.local.serving.server import serve
 from mlrunway.local.serving.state import EndpointState
+from mlrunway.serving.app import ENDPOINT_DIR_ENV
 
 
 def main(endpoint_dir: Path, protocol: str, port: int) -> None:

@@ -219,8 +219,8 @@ def cli_page() -> str:
 def endpoint_page() -> str:
     from dataclasses import MISSING
 
-    from mlrunway.local.serving.app import STATUSES
-    from mlrunway.local.serving.guard import Limits
+    from mlrunway.serving.app import STATUSES
+    from mlrunway.serving.guard import Limits
 
     lines = ["# The local endpoint's HTTP answers", "",
              "The local online endpoint keeps Azure ML's contract: `POST /score` (the scoring URI: key auth, traffic "
@@ -229,7 +229,7 @@ def endpoint_page() -> str:
              "`GET /healthz/ready`. Errors are JSON with an error id that the deployment's log holds.", "",
              "## Statuses", "", *_table(["status", "when"], [[status, when] for status, when in STATUSES.items()]),
              "## The server's limits", "",
-             "Enforced before a request reaches the app or its key check (`mlrunway.local.serving.guard`).", ""]
+             "Enforced before a request reaches the app or its key check (`mlrunway.serving.guard`).", ""]
     lines += _table(["limit", "default", "what"], [
         [f"`{limit.name}`", _code(limit.default) if limit.default is not MISSING else "required",
          limit.metadata.get("doc", "")] for limit in fields(Limits)])

@@ -16,7 +16,7 @@ import json
 import sys
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID, MlrunwayHook
-from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG
+from mlrunway.deploy import APPROVAL_BY_TAG, APPROVAL_TAG
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,14 +1,15 @@
 """Turn an Airflow connection into an mlrunway backend.
 
 Connection types: ``mlrunway_local`` (extra ``workspace``: the workspace root) and ``azure_ml`` (subscription,
-resource group, workspace, credential). ``mlrunway_default``, when no such connection exists, is the local
+resource group, workspace, credential). Both may hold a ``budget``, a run's default, which the hook reads
+(:meth:`MlrunwayHook.get_budget`), not the backend. ``mlrunway_default``, when no such connection exists, is the local
 backend under the project's default workspace (``$MLRUNWAY_WORKSPACE`` or ``./.workspace``), so the demo needs
 no set-up.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -16,6 +17,10 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.registry import LOCAL, connect
 from mlrunway.errors import SpecError
+from mlrunway.ledger.budget import Budget
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
 
 DEFAULT_CONN_ID = "mlrunway_default"
 
@@ -37,15 +42,9 @@ class MlrunwayHook(BaseHook):
 
     def get_backend(self) -> Backend:
         """The backend the connection names (:mod:`mlrunway.backend.registry`), imported only now."""
-        try:
-            conn = self.get_connection(self.backend_conn_id)
-        except AirflowNotFoundException as exc:
-            if self.backend_conn_id == DEFAULT_CONN_ID:
-                return connect(LOCAL, {})
-            raise SpecError(
-                f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
-                f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
-            ) from exc
+        conn = self._connection()
+        if conn is None:
+            return connect(LOCAL, {})
         conn_type = conn.conn_type or ""
         try:
             return connect(conn_type, connection_fields(conn_type, conn.extra_dejson, conn.login),
@@ -53,6 +52,34 @@ class MlrunwayHook(BaseHook):
         except SpecError as exc:
             raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: {exc}") from exc
 
+    def get_budget(self) -> Budget | None:
+        """The connection's ``budget`` (:class:`~mlrunway.ledger.budget.Budget`): what a run without one of its own
+        may spend; None: no limit. A task resolves it once (:func:`~mlrunway.ledger.budget.budget_of`)."""
+        conn = self._connection()
+        if conn is None:
+            return None
+        conn_type = conn.conn_type or ""
+        try:
+            return Budget.parse(form_fields(conn_type, conn.extra_dejson).get("budget"),
+                                BUDGET_FIELDS.get(conn_type, "budget"))
+        except SpecError as exc:
+            raise SpecError(f"backend_conn_id {self.backend_conn_id!r}: {exc}") from exc
+
+    def _connection(self) -> Connection | None:
+        """The Airflow connection; None for a missing ``mlrunway_default`` (the local backend, no set-up)."""
+        try:
+            return self.get_connection(self.backend_conn_id)
+        except AirflowNotFoundException as exc:
+            if self.backend_conn_id == DEFAULT_CONN_ID:
+                return None
+            raise SpecError(
+                f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
+                f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
+            ) from exc
+
+
+# How a connection type's messages name its budget field (the azure_ml form's fields are named with the type).
+BUDGET_FIELDS = {"azure_ml": "azure_ml connection.budget"}
 
 # A connection type whose form labels the connection's own login as one of its fields (provider.py's relabeling):
 # the azure_ml form's "Client ID" is the login.

@@ -9,12 +9,10 @@ from typing import Any
 from airflow.sdk import Param
 
 from mlrunway.airflow.hook import DEFAULT_CONN_ID
-from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import Collecting
 from mlrunway.backend.types import Instances
-from mlrunway.deploy.gate import Evaluation, Promotion
-from mlrunway.deploy.rollout import RolloutPolicy
-from mlrunway.deploy.smoke import SmokeTest
+from mlrunway.deploy import Evaluation, Promotion, RolloutPolicy, SmokeTest
+from mlrunway.ledger.budget import Budget
 from mlrunway.monitoring.drift import Drift
 from mlrunway.monitoring.monitor import MonitorSettings
 from mlrunway.settings import defaults, form_field, form_schema
@@ -58,7 +56,7 @@ def data_collector_param(*, section: str, description: str, title: str = "Data c
 
 
 def budget_param(*, section: str | None = None, title: str = "Budget", default: Any = None) -> Param:
-    """The ``budget`` Param (:class:`~mlrunway.backend.budget.Budget`): the most the run's jobs may spend."""
+    """The ``budget`` Param (:class:`~mlrunway.ledger.budget.Budget`): the most the run's jobs may spend."""
     return Param(default, **form_schema(Budget, title=title, section=section, description=(
         'The most this run\'s jobs (train, trials, export, reference) may spend: {"max_cost": 5} in the rate card\'s '
         'currency, or {"max_compute_hours": 2}; "reserve" (default 0.1) is kept for export and the reference. The '

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlrunway.backend.cost import RateCard
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.retention import RetentionPolicy
+from mlrunway.backend.types import DEFAULT_INSTANCE_TYPE
 from mlrunway.backend.waiting import Waits
 from mlrunway.onnx_export.registered import ExportSettings
 from mlrunway.settings import defaults, form_field
@@ -118,7 +119,7 @@ def get_provider_info() -> dict[str, Any]:
                         f"{Waits().transient_outage_s:g}.")},
                     "instance_type": {"label": "Deployment instance type", "schema": _STRING,
                                       "description": "VM size of online deployments where the deploy task "
-                                                     "names none; empty: Standard_DS3_v2."},
+                                                     f"names none; empty: {DEFAULT_INSTANCE_TYPE}."},
                     "instance_count": {"label": "Deployment instance count", "schema": _STRING,
                                        "description": "Instances of each online deployment where the deploy "
                                                       "task names none; empty: 1."},

@@ -27,8 +27,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.waiting import Outage, Outcome
-from mlrunway.deploy import stable
-from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG
+from mlrunway.deploy import APPROVAL_BY_TAG, APPROVAL_TAG, WindowWatch, window_watch
 from mlrunway.errors import Unavailable, WatchLost
 from mlrunway.specs.sweep import SweepBudget
 from mlrunway.sweep.budget import enforce
@@ -292,7 +291,9 @@ class ApprovalTrigger(BackendTrigger):
 
 class WindowTrigger(BaseTrigger):
     """Wait until ``until`` (epoch seconds), then hand ``carry`` back in the event: a staged rollout's window.
-    With ``backend_conn_id``, the window is watched meanwhile (:func:`stable.watch_once`, a quarter second apart):
+    ``carry`` is the strategy's state, opaque here: the strategy reads its progress from it
+    (:func:`mlrunway.deploy.window_watch`). With ``backend_conn_id``, the window is watched meanwhile (its
+    :meth:`~mlrunway.deploy.WindowWatch.once`, no more often than the backend's metrics change):
     a clearly failing challenger is rolled back here, at once, and the event says so (status ``rolled_back``,
     the reason as its error).
 
@@ -308,10 +309,9 @@ class WindowTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", {
             "until": self.until, "carry": self.carry, "backend_conn_id": self.backend_conn_id}
 
-    def progress(self) -> stable.Progress | None:
-        """The rollout the window belongs to, when it is watched."""
-        rollout = self.carry.get("rollout") if self.backend_conn_id else None
-        return stable.Progress.from_dict(rollout) if rollout else None
+    def watch(self) -> WindowWatch | None:
+        """The watch of the rollout the window belongs to, when it is watched."""
+        return window_watch(self.carry) if self.backend_conn_id else None
 
     def event(self, watched: str | None) -> dict[str, Any]:
         if watched:
@@ -319,17 +319,17 @@ class WindowTrigger(BaseTrigger):
         return {"outcome": Outcome.ENDED.value, "carry": self.carry}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        r, watched = self.progress(), None
-        if r is None:
+        watch, watched = self.watch(), None
+        if watch is None:
             await asyncio.sleep(max(0.0, self.until - time.time()))
         else:
             try:
                 backend = await asyncio.to_thread(MlrunwayHook(str(self.backend_conn_id)).get_backend)
                 while (left := self.until - time.time()) > 0:
-                    if watched := await asyncio.to_thread(stable.watch_once, backend, r):
-                        await asyncio.to_thread(stable.roll_back, backend, r)
+                    if watched := await asyncio.to_thread(watch.once, backend):
+                        await asyncio.to_thread(watch.roll_back, backend)
                         break
-                    await asyncio.sleep(min(stable.watch_period(backend), left))
+                    await asyncio.sleep(min(watch.period(backend), left))
             except Exception as exc:  # noqa: BLE001 - a watch that fails leaves the window's end to judge
                 self.log.warning("the rollout window's watch stopped (%s: %s); its end judges it", type(exc).__name__,
                                  exc)
@@ -338,8 +338,8 @@ class WindowTrigger(BaseTrigger):
 
     def wait_here(self, backend: Backend) -> dict[str, Any]:
         """The window, in the calling process (a task that does not defer), watched as in the triggerer."""
-        r = self.progress()
-        if r is None:
+        watch = self.watch()
+        if watch is None:
             time.sleep(max(0.0, self.until - time.time()))
             return self.event(None)
-        return self.event(stable.watch_window(backend, r, self.until))
+        return self.event(watch.until(backend, self.until))

@@ -37,8 +37,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from mlrunway import check
 from mlrunway.airflow import views
 from mlrunway.backend.protocol import Backend, Studio
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
+from mlrunway.ledger.reports import ReportsFolder
 
 # No schema pages: /docs, /redoc and /openapi.json would answer without Airflow's authentication.
 app = FastAPI(title="mlrunway", description="Sweep reports, MLflow runs and endpoints of mlrunway's pipeline runs",
@@ -232,7 +232,7 @@ def _monitoring_page(conn_id: str, name: str, stamp: str) -> HTMLResponse:
 
 @app.get("/report/{conn_id}/card/{name}/{version}", response_class=HTMLResponse, dependencies=[can_read_runs()])
 def model_card(conn_id: str, name: str, version: str) -> Any:
-    from mlrunway.deploy.card import card_page
+    from mlrunway.deploy import card_page
 
     _named(check.model_name, "model", name)
     reports = _backend(conn_id).reports

@@ -36,20 +36,20 @@ from mlrunway.azure.models import AzureModels
 from mlrunway.azure.prices import RetailPrices
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import RetriedWrites
-from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import ModelMonitor
-from mlrunway.backend.cost import Priced, RateCard
 from mlrunway.backend.protocol import (
     Backend,
     Capabilities,
     Lineage,
     Metered,
     MeteredEndpoints,
+    Priced,
     Rollout,
     RunMetrics,
     Studio,
 )
-from mlrunway.backend.types import Instances
+from mlrunway.backend.rates import RateCard
+from mlrunway.backend.types import DEFAULT_INSTANCE_TYPE, Instances
 from mlrunway.backend.waiting import Waits
 from mlrunway.onnx_export.registered import ExportSettings
 
@@ -77,8 +77,6 @@ class AzureBackend:
     :param transient_outage_s: how long a wait rides out reads that bring no news (a 408, 429, 5xx or dropped
         connection after azure-core's own retries) before it gives up on the watch: the connection's extra of that
         name, 15 minutes by default.
-    :param budget: the connection's ``budget`` (:class:`~mlrunway.backend.budget.Budget`): what a run without one
-        of its own may spend.
     :param client_kwargs: for ``MLClient`` and the REST pipeline (a ``transport`` in tests).
     """
 
@@ -89,16 +87,16 @@ class AzureBackend:
                                 metrics_period_s=60.0)
 
     def __init__(self, client: MLClient, credential: Any, *, compute: str | None = None,
-                 job_instance_type: str | None = None, instance_type: str = "Standard_DS3_v2", instance_count: int = 1,
+                 job_instance_type: str | None = None, instance_type: str = DEFAULT_INSTANCE_TYPE, instance_count: int = 1,
                  environment: str | None = None, export_environment: str | None = None, cloud: str = "AzureCloud", cache_dir: str | Path | None = None,
                  reports: str | Path | None = None, model_monitor: MonitorSettings | None = None,
                  transient_outage_s: float = TRANSIENT_OUTAGE_S, rate_card: RateCard | None = None,
-                 budget: Budget | None = None, **client_kwargs: Any) -> None:
+                 **client_kwargs: Any) -> None:
         self.client, self.credential = client, credential
         # The jobs train with the project's environment's torch, unless a team names its own environment (whose torch
         # mlrunway cannot know: export then trusts the worker's).
         self.capabilities = replace(type(self).capabilities, transient_outage_s=transient_outage_s,
-                                    trainer_torch=None if environment else TORCH_VERSION, budget=budget)
+                                    trainer_torch=None if environment else TORCH_VERSION)
         self.compute, self.job_instance_type, self.environment = compute or None, job_instance_type, environment
         self.instance_type, self.instance_count = instance_type, instance_count
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="mlrunway-azure-"))
@@ -156,14 +154,13 @@ class AzureBackend:
         outage_s = Waits.parse(fields, "azure_ml connection").transient_outage_s
         return cls(client, cred, compute=fields.get("compute") or None,
                    job_instance_type=fields.get("job_instance_type") or None,
-                   instance_type=size.instance_type or "Standard_DS3_v2", instance_count=size.instance_count or 1,
+                   instance_type=size.instance_type or DEFAULT_INSTANCE_TYPE, instance_count=size.instance_count or 1,
                    environment=fields.get("environment") or None, cloud=cloud,
                    export_environment=ExportSettings.parse(fields.get("export_environment"),
                                                            "azure_ml connection.export_environment").environment,
                    cache_dir=fields.get("cache_dir") or None, reports=fields.get("reports_folder") or None,
                    model_monitor=MonitorSettings.parse(fields.get("model_monitor")), transient_outage_s=outage_s,
-                   rate_card=RateCard.parse(fields.get("rates")),
-                   budget=Budget.parse(fields.get("budget"), "azure_ml connection.budget"), **client_kwargs)
+                   rate_card=RateCard.parse(fields.get("rates")), **client_kwargs)
 
     @property
     def endpoint_salt(self) -> str:

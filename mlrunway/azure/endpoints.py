@@ -24,7 +24,7 @@ from mlrunway.azure.deployments import AzureDeployments
 from mlrunway.azure.lease import RolloutLease
 from mlrunway.azure.metrics import DeploymentMonitor
 from mlrunway.azure.rest import WorkspaceRest
-from mlrunway.azure.writes import RetriedWrites, transient_reads
+from mlrunway.azure.writes import RetriedWrites, service_message, transient_reads
 from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
@@ -210,6 +210,6 @@ def _messages(exc: HttpResponseError) -> list[str]:
     """What the service said: the error's message and each of its details' (an online endpoint's name taken in
     the region comes as ``InferencingClientCallFailed`` in ``error.details``, under a general top-level message)."""
     error = exc.error
-    said = [str(getattr(error, "message", None) or exc.message)]
+    said = [service_message(exc)]
     said += [str(getattr(detail, "message", "") or "") for detail in (getattr(error, "details", None) or [])]
     return said

@@ -20,13 +20,13 @@ from mlrunway.azure.environments import export_environment, is_gpu_size, scoring
 from mlrunway.azure.outputs import job_outputs
 from mlrunway.azure.rest import WorkspaceRest
 from mlrunway.azure.writes import transient_reads, watched_write
-from mlrunway.backend.budget import BUDGET_STOP_TAG
 from mlrunway.backend.naming import base_name
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.early_termination import EarlyTerminationPolicy, applies_at, policy_from_dict
 from mlrunway.errors import JobFailed, MlrunwayError, NotFound
+from mlrunway.ledger.budget import BUDGET_STOP_TAG
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
 
@@ -331,8 +331,10 @@ class AzureJobs(Jobs):
         return info
 
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
-        """The workspace's jobs whose names start with ``prefix``."""
-        return [self._info(job) for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)]
+        """The workspace's jobs whose names start with ``prefix``, in name order (the service lists them in its own)."""
+        jobs = sorted((job for job in self.ml.jobs.list() if job is not None and job.name.startswith(prefix)),
+                      key=lambda job: job.name)
+        return [self._info(job) for job in jobs]
 
     def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
         """``jobs.begin_cancel``, then wait until the job has stopped; a job already ended is left as it is."""

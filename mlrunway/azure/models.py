@@ -16,6 +16,7 @@ from typing import Any
 from azure.ai.ml import MLClient
 from azure.ai.ml.constants import ListViewType
 from azure.ai.ml.entities import Model
+from azure.ai.ml.exceptions import ValidationErrorType, ValidationException
 from azure.core.exceptions import ResourceNotFoundError
 
 from mlrunway import check
@@ -67,6 +68,10 @@ class AzureModels(Models):
                 return self._record(self.ml.models.get(name, label="latest"))
             return self._record(self.ml.models.get(name, str(version)))
         except ResourceNotFoundError as exc:
+            raise NotFound(f"model {name}:{version} does not exist in workspace {self.ml.workspace_name}") from exc
+        except ValidationException as exc:  # the SDK's answer for the latest version of a model with none
+            if exc.error_type is not ValidationErrorType.RESOURCE_NOT_FOUND:
+                raise
             raise NotFound(f"model {name}:{version} does not exist in workspace {self.ml.workspace_name}") from exc
 
     def list(self, name: str | None = None) -> builtins.list[ModelVersion]:

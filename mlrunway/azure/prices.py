@@ -1,5 +1,5 @@
 """Azure's public Retail Prices API: the hourly price of a VM size in a region, to fill what a connection's rate card
-lacks (``RateCard.retail_prices``, :mod:`mlrunway.backend.cost`).
+lacks (``RateCard.retail_prices``, :mod:`mlrunway.ledger.cost`).
 
 ``GET https://prices.azure.com/api/retail/prices?currencyCode='<cur>'&$filter=...`` needs no sign-in and answers
 ``{"BillingCurrency", "CustomerEntityId", "CustomerEntityType", "Items": [...], "NextPageLink", "Count"}``, a page at

@@ -19,7 +19,7 @@ from azure.core.exceptions import HttpResponseError, ServiceRequestError, Servic
 
 from mlrunway.errors import EndpointError, Unavailable
 
-__all__ = ["WRITE_BACKOFF_S", "RetriedWrites", "transient_reads", "unavailable", "watched_write"]
+__all__ = ["WRITE_BACKOFF_S", "RetriedWrites", "service_message", "transient_reads", "unavailable", "watched_write"]
 
 WRITE_BACKOFF_S = 1.0  # the first wait after a 409 or 429 without Retry-After; doubled each time, up to 60 s
 T = TypeVar("T")
@@ -44,13 +44,19 @@ class RetriedWrites:
                 if exc.status_code not in (409, 429):
                     raise
                 wait = _retry_after(exc) or backoff
-                said = getattr(exc.error, "message", None) or exc.message
+                said = service_message(exc)
                 if time.monotonic() + wait > deadline:
                     raise EndpointError(f"{what}: still refused after {self.retry_s:g} s of retries "
                                         f"(HTTP {exc.status_code}: {said})") from exc
                 log.warning("%s: HTTP %s (%s); again in %.1f s", what, exc.status_code, said, wait)
                 time.sleep(wait)
                 backoff = min(backoff * 2, 60.0)
+
+
+def service_message(exc: HttpResponseError) -> str:
+    """What the service said of a failure: its error body's message (ARM's ``{"error": {"message": ...}}``), else
+    azure-core's own line for the answer. The one reader of an Azure error's message."""
+    return str(getattr(exc.error, "message", None) or exc.message)
 
 
 def _retry_after(exc: HttpResponseError) -> float | None:
@@ -71,8 +77,7 @@ def unavailable(exc: Exception, what: str = "") -> Unavailable | None:
     if isinstance(exc, HttpResponseError):
         status = exc.status_code or 0
         if status in (408, 429) or status >= 500:
-            message = getattr(exc.error, "message", None) or exc.message
-            return Unavailable(f"{said}HTTP {status}: {message}", _retry_after(exc))
+            return Unavailable(f"{said}HTTP {status}: {service_message(exc)}", _retry_after(exc))
     return None
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrunway import check
-from mlrunway.backend.cost import Priced, RateCard
-from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Metered, Models, Rollout
+from mlrunway.backend.protocol import Backend, Capabilities, Endpoints, Jobs, Metered, Models, Priced, Rollout
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,

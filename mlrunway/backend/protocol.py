@@ -9,7 +9,8 @@ parts as capability protocols, and the ``Backend`` that holds them (MLflow's ``A
   backend's kind: :class:`Artifacts` (jobs keep files with their run), :class:`Rollout` (a deployment's served
   metrics and the endpoint's rollout lease), :class:`Studio` (pages of the backend's own UI), :class:`Leftovers`
   (what of it still runs on this machine), :class:`Lineage` (the namespace its lineage datasets are named in),
-  :class:`Metered` (what its jobs ran on and how long, for their cost).
+  :class:`Metered` (what its jobs ran on and how long, for their cost), :class:`Priced` (its connection's rate
+  card), :class:`StopRecords` (a sweep's budget decision recorded on the sweep).
 
 Every backend (``local``, ``azure``, the shipped :class:`~mlrunway.backend.fake.FakeBackend`) satisfies it under
 mypy, and the core, the operators and the triggers take it, never a concrete backend. Records that cross it are
@@ -29,9 +30,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from mlrunway import check
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import (
     DeploymentInfo,
     DeploymentMetrics,
@@ -50,11 +52,8 @@ from mlrunway.errors import EndpointError, JobTimedOut, NotFound, NotSupportedOn
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
-if TYPE_CHECKING:
-    from mlrunway.backend.budget import Budget
-
 __all__ = ["REQUIRED", "Artifacts", "Backend", "Capabilities", "Endpoints", "Jobs", "Leftovers", "Lineage", "Metered",
-           "MeteredEndpoints", "Models", "Rollout", "RunMetrics", "StopRecords", "Studio", "rollout_of"]
+           "MeteredEndpoints", "Models", "Priced", "Rollout", "RunMetrics", "StopRecords", "Studio", "rollout_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +74,6 @@ class Capabilities:
     :param trainer_torch: the torch its jobs train with, where mlrunway knows it (the export job must load theirs).
     :param job_environments: whether each job runs in an environment it names (Azure ML); False: every job runs in
         the backend's own Python (the local backend), so what a job lacks is installed there.
-    :param budget: the connection's ``budget`` (:class:`~mlrunway.backend.budget.Budget`): what a run without one
-        of its own may spend; None: no limit.
     """
 
     poll_interval_s: float = 2.0
@@ -86,7 +83,6 @@ class Capabilities:
     transient_outage_s: float = 0.0
     trainer_torch: str | None = None
     job_environments: bool = True
-    budget: Budget | None = None
 
 
 class _NamesChecked:
@@ -144,9 +140,11 @@ class Jobs(_NamesChecked, abc.ABC):
     @abc.abstractmethod
     def get(self, name: str) -> JobInfo: ...
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> builtins.list[JobInfo]: ...
+    def list(self, prefix: str = "") -> builtins.list[JobInfo]:
+        """The jobs whose names start with ``prefix`` (all by default), in name order."""
     @abc.abstractmethod
-    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo: ...
+    def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
+        """Stop the job and return its info once it has ended; a job already ended is left as it is (its info)."""
     @abc.abstractmethod
     def logs(self, name: str) -> Iterable[str]: ...
     @abc.abstractmethod
@@ -424,7 +422,7 @@ class Backend(Protocol):
 @runtime_checkable
 class Metered(Protocol):
     """Jobs that say what they ran on and how long (:class:`~mlrunway.backend.types.Usage`), for their cost
-    (:mod:`mlrunway.backend.cost`); reads made for it, never in a wait's poll."""
+    (:mod:`mlrunway.ledger.cost`); reads made for it, never in a wait's poll."""
 
     def usage(self, name: str) -> Usage | None:
         """What job ``name`` ran on, from its start to its end (None: it never started)."""
@@ -437,6 +435,16 @@ class Metered(Protocol):
     def planned_usage(self, spec: CommandJobSpec) -> Usage:
         """What a job of ``spec`` would run on (no times yet): its rate is known before it starts, so a budget it
         cannot keep is refused before any job."""
+        ...
+
+
+@runtime_checkable
+class Priced(Protocol):
+    """A backend whose connection holds a rate card (:class:`~mlrunway.backend.rates.RateCard`)."""
+
+    def rates_for(self, sizes: Iterable[str]) -> RateCard:
+        """The connection's rate card, with what it lacks of ``sizes`` (VM sizes jobs ran on) filled where the
+        backend can (Azure ML's Retail Prices, when the card asks for them)."""
         ...
 
 
@@ -464,7 +472,7 @@ class RunMetrics(Protocol):
 @runtime_checkable
 class MeteredEndpoints(Protocol):
     """Endpoints that say what each deployment serves on and since when, for its serving cost
-    (:mod:`mlrunway.backend.cost`)."""
+    (:mod:`mlrunway.ledger.cost`)."""
 
     def serving_usage(self, endpoint: str) -> dict[str, Usage]:
         """Each deployment of ``endpoint``: since its creation (``ended`` None: it serves), its VM size and

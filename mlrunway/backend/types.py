@@ -82,6 +82,9 @@ class DeploymentInfo:
     operation: str | None = None
 
 
+DEFAULT_INSTANCE_TYPE = "Standard_DS3_v2"  # an Azure ML deployment's VM size where neither task nor connection names one
+
+
 @pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
 class Instances:
     """A deployment's size, declared once (:mod:`mlrunway.settings`): the deploy task's ``instance_type`` and
@@ -90,8 +93,8 @@ class Instances:
 
     instance_type: Annotated[str | None, EMPTY_IS_NONE] = setting(
         None, pattern=r"^[A-Za-z0-9_]+$", title="Instance type",
-        description="VM size of the deployment (Azure ML), e.g. Standard_DS3_v2. Empty: the connection's.",
-        problem="{value!r} is not a VM size", fix="write e.g. Standard_DS3_v2")
+        description=f"VM size of the deployment (Azure ML), e.g. {DEFAULT_INSTANCE_TYPE}. Empty: the connection's.",
+        problem="{value!r} is not a VM size", fix=f"write e.g. {DEFAULT_INSTANCE_TYPE}")
     instance_count: Annotated[int | None, EMPTY_IS_NONE, NOT_A_FLAG] = setting(
         None, ge=1, le=100, title="Instance count",
         description="Instances of the deployment (1 to 100). Empty: the connection's.",
@@ -158,7 +161,7 @@ class EndpointInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class Usage:
-    """What a job ran on and how long, for its cost (:mod:`mlrunway.backend.cost`): ``started`` and ``ended`` as the
+    """What a job ran on and how long, for its cost (:mod:`mlrunway.ledger.cost`): ``started`` and ``ended`` as the
     backend records them (``ended`` None while it runs), ``size`` the VM size of its nodes (None: this machine, the
     local backend), ``tier`` ``dedicated``, ``low_priority`` or ``spot``, ``instances`` its nodes, ``processes``
     those that ran on this machine's cores (locally), ``cpu_seconds`` the CPU time they took (locally, measured when

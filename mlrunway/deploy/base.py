@@ -17,7 +17,6 @@ from mlrunway import check
 from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, ProvisioningState
 from mlrunway.backend.waiting import Outcome
-from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.errors import EndpointError
 
 
@@ -32,6 +31,8 @@ class DeployRequest:
     :param max_wait_s: the most a provisioning may take; ``poll_s`` between looks at it.
     :param reference_job: the name of the job that computes the smoke test's expected answer with score.py, when the
         smoke test needs one (a ``sample_request`` without ``expected_response``); None: ``<endpoint>-reference``.
+    :param strategy_settings: the strategy's own settings group, as its :meth:`DeploymentStrategy.settings` read
+        them from the deploy task's ``production`` object (None: the strategy's defaults).
     The rest are the deploy task's arguments of the same names (see operators/deploy_blue.py).
     """
 
@@ -46,13 +47,8 @@ class DeployRequest:
     not_newest: str | None = None
     max_wait_s: float = 3600.0
     poll_s: float = 1.0
-    min_improvement: float = 0.0
-    evaluation: dict[str, Any] | None = None
-    rollout: RolloutPolicy = field(default_factory=RolloutPolicy)
-    require_approval: bool = False
-    approval_timeout_s: float = 7 * 24 * 3600.0
-    rollback_to: str | None = None
     reference_job: str | None = None
+    strategy_settings: Any = None
 
     @property
     def model(self) -> tuple[str, int]:
@@ -147,6 +143,11 @@ class DeploymentStrategy(Protocol):
         """Before any job: the deploy task's arguments (``deployment``, as the DAG renders them: ``code_dir``,
         ``data_dir``, the smoke test's and the strategy's own settings) as far as they can be known without a model;
         ``backend``: what the run's connection gives (None: not known here). A SpecError names the field."""
+        ...
+
+    def settings(self, backend: Backend, given: Mapping[str, Any]) -> Any:
+        """The strategy's own settings group from the deploy task's ``production`` object, as rendered, for the
+        request's ``strategy_settings``: the task passes the object through; a bad field is a SpecError naming it."""
         ...
 
     def start(self, backend: Backend, request: DeployRequest) -> Step: ...

@@ -29,6 +29,10 @@ class PerRunBlue:
     def validate(self, backend: Backend | None, deployment: Mapping[str, Any]) -> None:
         smoke.check_before_any_job(deployment)
 
+    def settings(self, backend: Backend, given: Mapping[str, Any]) -> None:
+        """None of its own: a stable endpoint's settings do nothing on the run's own endpoint."""
+        return None
+
     def start(self, backend: Backend, request: DeployRequest) -> Step:
         begin_reference(backend, request)
         backend.endpoints.begin_create_or_update(request.endpoint, request.endpoint_settings)

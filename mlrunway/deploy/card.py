@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.cost import cost_rows
 from mlrunway.backend.protocol import Artifacts, Backend
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.errors import MlrunwayError, NotFound
+from mlrunway.ledger.cost import cost_rows
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.sweep.leaderboard import format_params
 
 CARD_TAG = "mlrunway.model_card"  # a version's tag: where its card's HTML is
@@ -63,7 +63,7 @@ def collect(backend: Backend, model: str, *, description: dict[str, Any] | None 
             history: list[dict[str, Any]] | None = None, cost: dict[str, Any] | None = None) -> ModelCard:
     """The card of ``model`` (``name:version``, the ONNX version an endpoint serves) from the registry, the sweep's
     record, ``description`` (``{"job": ..., "sweep": ...}`` as the DAG gave them) and ``cost``, what the run that
-    made it spent on compute (:meth:`mlrunway.backend.cost.RunCost.to_dict`)."""
+    made it spent on compute (:meth:`mlrunway.ledger.cost.RunCost.to_dict`)."""
     name, _, version = model.partition(":")
     served = backend.models.get(name, int(version))
     props = served.properties

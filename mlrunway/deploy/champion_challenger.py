@@ -14,7 +14,7 @@ import enum
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +24,7 @@ from mlrunway.backend.waiting import Outcome
 from mlrunway.deploy import gate, smoke, stable
 from mlrunway.deploy.base import Approval, DeployRequest, Done, Provisioning, Resumed, Step, Window
 from mlrunway.deploy.blue import begin_reference, promote_blue
+from mlrunway.deploy.production import ProductionSettings
 from mlrunway.deploy.rollout import RolloutPolicy
 from mlrunway.deploy.stable import APPROVAL_BY_TAG, APPROVAL_TAG, Decision, Progress
 from mlrunway.errors import EndpointError, NotSupportedOnBackend
@@ -67,26 +68,31 @@ class ChampionChallenger:
             raise check.fail("endpoint_name", f"the {backend.kind} backend has no staged rollout yet",
                              "leave endpoint_name empty: each run deploys to its own endpoint")
 
+    def settings(self, backend: Backend, given: Mapping[str, Any]) -> ProductionSettings:
+        """The stable endpoint's settings (:class:`~mlrunway.deploy.production.ProductionSettings`), the rollout's
+        window defaulting to the backend's and checked against its metrics lag."""
+        return ProductionSettings.read(given, backend)
+
     def clean_up(self, backend: Backend, endpoint: str, run_key: str) -> dict[str, Any]:
         """Production back where a rollout was cut short, the slots left with no traffic deleted, never the
         endpoint; the lease given back (:func:`mlrunway.deploy.stable.clean_up`)."""
         return {"stable_endpoint": endpoint, "deleted_deployments": stable.clean_up(backend, endpoint, run_key)}
 
     def start(self, backend: Backend, request: DeployRequest) -> Step:
-        endpoint = request.endpoint
+        endpoint, production = request.endpoint, settings_of(request)
         if not isinstance(backend.endpoints, Rollout):
             raise NotSupportedOnBackend(f"endpoint_name={endpoint!r}: the {backend.kind} backend has no staged "
                                         "rollout yet; leave endpoint_name empty for the per-run endpoint")
-        if request.rollout.max_disagreement is not None and not isinstance(backend.endpoints, Shadow):
+        if production.rollout.max_disagreement is not None and not isinstance(backend.endpoints, Shadow):
             raise check.fail("rollout.max_disagreement", f"the {backend.kind} backend keeps no mirrored answers to "
                              "compare (Azure ML mirrors traffic without using the answers)", "leave it null here: "
                              "the mirror window still judges the challenger's errors and latency")
         settings = request.settings
-        if request.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
+        if production.rollback_to:  # a person's one-argument rollback: that version, through the same staged path
             name = settings.model_name
-            target = backend.models.alias(name, request.rollback_to)
+            target = backend.models.alias(name, production.rollback_to)
             if target is None:
-                raise check.fail("rollback_to", f"no version of model {name} holds alias {request.rollback_to!r}",
+                raise check.fail("rollback_to", f"no version of model {name} holds alias {production.rollback_to!r}",
                                  "name an alias a promotion set (previous, production)")
             settings = replace(settings, model=f"{name}:{target.version}")
         else:
@@ -95,7 +101,7 @@ class ChampionChallenger:
             if request.not_newest:
                 return Done(result=stable.skip_creation(backend, endpoint, settings.model, request.not_newest))
             begin_reference(backend, replace(request, settings=settings))  # the first model is smoke-tested
-        r = stable.begin(backend, endpoint, request.run_key, settings, request.rollout, lease_s(request))
+        r = stable.begin(backend, endpoint, request.run_key, settings, production.rollout, lease_s(request))
         info = backend.endpoints.get_deployment(endpoint, r.slot)
         return Provisioning(state=state(r, Phase.PROVISIONED), endpoint=endpoint, deployment=r.slot,
                             operation=info.operation)
@@ -132,19 +138,20 @@ class ChampionChallenger:
                          settings=request.settings, expected_response=request.expected_response,
                          ignore_keys=request.ignore_keys, reference_job=request.reference_job)
             return self._conclude(backend, r, Decision.CREATED, "the endpoint's first model")
-        if request.rollback_to:
-            r.gate = {"summary": f"rollback_to={request.rollback_to}: {r.model} goes back, by a person's decision, "
-                                 "without the gate"}
+        production = settings_of(request)
+        if production.rollback_to:
+            r.gate = {"summary": f"rollback_to={production.rollback_to}: {r.model} goes back, by a person's "
+                                 "decision, without the gate"}
         else:
             evaluation = stable.evaluation_set(backend, r.model, request.settings.code_dir, request.data_dir,
-                                               request.evaluation)
-            settings = gate.GateSettings.parse(request.evaluation, request.min_improvement)
+                                               production.evaluation)
+            settings = gate.GateSettings.parse(production.evaluation, production.min_improvement)
             if not stable.judge_challenger(backend, r, evaluation, settings):
                 return self._conclude(backend, r, Decision.HELD, f"{r.gate['verdict']}: {r.gate['summary']}")
             if request.not_newest:
                 return self._conclude(backend, r, Decision.SKIPPED,
                                       f"better ({r.gate['summary']}), but {request.not_newest}")
-            if request.require_approval:
+            if production.require_approval:
                 return self._ask(backend, request, r)
         return self._next_window(backend, r)
 
@@ -160,7 +167,7 @@ class ChampionChallenger:
         backend.models.update_tags(name, int(version), {APPROVAL_TAG: "pending", APPROVAL_BY_TAG: None,
                                                         "mlrunway.evidence": stable.evidence(r)})
         return Approval(state=state(r, Phase.APPROVAL), model=r.model, evidence={"model": r.model, "gate": r.gate},
-                        deadline=time.time() + request.approval_timeout_s)
+                        deadline=time.time() + settings_of(request).approval_timeout_s)
 
     def _answered(self, backend: Backend, request: DeployRequest, r: Progress, event: Resumed) -> Step:
         if event.outcome is Outcome.ENDED and event.status == "approved":
@@ -171,7 +178,7 @@ class ChampionChallenger:
         elif event.outcome is Outcome.LOST:  # no evidence is never a pass: held, the tag left as it is
             why = f"its approval could not be read ({event.error})"
         else:  # the deadline passed (or the wait failed): nobody answered in time
-            why = f"no answer within approval_timeout_s={request.approval_timeout_s:g} ({event.error})"
+            why = f"no answer within approval_timeout_s={settings_of(request).approval_timeout_s:g} ({event.error})"
             name, _, version = r.model.partition(":")
             backend.models.update_tags(name, int(version), {APPROVAL_TAG: "expired"})
         return self._conclude(backend, r, Decision.HELD, f"better ({r.gate['summary']}), but {why}")
@@ -188,10 +195,49 @@ def state(r: Progress, phase: Phase) -> dict[str, Any]:
     return {"rollout": r.to_dict(), "phase": phase.value}
 
 
+def settings_of(request: DeployRequest) -> ProductionSettings:
+    """The request's stable-endpoint settings (none given: the defaults)."""
+    given = request.strategy_settings
+    return given if isinstance(given, ProductionSettings) else ProductionSettings.read(None)
+
+
 def lease_s(request: DeployRequest) -> float:
     """How long a run holds the endpoint's rollout lease: its longest path, each phase's extension included."""
-    policy = request.rollout
-    approval = request.approval_timeout_s if request.require_approval and not request.rollback_to else 0.0
+    production = settings_of(request)
+    policy = production.rollout
+    approval = production.approval_timeout_s if production.require_approval and not production.rollback_to else 0.0
     windows = policy.mirror_window_s + len(policy.steps) * policy.window_s + (len(policy.steps) + 1) * \
         policy.extension_s  # each phase, the mirror's too, may be extended for want of requests
     return request.max_wait_s + approval + windows + LEASE_MARGIN_S
+
+
+@dataclass(frozen=True)
+class WindowWatch:
+    """A staged rollout's window watched by its host (the trigger, or the task waiting in the worker), which holds
+    the window's state as the opaque value the strategy gave it: the strategy reads its progress back from it."""
+
+    progress: Progress
+
+    @classmethod
+    def of(cls, carry: Mapping[str, Any]) -> WindowWatch | None:
+        """The watch of the window ``carry`` (a :class:`~mlrunway.deploy.base.Window`'s state) belongs to; None:
+        nothing to watch (the window is only waited out)."""
+        rollout = carry.get("rollout")
+        return cls(Progress.from_dict(rollout)) if rollout else None
+
+    def once(self, backend: Backend) -> str | None:
+        """One look (:func:`mlrunway.deploy.stable.watch_once`): why the challenger must go back, or None."""
+        return stable.watch_once(backend, self.progress)
+
+    def roll_back(self, backend: Backend) -> None:
+        """The challenger back to 0%, the champion at 100%."""
+        stable.roll_back(backend, self.progress)
+
+    def period(self, backend: Backend) -> float:
+        """Seconds between two looks."""
+        return stable.watch_period(backend)
+
+    def until(self, backend: Backend, until: float) -> str | None:
+        """Watch until ``until`` (epoch s) in this process (:func:`mlrunway.deploy.stable.watch_window`): the reason
+        a condemned challenger went back, or None."""
+        return stable.watch_window(backend, self.progress, until)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlrunway import check, lineage
-from mlrunway.backend.budget import Budget
 from mlrunway.backend.capture import Capture, Replay
-from mlrunway.backend.cost import Priced, RateCard
 from mlrunway.backend.protocol import (
     Artifacts,
     Backend,
@@ -21,9 +19,11 @@ from mlrunway.backend.protocol import (
     Lineage,
     Metered,
     MeteredEndpoints,
+    Priced,
     Rollout,
     RunMetrics,
 )
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.retention import PrunePlan, Retention, RetentionPolicy
 from mlrunway.local.jobs import LocalJobs
 from mlrunway.local.processes import leftovers
@@ -59,8 +59,8 @@ class LocalBackend:
         ``endpoint_host`` is where new endpoints listen (default 127.0.0.1, this machine only); ``capture_max_mb``
         what each deployment's data collector may keep (default 1024 MB; its oldest files go first); ``retention``
         what :meth:`prune` keeps (:class:`~mlrunway.backend.retention.RetentionPolicy`, a dict or its JSON);
-        ``local_rate`` (or ``rates``, :class:`~mlrunway.backend.cost.RateCard`) what a core-hour costs; ``budget``
-        (:class:`~mlrunway.backend.budget.Budget`) what a run without one of its own may spend."""
+        ``local_rate`` (or ``rates``, :class:`~mlrunway.backend.rates.RateCard`) what a core-hour costs. Its
+        ``budget`` is the hook's to read (a run's default, :meth:`~mlrunway.airflow.hook.MlrunwayHook.get_budget`)."""
         cap = fields.get("capture_max_mb")
         megabytes = 1024.0
         if cap not in (None, ""):
@@ -79,12 +79,9 @@ class LocalBackend:
                                  'give e.g. {"keep_runs": 10, "keep_versions": 5, "capture_days": 30}') from exc
         policy = RetentionPolicy.parse(retention)
         rates = RateCard.parse(fields.get("rates"), local_rate=fields.get("local_rate"))
-        backend = cls(Workspace.at(fields.get("workspace") or None),
-                      endpoint_host=fields.get("endpoint_host") or "127.0.0.1", capture_max_mb=megabytes,
-                      retention=policy, rate_card=rates)
-        if (budget := Budget.parse(fields.get("budget"), "budget")) is not None:  # a run's default
-            backend.capabilities = replace(backend.capabilities, budget=budget)
-        return backend
+        return cls(Workspace.at(fields.get("workspace") or None),
+                   endpoint_host=fields.get("endpoint_host") or "127.0.0.1", capture_max_mb=megabytes,
+                   retention=policy, rate_card=rates)
 
     def rates_for(self, sizes: Iterable[str]) -> RateCard:
         """The connection's card (``local_rate`` prices this machine's core-hours)."""

@@ -31,13 +31,14 @@ from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
-from mlrunway.local.launch import check_runnable, process_count, resolve_command
+from mlrunway.local.launch import check_runnable
 from mlrunway.local.processes import CANCEL_LOOK_S, JOB_TOKEN_ENV, Identity, die_with_parent, kill_marked, marked
 from mlrunway.local.reconcile import SUBMIT_LOCK, close_run, reconcile
 from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.supervisor import command as supervisor_command
 from mlrunway.local.workspace import Workspace
+from mlrunway.specs.command import process_count, resolve_command
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
 
@@ -258,7 +259,7 @@ class LocalJobs(Jobs):
 
     # -- usage (Metered) ---------------------------------------------------------------------------
     def usage(self, name: str) -> Usage | None:
-        """Its wall time, processes and CPU time, as its supervisor recorded them (:mod:`mlrunway.backend.cost`)."""
+        """Its wall time, processes and CPU time, as its supervisor recorded them (:mod:`mlrunway.ledger.cost`)."""
         state = JobState(self.workspace.job_dir(name))
         try:
             return _usage(state.status()) if state.status_file.exists() else None

@@ -8,7 +8,8 @@
   OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE; AZ_BATCHAI_MPI_MASTER_NODE (the master's address) is
   set here, as Azure ML sets it on a single node (AZ_BATCH_MASTER_NODE, ``address:port``, only on several nodes).
 
-A leading ``python`` runs under this interpreter, so a job uses the backend's environment.
+The command line itself (its ``${{inputs.x}}`` substituted) and the processes a distribution counts are the
+spec's, the same on every backend: :mod:`mlrunway.specs.command`.
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
-import shlex
 import shutil
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 
 from mlrunway.errors import NotSupportedOnBackend
 from mlrunway.local.processes import ProcessLaunch, free_port
-from mlrunway.specs.job import PLACEHOLDER, CommandJobSpec, Input, MpiDistribution, PyTorchDistribution
+from mlrunway.specs.command import process_count, resolve_command
+from mlrunway.specs.job import CommandJobSpec, MpiDistribution, PyTorchDistribution
 
-_PYTHONS = {"python", "python3", f"python3.{sys.version_info.minor}"}
+__all__ = ["check_runnable", "find_mpirun", "plan", "process_count", "resolve_command"]
+
 _BESIDE_PYTHON = os.path.dirname(sys.executable)  # the venv's bin (sys.executable is its link, not resolved)
 
 
@@ -66,22 +65,6 @@ def _mpirun() -> str:
     return found
 
 
-def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping[str, Path]) -> list[str]:
-    """Split the command line and substitute ``${{inputs.x}}`` / ``${{outputs.y}}`` in each argument."""
-
-    def value(match: re.Match[str]) -> str:
-        section, name = match.groups()
-        if section == "outputs":
-            return str(outputs[name])
-        item = inputs[name]
-        return item.path if isinstance(item, Input) else str(item)
-
-    argv = [PLACEHOLDER.sub(value, token) for token in shlex.split(command)]
-    if argv and argv[0] in _PYTHONS:
-        argv[0] = sys.executable
-    return argv
-
-
 def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[ProcessLaunch]:
     """The processes to start for ``spec``; all of them go into one process group."""
     dist = spec.distribution
@@ -92,17 +75,6 @@ def plan(spec: CommandJobSpec, argv: list[str], env: dict[str, str]) -> list[Pro
     if isinstance(dist, MpiDistribution):
         return [ProcessLaunch(_mpirun_argv(argv, dist.process_count_per_instance), {**env, **_mpi_master()})]
     return _tensorflow(argv, env, dist.workers(spec.instance_count), dist.parameter_server_count)
-
-
-def process_count(spec: CommandJobSpec) -> int:
-    """How many processes of the job's own code :func:`plan` runs at once (its launcher left out): what its cost
-    counts in core-hours (:mod:`mlrunway.backend.cost`)."""
-    dist = spec.distribution
-    if dist is None:
-        return 1
-    if isinstance(dist, (PyTorchDistribution, MpiDistribution)):
-        return dist.process_count_per_instance
-    return dist.workers(spec.instance_count) + dist.parameter_server_count
 
 
 def _torchrun(argv: list[str], processes: int) -> list[str]:

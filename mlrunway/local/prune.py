@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.naming import RunNames
-from mlrunway.backend.reports import ReportsFolder, size_of
 from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, RetentionPolicy
 from mlrunway.errors import MlrunwayError, NotFound
+from mlrunway.ledger.reports import ReportsFolder, size_of
 from mlrunway.local import records
 from mlrunway.local.files import locked
 from mlrunway.local.registry import ALIAS_LOG
@@ -146,7 +146,7 @@ def _deployed(workspace: Workspace) -> dict[tuple[str, int], str]:
 def plan(workspace: Workspace, policy: RetentionPolicy, reports: Path, *, now: float | None = None) -> PrunePlan:
     """What pruning ``workspace`` by ``policy`` removes, and what it keeps though the numbers pass it by: the
     runs, then the model versions, then the captures; the reports folder's part by its layout
-    (:meth:`~mlrunway.backend.reports.ReportsFolder.plan`), told which runs and versions go and which runs stay."""
+    (:meth:`~mlrunway.ledger.reports.ReportsFolder.plan`), told which runs and versions go and which runs stay."""
     now = time.time() if now is None else now
     result = PrunePlan(policy)
     runs = _runs(workspace)

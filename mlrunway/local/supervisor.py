@@ -269,10 +269,11 @@ def _killed(role: str | None, pid: int, killed_by: str) -> str:
 
 def _plan(spec: dict[str, Any], argv: list[str], env: dict[str, str]) -> tuple[list[ProcessLaunch], int]:
     """The job's processes: its command, as is, unless it is distributed (:func:`mlrunway.local.launch.plan`); and
-    how many of them run its code, what its cost counts (:func:`mlrunway.local.launch.process_count`)."""
+    how many of them run its code, what its cost counts (:func:`mlrunway.specs.command.process_count`)."""
     if spec.get("distribution") is None:
         return [ProcessLaunch(argv, env)], 1
-    from mlrunway.local.launch import plan, process_count
+    from mlrunway.local.launch import plan
+    from mlrunway.specs.command import process_count
     from mlrunway.specs.job import CommandJobSpec
 
     distributed = CommandJobSpec.from_dict(spec)

@@ -192,9 +192,9 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
     outcome = recorded(result)
     source = None
     if sweep.sampling.type == "bayesian":
-        from mlrunway.local.bayesian import OptunaSearch
+        from mlrunway.sweep.bayesian import OptunaSearch
 
-        source = OptunaSearch(jobs.workspace, job["name"], sweep, recorded=outcome.trials)
+        source = OptunaSearch(jobs.workspace.root, job["name"], sweep, recorded=outcome.trials)
     poll_s = float(job.get("poll_s", 1.0))
     budget = None if sweep.budget is None else BudgetWatch(sweep.budget, jobs.usage, admitted(sweep.budget), poll_s,
                                                            exit_s=jobs.kill_grace_s)

@@ -6,7 +6,7 @@ production rows are those of every deployment with traffic (or the one named), o
 read back through the backend's :class:`~mlrunway.backend.capture.Capture`. The reference is a JSON-lines file per
 collection, of rows with the same columns (or of the collector's own records, whose ``data`` holds rows): what the
 deployment's score.py collects when it is given held-out data of the training set's distribution (the ``val/``
-images; :mod:`mlrunway.local.reference` writes them).
+images; :mod:`mlrunway.monitoring.reference` writes them).
 
 The report says ``drifted`` (a signal drifted: retraining is due), ``stable`` (every signal had its evidence and
 none drifted) or ``no evidence`` (a signal had too few rows, a collection is missing, or its reference is): a
@@ -29,7 +29,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from mlrunway import check
 from mlrunway.backend.capture import Capture, ModelMonitor, Replay, rows_of
 from mlrunway.backend.protocol import Backend
-from mlrunway.backend.reports import ReportsFolder
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.monitoring.drift import TESTS, DriftSettings, Signal, signal
 from mlrunway.settings import NOT_A_FLAG, parse, setting
 
@@ -135,7 +135,7 @@ def read_rows(path: str | Path, field_name: str = "reference") -> list[dict[str,
     source = Path(path)
     if not source.is_file():
         raise check.fail(field_name, f"{source} does not exist",
-                         "write the reference first (python -m mlrunway.local.reference)")
+                         "write the reference first (python -m mlrunway.monitoring.reference)")
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(source.read_text().splitlines(), 1):
         if not line.strip():
@@ -229,7 +229,7 @@ def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: l
                      scoring_script: str = "score.py") -> dict[str, str]:
     """The reference of the model serving ``endpoint``: made once per model version, by its own scoring script
     (:class:`~mlrunway.backend.capture.Replay`), in the reports folder ``reports``
-    (:meth:`~mlrunway.backend.reports.ReportsFolder.reference`)."""
+    (:meth:`~mlrunway.ledger.reports.ReportsFolder.reference`)."""
     _, model = serving_model(backend, endpoint)
     target = ReportsFolder(Path(reports)).reference(endpoint, model)
     files = {c: str(target / f"{c}.jsonl") for c in SIGNALS.values()}
@@ -245,7 +245,7 @@ def ensure_reference(backend: Backend, endpoint: str, code_dir: str, requests: l
 # -- the report page --------------------------------------------------------------------------------------------------
 def save(report: MonitorReport, reports: str | Path) -> Path:
     """Write ``<time>.json`` and ``.html`` (self-contained, with plots) and ``latest.*`` where the reports folder
-    ``reports`` keeps the endpoint's monitoring (:meth:`~mlrunway.backend.reports.ReportsFolder.monitoring`);
+    ``reports`` keeps the endpoint's monitoring (:meth:`~mlrunway.ledger.reports.ReportsFolder.monitoring`);
     return the page."""
     out = ReportsFolder(Path(reports)).monitoring(report.endpoint)
     out.mkdir(parents=True, exist_ok=True)

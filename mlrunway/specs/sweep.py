@@ -143,7 +143,7 @@ class SweepLimits:
 @worded("sweep.budget", "sweep budget")
 @pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))  # built now: worded wraps its __init__
 class SweepBudget:
-    """What a sweep may spend (:mod:`mlrunway.backend.budget` derives it from the run's budget): ``limit`` of
+    """What a sweep may spend (:mod:`mlrunway.ledger.budget` derives it from the run's budget): ``limit`` of
     ``measure`` (``cost`` in ``currency``, or ``hours`` of compute); ``rates`` the prices it was admitted with, by VM
     size (``<size>`` or ``<size>:<tier>``, per node-hour) and ``local_rate`` (per core-hour), which every watcher and
     controller prices its trials from; ``basis`` how it was derived, for the record. Validated when it is built,

@@ -1,5 +1,5 @@
 """A sweep held to what it may spend (:class:`~mlrunway.specs.sweep.SweepBudget`, from the run's budget:
-:mod:`mlrunway.backend.budget`), where its trials start.
+:mod:`mlrunway.ledger.budget`), where its trials start.
 
 - :class:`BudgetWatch`, in the controller that starts the trials (the local backend's): before each start, whether
   the next trial would pass the budget (a trial's expected cost: the mean of the ended ones'); at the budget, the
@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlrunway.backend.budget import spend
-from mlrunway.backend.cost import Cost, RateCard, job_cost, rates_for
 from mlrunway.backend.protocol import Backend, Metered, StopRecords
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import TrialInfo, Usage
+from mlrunway.ledger.budget import spend
+from mlrunway.ledger.cost import Cost, job_cost, rates_for
 from mlrunway.specs.sweep import SweepBudget
 
 __all__ = ["BudgetWatch", "Look", "Verdict", "admitted", "enforce", "priced", "stop_reason"]

@@ -41,7 +41,7 @@ from PIL import Image
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving.endpoints import LocalEndpoints
-from mlrunway.local.serving.guard import HEAD_SLICE
+from mlrunway.serving.guard import HEAD_SLICE
 from tests.chaos import fuzz
 from tests.conftest import REPO
 

@@ -50,6 +50,15 @@ def test_the_six_tasks_are_chained_and_render_their_templates_natively():
     assert dag.get_task("deploy_blue").code_dir == CODE  # the job's code folder holds score.py
 
 
+def test_the_runs_budget_reaches_train_sweep_and_deploy_as_their_own_argument_rendered_alike():
+    dag, _ = team_dag(budget="{{ params.budget }}")
+    tasks = [dag.get_task(task_id) for task_id in ("train", "sweep", "deploy_blue")]
+    assert all("budget" in task.template_fields for task in tasks)
+    assert [task.render_template(task.budget, context(dag, budget={"max_cost": 5})) for task in tasks] == \
+        [{"max_cost": 5}] * 3
+    assert "budget" not in dag.get_task("deploy_blue").model_card  # the card's description says only the training
+
+
 def test_preflight_checks_the_sweep_described_once_before_any_job(tmp_path, monkeypatch):
     monkeypatch.setenv("MLRUNWAY_WORKSPACE", str(tmp_path / "ws"))
     dag, tasks = team_dag()

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from mlrunway.errors import MlrunwayError, SpecError
-from mlrunway.local.serving import capture
 from mlrunway.local.serving.state import DeploymentState, EndpointState
 from mlrunway.operators import MonitorEndpointOperator
+from mlrunway.serving import capture
 from tests.operators.test_operators_on_fake import TaskInstance
 from tests.operators.test_stable_endpoint import Events
 

@@ -548,6 +548,9 @@ class Straight:
         if deployment.get("sample_request"):
             raise SpecError("deployment.sample_request: the straight strategy sends no request; leave it empty")
 
+    def settings(self, backend: Backend, given: Mapping[str, Any]) -> None:
+        return None  # no settings of its own
+
     def start(self, backend: Backend, request: DeployRequest) -> Step:
         backend.endpoints.create_or_update(request.endpoint, request.endpoint_settings)
         started = backend.endpoints.begin_create_or_update_deployment(request.endpoint, "green", request.settings)
@@ -700,7 +703,7 @@ def test_the_tasks_0_2_keywords_are_read_into_its_two_objects_with_a_warning_nam
                                                                           {"endpoint_name": "digits-prod"})
     assert new.endpoint_name == "digits-prod"
     own = [p for p in inspect.signature(DeployBlueOperator.__init__).parameters if p not in ("self", "kwargs")]
-    assert len(own) == 14, own
+    assert len(own) == 15, own
     stray = DeployBlueOperator(task_id="deploy", model_name="m", model_version=1, code_dir="/c",
                                production={"endpoint": "digits-prod"})
     with pytest.raises(SpecError, match=r"^deploy\.production\.endpoint: is not a production endpoint setting; use "

@@ -102,7 +102,7 @@ def context(dag, digits, **changes):
     """What the train task's pre_execute gets: the params, the run, and the task (its backend: local)."""
     params = {**dag.params.validate(), "data_dir": str(digits), **changes}
     task = copy.copy(dag.get_task("train"))
-    task.backend_conn_id = params["backend_conn_id"]  # rendered, as pre_execute sees it
+    task.backend_conn_id, task.budget = params["backend_conn_id"], params.get("budget")  # rendered, as pre_execute sees them
     return {"params": params, "dag": SimpleNamespace(dag_id=dag.dag_id), "run_id": "manual__2026-11-21", "task": task}
 
 
@@ -210,6 +210,7 @@ def test_a_stable_endpoint_on_a_backend_without_rollout_is_refused_before_any_jo
 
     train = copy.copy(dag.get_task("train"))
     backend = train.__dict__["backend"] = FakeBackend()
+    train.__dict__["run_budget"] = None  # the run's budget, resolved: none (the form's default, a fake connection)
     monkeypatch.setattr(backend, "endpoints", object())  # endpoints that are not Rollout: no metrics, no lease
     with pytest.raises(SpecError, match="endpoint_name: the fake backend has no staged rollout yet; leave"):
         preflight({**context(dag, digits, endpoint_name="digits-prod"), "task": train})
@@ -223,6 +224,7 @@ def test_preflight_hands_the_trial_job_to_the_backends_own_checks(dag, digits):
 
     train = copy.copy(dag.get_task("train"))
     backend = train.__dict__["backend"] = FakeBackend()
+    train.__dict__["run_budget"] = None  # the run's budget, resolved: none (the form's default, a fake connection)
     preflight({**context(dag, digits), "task": train})
     train_spec, trial_spec = backend.jobs.validated  # the training job, then the sweep's trial
     assert train_spec == trial_spec

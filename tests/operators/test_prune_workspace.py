@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from mlrunway.backend.reports import ReportsFolder
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.operators import PruneWorkspaceOperator
 from tests.mlrunway.local.test_formats import FIXTURE
 

@@ -186,3 +186,13 @@ def test_in_airflow_a_refusal_takes_one_try_and_a_lost_watch_or_an_outage_a_retr
     assert json.loads(line.removeprefix("TRIES ")) == {
         "spec_error": ["failed", 1], "preflight": ["failed", 1], "missing_extra": ["failed", 1], "parity": ["failed", 1],
         "lost_watch": ["success", 2], "outage": ["success", 2]}
+
+
+def test_deferrable_defaults_from_airflows_operators_default_deferrable(monkeypatch):
+    """As Airflow's own providers read it (issue 77, 4): a deployment's setting decides, an argument overrides it."""
+    from mlrunway.operators import TrainModelOperator as Train
+
+    for setting, expected in (("True", True), ("False", False)):
+        monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", setting)
+        assert Train(task_id=f"t{setting}", command="true", code=".").deferrable is expected
+    assert Train(task_id="own", command="true", code=".", deferrable=True).deferrable is True

@@ -15,13 +15,13 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from mlrunway.airflow.triggers import WindowTrigger
-from mlrunway.backend.cost import RateCard
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
-from mlrunway.backend.reports import CARDS
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import DeploymentMetrics, DeploymentSettings, Usage
 from mlrunway.deploy import stable
 from mlrunway.errors import EndpointError
+from mlrunway.ledger.reports import CARDS
 from mlrunway.operators import CleanupOperator, DeployBlueOperator
 from mlrunway.specs import CommandJobSpec
 from tests.mlrunway.airflow.test_triggers import first_event
@@ -120,11 +120,14 @@ def test_created_then_promoted_then_held_and_one_deployment_serves_after_each(re
     fake.jobs.submit(trained, CommandJobSpec(code=str(team), command="python fit.py"))
     fake.jobs.usages[trained] = Usage(started=0.0, ended=7200.0, size="Standard_NC6s_v3")
     fake.rate_card = RateCard(per_hour={"Standard_NC6s_v3": 3.0})
-    second, events, pushed = run(fake, team, 2, "manual__2")
+    second, events, pushed = run(fake, team, 2, "manual__2", budget={"max_cost": 10})
     assert second["decision"] == "promoted" and second["live"] == {"deployment": "green", "model": "m:2"}
     # What the new production model cost to make: the deploy task's XCom and the asset event's extra.
     assert pushed.pushed["cost"]["text"] == "6 USD for 2 node-hours in 1 job (an estimate)"
     assert events.added[0][1]["cost"] == pushed.pushed["cost"] == second["cost"]
+    # The run's budget, the task's own argument (as Train and Sweep get it): the cost stated against it, on the card.
+    assert second["cost"]["budget"]["limit"] == 10 and second["cost"]["budget"]["over"] == 0
+    assert f"| budget | {second['cost']['budget']['text']} |" in (fake.reports / CARDS / "m" / "2" / "card.md").read_text()
     assert second["gate"]["champion"] == 1.0 and second["gate"]["challenger"] == 0.5 and second["gate"]["samples"] == 20
     # the staged path, each change read back: 10, 50, 100 to green, with blue taking the rest
     assert [t for t, _ in fake.endpoints.traffic_log[-3:]] == [{"blue": 90, "green": 10}, {"blue": 50, "green": 50},

@@ -282,8 +282,8 @@ def test_under_airflow_promotions_and_a_rollback_are_asset_events_and_a_held_run
         assert {a: int(v) for a, v in remote.get_registered_model("digits").aliases.items()} == {
             "production": 1, "previous": 2}
     # Each version that reached the endpoint has a model card whose history follows the decisions.
-    from mlrunway.backend.reports import CARDS
     from mlrunway.deploy import card
+    from mlrunway.ledger.reports import CARDS
 
     histories = {v: [e["decision"] for e in card.load(backend.reports / CARDS / "digits" / str(v)).history]
                  for v in (1, 2, 3)}

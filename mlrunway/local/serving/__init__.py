@@ -1,4 +1,5 @@
-"""The local online endpoint: an ASGI scoring server and its control plane."""
+"""The local online endpoint: its control plane, its server processes and its state on disk; the scoring app the
+server runs is :mod:`mlrunway.serving`."""
 
 from mlrunway.local.serving.state import DeploymentState, EndpointState
 

@@ -1,6 +1,6 @@
 """Local online endpoints: create, deploy, route traffic, invoke and delete, as ``ml_client.online_endpoints`` does.
 
-Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.local.serving.app`) on 127.0.0.1 and a free
+Each endpoint is one server process group (uvicorn, see :mod:`mlrunway.serving.app`) on 127.0.0.1 and a free
 port, tracked under ``<workspace>/endpoints/<name>/``. A deployment is provisioned in a separate process
 (score.py imported, ``init()`` run, see :mod:`mlrunway.local.serving.provision`); only a deployment that provisions
 joins the endpoint. Delete stops provisioning and the server (SIGTERM, then SIGKILL), checks the port is free
@@ -38,7 +38,7 @@ from mlrunway.local import records
 from mlrunway.local.files import folder_locked, locked, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
-from mlrunway.local.serving import capture, master, metrics, provision
+from mlrunway.local.serving import master, provision
 from mlrunway.local.serving.state import (
     SERVER_LIMITS,
     DeploymentState,
@@ -47,6 +47,7 @@ from mlrunway.local.serving.state import (
     new_key,
 )
 from mlrunway.local.workspace import Workspace
+from mlrunway.serving import capture, metrics
 
 LEASE_FIX = "delete it once no rollout of the endpoint is running"
 
@@ -79,7 +80,7 @@ class LocalEndpoints(Endpoints):
                          max_concurrent_requests_per_worker: int = 64, **limits: Any) -> EndpointInfo:
         """Create the endpoint and start its server, or return the running one (settings updated). ``limits``
         are the server's (``max_header_bytes``, ``max_headers``, ``header_timeout_s``, ``body_timeout_s``,
-        ``send_timeout_s``; see :mod:`mlrunway.local.serving.guard`), set when the endpoint is created."""
+        ``send_timeout_s``; see :mod:`mlrunway.serving.guard`), set when the endpoint is created."""
         unknown = sorted(set(limits) - set(SERVER_LIMITS))
         if unknown:
             raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit", f"use one of {', '.join(SERVER_LIMITS)}")
@@ -347,14 +348,14 @@ class LocalEndpoints(Endpoints):
     def captured(self, endpoint: str, deployment: str, collection: str, start: float,
                  end: float) -> builtins.list[dict[str, Any]]:
         """What ``deployment``'s data collector wrote to ``collection`` over [start, end), oldest first; the files
-        outlive the endpoint (:mod:`mlrunway.local.serving.capture`)."""
+        outlive the endpoint (:mod:`mlrunway.serving.capture`)."""
         check.endpoint_name(endpoint)
         return capture.read(capture.capture_root(self._dir(endpoint)), deployment, collection.lower(), start, end)
 
     def replay(self, model: str, code_dir: str, scoring_script: str, requests: builtins.list[Any],
                out: str) -> dict[str, int]:
         """What the script collects when given ``requests`` with ``model`` (from this workspace's registry), in a
-        process of its own (:mod:`mlrunway.local.reference`)."""
+        process of its own (:mod:`mlrunway.monitoring.reference`)."""
         import sys
         import tempfile
 
@@ -362,7 +363,7 @@ class LocalEndpoints(Endpoints):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as listed:
             listed.write("".join(json.dumps(r) + "\n" for r in requests))
             listed.flush()
-            done = subprocess.run([sys.executable, "-m", "mlrunway.local.reference", "--code", code_dir,
+            done = subprocess.run([sys.executable, "-m", "mlrunway.monitoring.reference", "--code", code_dir,
                                    "--scoring-script", scoring_script, "--model", str(found.path), "--model-ref", model,
                                    "--requests", listed.name, "--out", out], capture_output=True, text=True)
         if done.returncode:

@@ -142,8 +142,8 @@ def _commit(endpoint_dir: Path, deployment: DeploymentState) -> None:
 
 
 def main() -> None:
-    from mlrunway.local.serving import capture
-    from mlrunway.local.serving.runtime import load_deployment
+    from mlrunway.serving import capture
+    from mlrunway.serving.runtime import load_deployment
 
     endpoint_dir, deployment = Path(sys.argv[1]), DeploymentState(**json.loads(sys.stdin.read()))
     try:

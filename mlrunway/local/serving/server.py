@@ -24,10 +24,11 @@ import uvicorn
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 from mlrunway.local.files import log_max_bytes, rotate_log
-from mlrunway.local.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
-from mlrunway.local.serving.guard import LIMITS_ENV, Limits
 from mlrunway.local.serving.master import bind_slot, listening_sockets
 from mlrunway.local.serving.state import EndpointState
+from mlrunway.serving import app
+from mlrunway.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
+from mlrunway.serving.guard import LIMITS_ENV, Limits
 
 log = logging.getLogger("uvicorn.error")
 STARTUP_FAILURE = 3  # uvicorn.config.STARTUP_FAILURE: a worker that could not start (the app, the socket)
@@ -40,7 +41,7 @@ def main(endpoint_dir: Path) -> None:
     # The workers read their limits from the environment when the protocol's module is imported.
     os.environ[LIMITS_ENV] = Limits(state.max_header_bytes, state.max_headers, state.header_timeout_s,
                                     state.body_timeout_s, DRAIN_CAP_BYTES, state.send_timeout_s).encode()
-    from mlrunway.local.serving.guard import GuardedProtocol
+    from mlrunway.serving.guard import GuardedProtocol
 
     serve(state, GuardedProtocol, listening_sockets(state.host, state.port, state.workers))
 
@@ -143,10 +144,16 @@ class Slotted(Multiprocess):
 
 def serve(state: EndpointState, protocol: type[asyncio.Protocol] | str, sockets: list[socket.socket]) -> None:
     """The endpoint's app in one uvicorn worker per socket of ``sockets``, speaking HTTP through ``protocol``."""
-    config = uvicorn.Config("mlrunway.local.serving.app:create_app", factory=True, host=state.host, port=state.port,
+    config = uvicorn.Config("mlrunway.local.serving.server:create_app", factory=True, host=state.host, port=state.port,
                             workers=len(sockets), log_level="warning", access_log=False, timeout_graceful_shutdown=10,
                             http=protocol, timeout_keep_alive=5)
     Slotted(config, sockets).run()
+
+
+def create_app() -> app.ScoringApp:
+    """The app factory uvicorn calls in each worker: the scoring app (:mod:`mlrunway.serving.app`) over the state
+    the workspace keeps."""
+    return app.create_app(EndpointState.load)
 
 
 if __name__ == "__main__":

@@ -1,85 +1,34 @@
 """An endpoint's state on disk (``endpoints/<name>/endpoint.json``), shared by the control plane and the server.
 
-The control plane writes it atomically; every server worker re-reads it when it changes, so a traffic update
-or a new deployment version reaches all workers without a restart and without dropping a request in flight.
-The file holds the keys, so it is created with mode 0600.
+The control plane writes it atomically; every server worker re-reads it when it changes (the scoring app,
+:mod:`mlrunway.serving`, reads it through :meth:`EndpointState.load`), so a traffic update or a new deployment
+version reaches all workers without a restart and without dropping a request in flight. The file holds the keys,
+so it is created with mode 0600.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from mlrunway import check
 from mlrunway.local.files import write_json
 from mlrunway.local.records import read
+from mlrunway.serving import state as served
+from mlrunway.serving.state import GENERATION_FILE, MAX_BODY_BYTES, SERVER_LIMITS, STATE_FILE, DeploymentState
 
-STATE_FILE = "endpoint.json"
-MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
-# The limits the server enforces before the app (mlrunway.local.serving.guard), set when an endpoint is created.
-SERVER_LIMITS = ("max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "send_timeout_s")
+__all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState",
+           "bump_generation", "check_traffic", "new_key"]
 
 
 def new_key() -> str:
     return secrets.token_urlsafe(32)
 
 
-@dataclass(kw_only=True)
-class DeploymentState:
-    name: str
-    version: int
-    model_dir: str
-    code_dir: str
-    scoring_script: str
-    model: str = ""
-    workers: int = 1
-    environment_variables: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
-    provisioning_state: str = "Succeeded"
-    # Its data collector, in azure-ai-ml's shape (mlrunway.backend.capture), and the bytes its captures may hold.
-    data_collector: dict[str, Any] | None = None
-    capture_max_bytes: int = 1024 ** 3
-    created: float | None = None  # when the deployment of this name was created (updates keep it): its serving hours
-
-
-@dataclass(kw_only=True)
-class EndpointState:
-    name: str
-    keys: dict[str, str] = field(repr=False)  # never in a log line, should a state ever be logged
-    host: str = "127.0.0.1"
-    port: int = 0
-    pid: int | None = None
-    pid_started: float | None = None
-    token: str = field(default_factory=lambda: secrets.token_hex(16))  # marks the server's processes
-    workers: int = 1
-    auth_mode: str = "key"
-    traffic: dict[str, int] = field(default_factory=dict)
-    mirror_traffic: dict[str, int] = field(default_factory=dict)
-    deployments: dict[str, DeploymentState] = field(default_factory=dict)
-    # The last version of each deployment deleted: a deployment made again under its name never reuses a version
-    # (workers cache a loaded score.py by name and version).
-    retired: dict[str, int] = field(default_factory=dict)
-    request_timeout_ms: int = 5000
-    max_concurrent_requests_per_worker: int = 64
-    max_body_bytes: int = MAX_BODY_BYTES
-    # Enforced by the server before the app (mlrunway.local.serving.guard): a request's head, how long a client
-    # may take to send its head and its body, and to take its answers.
-    max_header_bytes: int = 32 * 1024
-    max_headers: int = 100
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    send_timeout_s: float = 30.0
-
-    @property
-    def scoring_uri(self) -> str:
-        return f"http://{self.host}:{self.port}/score"
-
-    @property
-    def provisioning_state(self) -> str:
-        """Saved state belongs to a server that answered (a failed start removes nothing but raises)."""
-        return "Succeeded"
+class EndpointState(served.EndpointState):
+    """The endpoint's state (:class:`mlrunway.serving.state.EndpointState`) as the workspace keeps it."""
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,9 +43,6 @@ class EndpointState:
                                          "the record)")
         data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
         return cls(**data)
-
-
-GENERATION_FILE = "generation"  # 8 bytes the control plane bumps after each save; workers map it into memory
 
 
 def bump_generation(folder: Path) -> None:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from mlrunway.airflow.hook import MlrunwayHook
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.errors import SpecError
+from mlrunway.ledger.budget import Budget
 
 
 def test_default_connection_is_the_local_backend_with_no_setup(tmp_path, monkeypatch):
@@ -163,3 +166,20 @@ def test_the_azure_form_has_one_client_id_field_the_login():
     (azure,) = [c for c in get_provider_info()["connection-types"] if c["connection-type"] == "azure_ml"]
     assert "client_id" not in azure["conn-fields"] and "login" not in azure["ui-field-behaviour"]["hidden-fields"]
     assert azure["ui-field-behaviour"]["relabeling"]["login"] == "Client ID"
+
+
+@pytest.mark.parametrize(("conn_type", "field"), [("mlrunway_local", "budget"),
+                                                  ("azure_ml", "azure_ml connection.budget")], ids=["local", "azure"])
+def test_the_connections_budget_is_the_hooks_and_a_bad_one_is_refused_naming_it(monkeypatch, conn_type, field):
+    monkeypatch.setenv("AIRFLOW_CONN_BUDGETED", json.dumps({"conn_type": conn_type,
+                                                            "extra": {"budget": '{"max_cost": 3}'}}))
+    assert MlrunwayHook("budgeted").get_budget() == Budget(max_cost=3.0)
+    monkeypatch.setenv("AIRFLOW_CONN_BUDGETED", json.dumps({"conn_type": conn_type,
+                                                            "extra": {"budget": '{"max_cost": 0}'}}))
+    with pytest.raises(SpecError, match=rf"^backend_conn_id 'budgeted': {re.escape(field)}\.max_cost: 0 is not an "
+                                        "amount above 0"):
+        MlrunwayHook("budgeted").get_budget()
+
+
+def test_the_default_connection_missing_has_no_budget():
+    assert MlrunwayHook().get_budget() is None

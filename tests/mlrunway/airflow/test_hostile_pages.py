@@ -21,8 +21,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mlrunway.backend.fake import FakeBackend
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import DeploymentSettings, EndpointSettings, JobStatus, ProvisioningState, TrialInfo
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.local.backend import LocalBackend
 from mlrunway.pages import CSP
 from mlrunway.report import render_html, save

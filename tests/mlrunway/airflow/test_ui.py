@@ -99,8 +99,8 @@ def test_no_schema_page_answers_without_a_session(client):
 
 
 def test_a_model_card_is_served_beside_the_reports_and_a_missing_one_says_why(client, tmp_path):
-    from mlrunway.backend.reports import CARDS
     from mlrunway.deploy import card
+    from mlrunway.ledger.reports import CARDS
 
     card.save(card.ModelCard(model="digits-0123abcd-onnx:2", history=[
         {"at": "2026-11-26T10:00:00Z", "decision": "deployed", "endpoint": "digits-0123abcd", "reason": "smoke test"}]),

@@ -1311,6 +1311,9 @@ class FakeAzureML(HttpTransport):
         run = self.runs[run_id]
         metrics = [{"key": "best_val_acc", "value": run["history"][-1], "step": len(run["history"]) - 1,
                     "timestamp": 0}] if run["history"] else []
+        # What runs/log-batch logged on it since (a job's cost): runs/get answers each metric's latest value.
+        metrics += [{"key": k, "value": v, "step": 0, "timestamp": 0} for k, v in run.get("metrics", {}).items()
+                    if k != "best_val_acc"]
         params = [{"key": k, "value": str(v)} for k, v in run["params"].items()]
         return _response(request, 200, {"run": {"info": {"run_id": run_id, "status": "FINISHED"},
                                                 "data": {"metrics": metrics, "params": params}}})

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from mlrunway.azure.backend import AzureBackend
-from mlrunway.backend.cost import RateCard, cost_of_run, job_cost, rates_for, serving_cost
 from mlrunway.backend.naming import RunNames
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import DeploymentSettings, JobStatus
 from mlrunway.errors import SpecError
+from mlrunway.ledger.cost import cost_of_run, job_cost, rates_for, serving_cost
 from mlrunway.report import log_costs
 from tests.conftest import REPO
 from tests.mlrunway.azure.conftest import CONNECTION

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from mlrunway.backend.fake import FakeBackend
-from mlrunway.backend.reports import CARDS
 from mlrunway.deploy import card
+from mlrunway.ledger.reports import CARDS
 
 
 def registered(tmp_path) -> FakeBackend:

@@ -119,8 +119,10 @@ def test_a_backend_that_keeps_no_mirrored_answers_refuses_a_bound_before_deployi
     from mlrunway.deploy.champion_challenger import ChampionChallenger
 
     backend = FakeBackend(tmp_path)  # as Azure ML: mirrored answers are discarded
+    strategy = ChampionChallenger()
     request = DeployRequest(endpoint="prod", settings=DeploymentSettings(model="digits:1", code_dir=str(tmp_path)),
-                            rollout=RolloutPolicy.parse({**MIRROR, "max_disagreement": 0.05}))
+                            strategy_settings=strategy.settings(backend, {"rollout": {**MIRROR,
+                                                                                      "max_disagreement": 0.05}}))
     with pytest.raises(SpecError, match=r"rollout\.max_disagreement.*keeps no mirrored answers"):
-        ChampionChallenger().start(backend, request)
+        strategy.start(backend, request)
     assert backend.endpoints.endpoints == {} and backend.endpoints.traffic_log == []  # nothing deployed or moved

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mlrunway.local.launch import find_mpirun, plan, resolve_command
+from mlrunway.local.launch import find_mpirun, plan
 from mlrunway.specs import CommandJobSpec, Input, MpiDistribution, PyTorchDistribution
+from mlrunway.specs.command import resolve_command
 
 
 def test_placeholders_are_substituted_per_argument_and_python_is_this_interpreter():

@@ -194,30 +194,30 @@ def test_bayesian_sampling_asks_optuna_as_trials_end_and_a_recovered_controller_
 def test_a_trial_asked_by_a_controller_that_died_before_recording_it_keeps_its_parameters(workspace):
     """The controller may die between asking Optuna for trial i and writing the record that names it (perhaps
     after submitting trial i's job). The next controller runs trial i with what was asked, not with a new ask."""
-    from mlrunway.local.bayesian import OptunaSearch
+    from mlrunway.sweep.bayesian import OptunaSearch
 
     spec = SweepSpec(trial=CommandJobSpec(code=".", command="python x.py --x ${{inputs.x}} --kind ${{inputs.kind}}",
                                                   inputs={"x": 0.0, "kind": "a"}),
                      search_space={"x": Uniform(min_value=0, max_value=1), "kind": Choice(values=["a", "b", "c"])},
                      objective=Objective(primary_metric="score"), sampling_algorithm="bayesian", seed=5,
                      limits=SweepLimits(max_total_trials=4, max_concurrent_trials=2))
-    died = OptunaSearch(workspace, "s", spec)
+    died = OptunaSearch(workspace.root, "s", spec)
     first, second, lost = died.params(0), died.params(1), died.params(2)
-    taken_on = OptunaSearch(workspace, "s", spec, recorded=["s_trial_0", "s_trial_1"])
+    taken_on = OptunaSearch(workspace.root, "s", spec, recorded=["s_trial_0", "s_trial_1"])
     assert taken_on.params(2) == lost
     fresh = taken_on.params(3)
     assert fresh not in (first, second, lost)
     assert [t.user_attrs["index"] for t in taken_on.study.trials] == [0, 1, 2, 3]  # none asked twice
 
     cut = taken_on.study.ask(taken_on.distributions)  # a controller killed between the ask and naming its trial
-    again = OptunaSearch(workspace, "s", spec, recorded=[f"s_trial_{i}" for i in range(4)])
+    again = OptunaSearch(workspace.root, "s", spec, recorded=[f"s_trial_{i}" for i in range(4)])
     kept = again.params(4)
     assert kept == {"x": cut.params["x"], "kind": ["a", "b", "c"][cut.params["kind"]]}  # its parameters stand
     assert [t.user_attrs.get("index") for t in again.study.trials] == [0, 1, 2, 3, 4]
 
     half = again.study.ask()  # one killed inside ask(): Optuna had stored "x" and not yet "kind"
     half.suggest_float("x", 0, 1)
-    last = OptunaSearch(workspace, "s", spec, recorded=[f"s_trial_{i}" for i in range(5)])
+    last = OptunaSearch(workspace.root, "s", spec, recorded=[f"s_trial_{i}" for i in range(5)])
     drawn = last.params(5)  # once a KeyError: 'kind' that failed the resumed sweep
     assert set(drawn) == {"x", "kind"} and 0 <= drawn["x"] <= 1
     states = {t.number: (t.state.name, t.user_attrs.get("index")) for t in last.study.trials}

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from mlrunway.backend.capture import DataCollector
-from mlrunway.backend.reports import ReportsFolder
 from mlrunway.backend.types import EndpointSettings
+from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.local.backend import LocalBackend
 from mlrunway.monitoring import monitor
 from tests.conftest import REPO, deployment

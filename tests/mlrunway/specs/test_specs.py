@@ -205,7 +205,7 @@ def test_a_non_distributed_jobs_supervisor_imports_no_settings_pydantic_or_budge
 
     code = ("import sys, mlrunway.local.supervisor as s; s._plan({'distribution': None}, ['true'], {}); "
             "print(sorted(m for m in ('pydantic', 'mlrunway.settings', 'mlrunway.specs', 'mlrunway.specs.sweep', "
-            "'mlrunway.backend.cost') if m in sys.modules))")
+            "'mlrunway.backend.rates', 'mlrunway.ledger.cost') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
 

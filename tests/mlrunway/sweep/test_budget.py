@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from mlrunway.backend.cost import RateCard
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import JobStatus, TrialInfo, Usage
 from mlrunway.specs.sweep import SweepBudget
 from mlrunway.sweep.budget import BudgetWatch

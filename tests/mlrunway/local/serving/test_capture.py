@@ -14,9 +14,9 @@ import pytest
 from mlrunway.backend.capture import DataCollector
 from mlrunway.errors import SpecError
 from mlrunway.local.backend import LocalBackend
-from mlrunway.local.serving import capture
-from mlrunway.local.serving.runtime import load_deployment
 from mlrunway.local.serving.state import DeploymentState
+from mlrunway.serving import capture
+from mlrunway.serving.runtime import load_deployment
 
 ON = {"collections": {"model_inputs": {"enabled": "true"}, "model_outputs": {"enabled": "true"}}}
 

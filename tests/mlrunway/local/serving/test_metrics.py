@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mlrunway.local.serving import metrics
-from mlrunway.local.serving.metrics import Reader, Recorder
+from mlrunway.serving import metrics
+from mlrunway.serving.metrics import Reader, Recorder
 
 
 def line(second: int, deployment: str, requests: int, errors: int = 0) -> str:

@@ -93,8 +93,8 @@ def test_the_smoke_reference_and_the_deployment_load_score_py_alike(endpoints, t
 def test_a_lazy_import_stays_refused_while_another_deployment_loads_beside_it(workspace, tmp_path, monkeypatch):
     """In one process, as a worker runs it: green's init() holds its code folder on sys.path while blue's run()
     imports lazily on another thread; blue gets the message, not green's module."""
-    from mlrunway.local.serving.runtime import load_deployment
     from mlrunway.local.serving.state import DeploymentState
+    from mlrunway.serving.runtime import load_deployment
 
     lazy = "def init():\n    pass\n\ndef run(raw):\n    import helper\n    return helper.ANSWER\n"
     slow = ("import os, time\nimport helper\n\ndef init():\n    open(os.environ['STARTED'], 'w').close()\n"
@@ -133,7 +133,7 @@ def test_modules_whose_attributes_answer_anything_are_told_apart_from_code_folde
     """torch.classes answers any attribute, __path__ included, with an object that is no list of paths."""
     import types
 
-    from mlrunway.local.serving.runtime import _from_folder
+    from mlrunway.serving.runtime import _from_folder
 
     class Anything(types.ModuleType):
         def __getattr__(self, name):

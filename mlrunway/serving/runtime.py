@@ -27,15 +27,19 @@ import os
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from mlrunway.local.serving import capture
-from mlrunway.local.serving.state import GENERATION_FILE, STATE_FILE, DeploymentState, EndpointState
+from mlrunway.serving import capture
+from mlrunway.serving.state import GENERATION_FILE, STATE_FILE, DeploymentState, EndpointState
+
+# Reads an endpoint's state from its folder: each backend keeps the state its own way (the local backend, the
+# workspace's endpoint.json with its format version).
+StateLoader = Callable[[Path], EndpointState]
 
 _INIT_LOCK = threading.Lock()
 
@@ -186,8 +190,9 @@ def load_deployment(endpoint_dir: Path, state: DeploymentState) -> LoadedDeploym
 class Runtime:
     """The worker's view of its endpoint; ``current()`` is cheap (one stat) and reloads only on change."""
 
-    def __init__(self, endpoint_dir: Path) -> None:
+    def __init__(self, endpoint_dir: Path, load_state: StateLoader) -> None:
         self.dir = endpoint_dir
+        self._load_state = load_state
         self._state_path = str(endpoint_dir / STATE_FILE)
         self._stamp: bytes | tuple[int, int] | None = None
         self._map: mmap.mmap | None = None
@@ -201,7 +206,7 @@ class Runtime:
         mapped memory per request, no system call)."""
         generation = self._generation()
         if generation != self._stamp or self._state is None:
-            self._state, self._stamp = EndpointState.load(self.dir), generation
+            self._state, self._stamp = self._load_state(self.dir), generation
         return self._state
 
     def _generation(self) -> bytes | tuple[int, int]:

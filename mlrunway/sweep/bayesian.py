@@ -1,12 +1,13 @@
-"""Bayesian sampling on the local backend: each trial's hyperparameters are asked of an Optuna study as earlier
+"""Bayesian sampling: each trial's hyperparameters are asked of an Optuna study as earlier
 trials end, and each trial's score is told to it when it ends (Optuna's ask-and-tell interface).
 
 The optimizer is Optuna's TPE sampler (multivariate, seeded with the sweep's seed), the library's default and
 its best-kept: Azure ML documents its bayesian sampling only as Bayesian optimization, so the two pick different
 points, under the same rules (choice, uniform and quniform only, no early termination; ``SweepSpec`` enforces
-them on both backends). The study lives in the workspace's ``optuna.db`` (SQLite, Optuna's RDB storage; not in
-``mlflow.db``, whose ``alembic_version`` table Optuna's migrations would share), one study per sweep, so a
-controller started again by ``recover`` or a retry takes it on: trials it had told stay learnt, a running trial
+them on both backends). The study lives in ``optuna.db`` in the folder the controller is given (SQLite, Optuna's
+RDB storage; the local backend gives its workspace, and not its ``mlflow.db``, whose ``alembic_version`` table
+Optuna's migrations would share), one study per sweep, so a controller started again (the local backend's
+``recover``, a retry) takes it on: trials it had told stay learnt, a running trial
 adopted from the record is told when it ends, and a trial asked for but not in the record (the controller died
 between asking and writing its record, perhaps after submitting the trial's job) runs with the parameters it was
 asked with, not with a second ask.
@@ -14,13 +15,14 @@ asked with, not with a second ask.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.types import JobStatus, TrialInfo
-from mlrunway.local.files import locked
-from mlrunway.local.workspace import Workspace
 from mlrunway.specs.search_space import Choice, QUniform, SearchExpression, Uniform
 from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep.controller import trial_index
@@ -31,17 +33,21 @@ log = logging.getLogger(__name__)
 
 
 class OptunaSearch:
-    """The sweep's :class:`~mlrunway.sweep.controller.ParamSource` for ``sampling_algorithm="bayesian"``."""
+    """The sweep's :class:`~mlrunway.sweep.controller.ParamSource` for ``sampling_algorithm="bayesian"``.
 
-    def __init__(self, workspace: Workspace, sweep_name: str, spec: SweepSpec, *, recorded: Iterable[str] = ()) -> None:
+    :param folder: where the study is kept (``optuna.db``), a folder that outlives the controller.
+    :param recorded: the names of the trials the sweep's record holds already (a controller taking a study on).
+    """
+
+    def __init__(self, folder: Path, sweep_name: str, spec: SweepSpec, *, recorded: Iterable[str] = ()) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec = spec
         self.distributions = {name: _distribution(expr) for name, expr in spec.search_space.items()}
-        storage = optuna.storages.RDBStorage(f"sqlite:///{workspace.root / 'optuna.db'}",
+        storage = optuna.storages.RDBStorage(f"sqlite:///{folder / 'optuna.db'}",
                                              engine_kwargs={"connect_args": {"timeout": 60}})
-        with locked(workspace.root / ".optuna.lock"):  # two sweeps must not create the schema at once
+        with _locked(folder / ".optuna.lock"):  # two sweeps must not create the schema at once
             self.study = optuna.create_study(study_name=sweep_name, storage=storage, load_if_exists=True,
                                              direction=spec.objective.goal)
         # The sampler's generator starts again with each controller: seeded as the sweep says at the start, and
@@ -104,6 +110,18 @@ class OptunaSearch:
         from optuna.trial import TrialState
 
         return list(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (created if missing) across processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _distribution(expr: SearchExpression) -> Any:

@@ -2,8 +2,9 @@
 compute they may take (``max_compute_hours``: node-hours on Azure ML, core-hours locally: wall time × processes).
 
 Declared once (:mod:`mlrunway.settings`): the builder's ``budget=``, the DAG's ``budget`` Param, the connection's
-``budget`` (the default a run without one of its own gets). What it covers: the run's jobs (train, the trials,
-export, the smoke test's reference), priced as :mod:`mlrunway.backend.cost` prices them; endpoint hours are
+``budget`` (the default a run without one of its own gets, which the Airflow hook reads). Each task resolves the
+run's budget once (:func:`budget_of`) and hands it down. What it covers: the run's jobs (train, the trials,
+export, the smoke test's reference), priced as :mod:`mlrunway.ledger.cost` prices them; endpoint hours are
 reported, not budgeted. The sweep may spend the budget less what Train spent and ``reserve`` (a share kept for
 export and the reference, which a budget never stops: a stopped export delivers nothing); what they spend past it
 is stated, an overshoot. Where it holds:
@@ -19,28 +20,19 @@ is stated, an overshoot. Where it holds:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from mlrunway import check
-from mlrunway.backend.cost import (
-    CORE_HOUR,
-    NODE_HOUR,
-    Cost,
-    RateCard,
-    attempt_usages,
-    missing_rate,
-    rate_key,
-    rates_for,
-    run_cost,
-)
 from mlrunway.backend.naming import RunNames
 from mlrunway.backend.protocol import Backend, Metered
+from mlrunway.backend.rates import RateCard, rate_key
 from mlrunway.backend.types import Usage
 from mlrunway.errors import SpecError
+from mlrunway.ledger.cost import CORE_HOUR, NODE_HOUR, Cost, attempt_usages, missing_rate, rates_for, run_cost
 from mlrunway.settings import NOT_A_FLAG, SettingsError, limit_setting, parse, setting
 from mlrunway.specs.job import CommandJobSpec
 from mlrunway.specs.sweep import SweepBudget
@@ -117,12 +109,11 @@ class Budget:
         return f"{value:.4g} {card.currency if self.measure == 'cost' else 'compute-hours'}"
 
 
-def budget_of(given: Any, backend: Backend) -> Budget | None:
-    """The run's budget: the task's own (the builder's ``budget``, the DAG's Param), else its connection's."""
+def budget_of(given: Any, default: Callable[[], Budget | None]) -> Budget | None:
+    """The run's budget: the task's own (the builder's ``budget``, the DAG's Param), else ``default()``, its
+    connection's (the hook's ``get_budget``), read only where the task has none."""
     own = Budget.parse(given)
-    if own is not None:
-        return own
-    return backend.capabilities.budget
+    return own if own is not None else default()
 
 
 def spend(cost: Cost, measure: str) -> float | None:
@@ -181,7 +172,7 @@ def train_verdict(budget: Budget, card: RateCard, train: Iterable[Cost]) -> tupl
 
 
 def against_budget(budget: Budget, cost: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's cost (:meth:`~mlrunway.backend.cost.RunCost.to_dict`) against its budget: what it spent, and what
+    """A run's cost (:meth:`~mlrunway.ledger.cost.RunCost.to_dict`) against its budget: what it spent, and what
     past it (export and the reference, which a budget never stops, and the sweep's stated overshoot)."""
     unit = str(cost.get("currency")) if budget.measure == "cost" else "compute-hours"
     used = cost.get("amount") if budget.measure == "cost" else cost["node_hours"] + cost["core_hours"]

@@ -1,4 +1,4 @@
-"""A local deployment's data collector: Azure ML's JSON lines, written by the endpoint's workers off the request path.
+"""A deployment's data collector: Azure ML's JSON lines, written by the endpoint's workers off the request path.
 
 Layout, Azure's (under the workspace rather than its blob store), kept when the endpoint is deleted::
 

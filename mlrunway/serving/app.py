@@ -1,4 +1,4 @@
-"""The endpoint's HTTP server (a bare ASGI app, run by uvicorn): Azure ML's online-endpoint contract on 127.0.0.1.
+"""The endpoint's HTTP server (a bare ASGI app, run by uvicorn): Azure ML's online-endpoint contract.
 
 Routes: ``POST /score`` (the scoring URI: key auth, traffic weights, the ``azureml-model-deployment`` header,
 mirror traffic), ``POST /deployments/{name}/score`` (one deployment, as its own scoring server answers),
@@ -27,15 +27,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from mlrunway.local.serving import capture
-from mlrunway.local.serving.metrics import Recorder
-from mlrunway.local.serving.runtime import LoadedDeployment, Runtime
-from mlrunway.local.serving.state import EndpointState
+from mlrunway.serving import capture
+from mlrunway.serving.metrics import Recorder
+from mlrunway.serving.runtime import LoadedDeployment, Runtime, StateLoader
+from mlrunway.serving.state import EndpointState
 
 log = logging.getLogger(__name__)
 
 # What the endpoint answers and when, as Azure ML's online endpoints do; 408, 413 and 431 come from the server's
-# guard (mlrunway.local.serving.guard) too, before the request reaches this app.
+# guard (mlrunway.serving.guard) too, before the request reaches this app.
 STATUSES: dict[int, str] = {
     200: "the deployment's answer (`GET /`, `/healthz/live` and a ready `/healthz/ready`: plain text)",
     400: "score.py refused the request (its message is the body); or a client that left before its body arrived",
@@ -180,13 +180,14 @@ class Deadlines:
 
 
 class ScoringApp:
-    """:param scoring_threads: threads of this worker that run score.py's ``run()``. Requests beyond them wait
+    """:param load_state: reads the endpoint's state from its folder, as the backend that runs it keeps it.
+    :param scoring_threads: threads of this worker that run score.py's ``run()``. Requests beyond them wait
         in the event loop, not as runnable threads: on a few cores, dozens of threads each running the model
         contend with one another and with the other workers, and the tail latency grows."""
 
-    def __init__(self, endpoint_dir: Path, scoring_threads: int = 1) -> None:
+    def __init__(self, endpoint_dir: Path, load_state: StateLoader, scoring_threads: int = 1) -> None:
         self.dir = endpoint_dir
-        self.runtime = Runtime(endpoint_dir)
+        self.runtime = Runtime(endpoint_dir, load_state)
         self.metrics = Recorder(endpoint_dir)
         self.scorer = Scorer(scoring_threads, self._end_overrun)
         self.in_flight = 0
@@ -377,6 +378,7 @@ class ScoringApp:
         deployment.log.info("mirrored request scored (status %d; kept beside the champion's answer)", answer.status)
 
 
-def create_app() -> ScoringApp:
-    """The app factory uvicorn calls in each worker; the endpoint folder comes from the environment."""
-    return ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]), int(os.environ.get(SCORING_THREADS_ENV, "1")))
+def create_app(load_state: StateLoader) -> ScoringApp:
+    """The app of this worker, the endpoint folder from the environment: what a backend's factory, the one uvicorn
+    calls in each worker, returns with its own way of reading the endpoint's state."""
+    return ScoringApp(Path(os.environ[ENDPOINT_DIR_ENV]), load_state, int(os.environ.get(SCORING_THREADS_ENV, "1")))

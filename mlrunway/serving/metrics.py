@@ -1,4 +1,4 @@
-"""Per-deployment requests, errors and latencies of a local endpoint, as Azure Monitor keeps them for a managed
+"""Per-deployment requests, errors and latencies of an endpoint, as Azure Monitor keeps them for a managed
 deployment: what a staged rollout compares between the champion and the challenger.
 
 Each server worker sums what each deployment served per second and appends what it counted to

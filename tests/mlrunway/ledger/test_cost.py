@@ -1,4 +1,4 @@
-"""What a job costs (mlrunway.backend.cost): duration × nodes (or processes) × the card's rate, an estimate; a rate
+"""What a job costs (mlrunway.ledger.cost): duration × nodes (or processes) × the card's rate, an estimate; a rate
 the card lacks is said to be unknown, never guessed; a run's cost counts every attempt of each of its jobs."""
 
 from __future__ import annotations
@@ -7,14 +7,15 @@ import sys
 
 import pytest
 
-from mlrunway.backend.cost import RateCard, RunCost, cost_of_run, cost_rows, estimated, job_cost, run_cost
 from mlrunway.backend.fake import FakeBackend
 from mlrunway.backend.naming import RunNames
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import JobStatus, TrialInfo, Usage
 from mlrunway.errors import SpecError
+from mlrunway.ledger.cost import RunCost, cost_of_run, cost_rows, estimated, job_cost, run_cost
 from mlrunway.local.backend import LocalBackend
-from mlrunway.local.launch import process_count
 from mlrunway.specs import CommandJobSpec, MpiDistribution, PyTorchDistribution, TensorFlowDistribution
+from mlrunway.specs.command import process_count
 
 CARD = RateCard.parse({"currency": "EUR", "per_hour": {"Standard_NC6s_v3": 2.8, "Standard_NC6s_v3:spot": "0.56 EUR"}},
                       local_rate=0.05)

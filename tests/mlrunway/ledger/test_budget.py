@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from mlrunway.backend.budget import Budget, against_budget, budget_of, refusals, sweep_budget, train_verdict
-from mlrunway.backend.cost import RateCard, cost_rows, job_cost, run_cost
+from mlrunway.backend.rates import RateCard
 from mlrunway.backend.types import Usage
 from mlrunway.errors import SpecError
+from mlrunway.ledger.budget import Budget, against_budget, budget_of, refusals, sweep_budget, train_verdict
+from mlrunway.ledger.cost import cost_rows, job_cost, run_cost
 from mlrunway.local.backend import LocalBackend
 from mlrunway.specs import CommandJobSpec
 from mlrunway.specs.job import PyTorchDistribution
@@ -39,13 +40,15 @@ def test_a_budget_is_read_from_an_object_or_its_json_and_empty_is_none():
     assert [Budget.parse(v) for v in (None, "", " ", {})] == [None] * 4
 
 
-def test_the_tasks_budget_wins_over_the_connections_default(tmp_path):
-    backend = LocalBackend.from_connection({"workspace": str(tmp_path), "local_rate": "0.5",
-                                            "budget": '{"max_cost": 3}'})
-    assert budget_of(None, backend) == Budget(max_cost=3.0)
-    assert budget_of({"max_compute_hours": 1}, backend) == Budget(max_compute_hours=1.0)
-    with pytest.raises(SpecError, match=r"^budget\.max_cost: 0 is not an amount"):
-        LocalBackend.from_connection({"workspace": str(tmp_path), "budget": '{"max_cost": 0}'})
+def test_the_tasks_budget_wins_over_the_connections_default_which_is_read_only_without_one():
+    read: list[bool] = []
+
+    def connection() -> Budget:
+        read.append(True)
+        return Budget(max_cost=3.0)
+
+    assert budget_of({"max_compute_hours": 1}, connection) == Budget(max_compute_hours=1.0) and not read
+    assert budget_of(None, connection) == Budget(max_cost=3.0) and read
 
 
 def test_a_max_cost_without_the_rate_of_a_job_is_refused_before_any_job(tmp_path):
@@ -109,10 +112,10 @@ def test_a_runs_cost_is_stated_against_its_budget_with_what_went_past_it():
 
 
 def test_what_a_retried_sweep_may_spend_counts_train_and_the_earlier_attempts_trials_not_its_own():
-    from mlrunway.backend.budget import spent_before
     from mlrunway.backend.fake import FakeBackend
     from mlrunway.backend.naming import RunNames
     from mlrunway.backend.types import JobStatus, TrialInfo
+    from mlrunway.ledger.budget import spent_before
     from mlrunway.specs import Choice, Objective, SweepSpec
 
     fake, names = FakeBackend(), RunNames(prefix="b", run_key="0badcafe")

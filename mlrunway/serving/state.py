@@ -1,0 +1,76 @@
+"""An endpoint's state as its scoring app reads it: the endpoint (keys, traffic, limits) and its deployments.
+
+The control plane of the backend that runs the endpoint keeps it (the local backend: ``endpoint.json`` in the
+endpoint's folder, :mod:`mlrunway.local.serving.state`) and bumps an 8-byte counter, :data:`GENERATION_FILE`,
+after each save; every server worker maps the counter and re-reads the state when it moves, so a traffic update
+or a new deployment version reaches all workers without a restart and without dropping a request in flight.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState"]
+
+STATE_FILE = "endpoint.json"
+GENERATION_FILE = "generation"  # 8 bytes the control plane bumps after each save; workers map it into memory
+MAX_BODY_BYTES = 1024 * 1024  # a request body over this size is refused with 413
+# The limits the server enforces before the app (mlrunway.serving.guard), set when an endpoint is created.
+SERVER_LIMITS = ("max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "send_timeout_s")
+
+
+@dataclass(kw_only=True)
+class DeploymentState:
+    name: str
+    version: int
+    model_dir: str
+    code_dir: str
+    scoring_script: str
+    model: str = ""
+    workers: int = 1
+    environment_variables: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
+    provisioning_state: str = "Succeeded"
+    # Its data collector, in azure-ai-ml's shape (mlrunway.backend.capture), and the bytes its captures may hold.
+    data_collector: dict[str, Any] | None = None
+    capture_max_bytes: int = 1024 ** 3
+    created: float | None = None  # when the deployment of this name was created (updates keep it): its serving hours
+
+
+@dataclass(kw_only=True)
+class EndpointState:
+    name: str
+    keys: dict[str, str] = field(repr=False)  # never in a log line, should a state ever be logged
+    host: str = "127.0.0.1"
+    port: int = 0
+    pid: int | None = None
+    pid_started: float | None = None
+    token: str = field(default_factory=lambda: secrets.token_hex(16))  # marks the server's processes
+    workers: int = 1
+    auth_mode: str = "key"
+    traffic: dict[str, int] = field(default_factory=dict)
+    mirror_traffic: dict[str, int] = field(default_factory=dict)
+    deployments: dict[str, DeploymentState] = field(default_factory=dict)
+    # The last version of each deployment deleted: a deployment made again under its name never reuses a version
+    # (workers cache a loaded score.py by name and version).
+    retired: dict[str, int] = field(default_factory=dict)
+    request_timeout_ms: int = 5000
+    max_concurrent_requests_per_worker: int = 64
+    max_body_bytes: int = MAX_BODY_BYTES
+    # Enforced by the server before the app (mlrunway.serving.guard): a request's head, how long a client
+    # may take to send its head and its body, and to take its answers.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    send_timeout_s: float = 30.0
+
+    @property
+    def scoring_uri(self) -> str:
+        return f"http://{self.host}:{self.port}/score"
+
+    @property
+    def provisioning_state(self) -> str:
+        """Saved state belongs to a server that answered (a failed start removes nothing but raises)."""
+        return "Succeeded"
