@@ -1,0 +1,1 @@
+"""The backend contract's behaviour, written once and run on every backend (:mod:`tests.contract.conftest`)."""
