@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from typing import Any
 
 from mlrunway.errors import SpecError, shorten
@@ -18,7 +19,7 @@ ENDPOINT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,30}[A-Za-z0-9]$")
 SHOWN_CHARS = 80  # a bad value as an error echoes it: a line's worth, whatever its length
 
 __all__ = ["endpoint_name", "fail", "job_name", "model_name", "model_version", "number", "one_of", "optional_seconds",
-           "positive_int", "shown"]
+           "positive_int", "shown", "traffic"]
 
 
 def shown(value: Any) -> str:
@@ -106,3 +107,23 @@ def one_of(field: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise fail(field, f"{shown(value)} is not supported", f"use one of {', '.join(allowed)}")
     return value
+
+
+def traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: Collection[str]) -> None:
+    """Check an endpoint's weights before any change: integers 0..100 naming ``deployments`` that sum to 0 or 100;
+    mirror traffic goes to one deployment with no live traffic, at most 50%."""
+    for label, weights in (("traffic", traffic), ("mirror_traffic", mirror)):
+        for name, weight in weights.items():
+            if name not in deployments:
+                raise fail(f"endpoint.{label}.{name}", "names no deployment of this endpoint",
+                       f"create it first or use one of {sorted(deployments) or 'none yet'}")
+            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+                raise fail(f"endpoint.{label}.{name}", f"{weight!r} is not an integer percentage", "use 0 to 100")
+    total = sum(traffic.values())
+    if total not in (0, 100):
+        raise fail("endpoint.traffic", f"weights sum to {total}", "make them sum to 100 (or 0 for no traffic)")
+    live = {n: w for n, w in mirror.items() if w}
+    if len(live) > 1 or sum(live.values()) > 50:
+        raise fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
+    if any(traffic.get(n, 0) for n in live):
+        raise fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")

@@ -127,10 +127,12 @@ class AzureEndpoints(Endpoints):
 
     def set_traffic(self, endpoint: str, traffic: dict[str, int],
                     mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
+        """As the contract says; weights the service would refuse are refused first, naming the field (the SDK's
+        ``get`` gives every deployment a weight, 0 where it has none, so the endpoint's names come with it)."""
         current = self.ml.online_endpoints.get(endpoint)
-        current.traffic = dict(traffic)
-        if mirror_traffic is not None:
-            current.mirror_traffic = dict(mirror_traffic)
+        mirror = dict(current.mirror_traffic or {}) if mirror_traffic is None else dict(mirror_traffic)
+        check.traffic(dict(traffic), mirror, {*(current.traffic or {}), *(current.mirror_traffic or {})})
+        current.traffic, current.mirror_traffic = dict(traffic), mirror
         return self._info(self.write(f"traffic {traffic} of endpoint {endpoint}",
                                      lambda: self.ml.online_endpoints.begin_create_or_update(current).result()))
 

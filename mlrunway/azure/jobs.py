@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
 from mlrunway.early_termination import EarlyTerminationPolicy, applies_at, policy_from_dict
-from mlrunway.errors import JobFailed, MlrunwayError, NotFound
+from mlrunway.errors import JobFailed, MlrunwayError, NotFound, SpecError
 from mlrunway.ledger.budget import BUDGET_STOP_TAG
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import Objective, SweepSpec
@@ -370,12 +371,12 @@ class AzureJobs(Jobs):
         except ResourceNotFoundError as exc:
             raise NotFound(f"sweep {name!r} does not exist in the workspace") from exc
         if sweep.type != "sweep":
-            raise NotFound(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
+            raise SpecError(f"job {name}: is a {sweep.type} job, not a sweep; pass a sweep job's name")
         objective = Objective(primary_metric=sweep.objective.primary_metric, goal=sweep.objective.goal.lower())
         swept_status = job_status(sweep.status)
         budget_stop = self._budget_stop(sweep, swept_status)
         trials = []
-        for child in self.rest.children(name):
+        for child in sorted(self.rest.children(name), key=_trial_index):  # Run History lists them its own way
             status = job_status(child["status"])
             read_at, known = self._read.get((name, child["runId"]), (0.0, None))
             fresh = status.is_terminal() or time.monotonic() - read_at < self.refresh_s
@@ -395,6 +396,12 @@ class AzureJobs(Jobs):
                            policy=_policy(sweep.early_termination),
                            stopped_because=budget_stop or (
                                "the sweep was canceled" if swept_status is JobStatus.CANCELED else None))
+
+
+def _trial_index(child: dict[str, Any]) -> int:
+    """A trial's index in its sweep: Azure ML names a sweep's children ``<sweep>_<index>``."""
+    found = re.search(r"_(\d+)$", child["runId"])
+    return int(found.group(1)) if found else -1
 
 
 def _policy(sdk: Any) -> EarlyTerminationPolicy | None:

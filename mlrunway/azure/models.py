@@ -75,9 +75,19 @@ class AzureModels(Models):
             raise NotFound(f"model {name}:{version} does not exist in workspace {self.ml.workspace_name}") from exc
 
     def list(self, name: str | None = None) -> builtins.list[ModelVersion]:
+        """Every version, archived ones too (as the other backends list them and as ``register`` numbers them), by
+        name, then version. With no name, every model's: the SDK lists the models (one entry each, archived ones too),
+        then each one's versions."""
+        if name is not None:
+            return self._versions(name)
+        models = self.ml.models.list(list_view_type=ListViewType.ALL)
+        return [m for model in sorted({m.name for m in models}) for m in self._versions(model)]
+
+    def _versions(self, name: str) -> builtins.list[ModelVersion]:
         try:
-            return sorted((self._record(m) for m in self.ml.models.list(name)), key=lambda m: m.version)
-        except ResourceNotFoundError:
+            found = self.ml.models.list(name, list_view_type=ListViewType.ALL)
+            return sorted((self._record(m) for m in found), key=lambda m: m.version)
+        except ResourceNotFoundError:  # no such model (or it went between the two lists)
             return []
 
     def download(self, name: str, version: int | str | None, dest: str | Path) -> Path:

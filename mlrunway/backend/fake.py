@@ -45,7 +45,7 @@ from mlrunway.backend.types import (
     TrialInfo,
     Usage,
 )
-from mlrunway.errors import EndpointError, NotFound, Unavailable
+from mlrunway.errors import EndpointError, NotFound, SpecError, Unavailable
 from mlrunway.specs.job import ROLE_TAG, CommandJobSpec
 from mlrunway.specs.sweep import SweepSpec
 
@@ -123,6 +123,7 @@ class FakeJobs(Jobs):
         self.canceled: list[tuple[str, str]] = []
         self.computes: set[str] | None = None  # the workspace's computes, when a test scripts them
         self.usages: dict[str, Usage] = {}  # what each job ran on and how long, when a test scripts it (Metered)
+        self.ran: dict[str, tuple[float, float | None]] = {}  # when reads saw each job start and end
         self.validated: list[CommandJobSpec] = []
         self.outages: dict[str, int] = {}  # how many of a job's next reads bring no news (Unavailable), by its name
         # What a command job leaves in its outputs (path -> text): by default a model as the contract asks.
@@ -155,9 +156,13 @@ class FakeJobs(Jobs):
 
     # -- the protocol ------------------------------------------------------------------------------
     def validate(self, spec: CommandJobSpec) -> None:
-        """Refuse a compute that is not in ``computes`` (when a test scripts the workspace's computes); keep each
-        spec checked in ``validated``."""
+        """Refuse a local input path that does not exist, as every backend does, and a compute that is not in
+        ``computes`` (when a test scripts the workspace's computes); keep each spec checked in ``validated``."""
         self.validated.append(spec)
+        for key, value in spec.inputs.items():
+            path = getattr(value, "path", "")
+            if path and "://" not in path and not Path(path).exists():
+                raise check.fail(f"command_job.inputs.{key}", f"{path!r} does not exist here", "pass an existing path")
         if spec.compute and self.computes is not None and spec.compute not in self.computes:
             raise check.fail("command_job.compute", f"{spec.compute!r} is not a compute of the fake workspace",
                              f"use one of {sorted(self.computes)}")
@@ -227,6 +232,9 @@ class FakeJobs(Jobs):
         if job.script:
             status = job.script.pop(0) if len(job.script) > 1 else job.script[0]
             job.info = replace(job.info, status=status)
+        if job.info.status is not JobStatus.QUEUED:  # when a read first saw it run, and end (Metered's default)
+            started, ended = self.ran.get(name, (time.time(), None))
+            self.ran[name] = (started, ended or (time.time() if job.info.status.is_terminal() else None))
         return job.info
 
     def spec(self, name: str) -> CommandJobSpec | SweepSpec:
@@ -258,7 +266,12 @@ class FakeJobs(Jobs):
         return next((dict(t.params) for ts in self.trials.values() for t in ts if t.name == name), {})
 
     def usage(self, name: str) -> Usage | None:
-        return self.usages.get(name)
+        """What a test scripted; else this machine, from the read that first saw the job run to the one that saw
+        it end (None: it never started)."""
+        if name in self.usages:
+            return self.usages[name]
+        started, ended = self.ran.get(name, (None, None))
+        return None if started is None else Usage(started=started, ended=ended)
 
     def trial_usage(self, name: str) -> dict[str, Usage]:
         return {t.name: self.usages[t.name] for t in self.trials.get(name, ()) if t.name in self.usages}
@@ -270,7 +283,7 @@ class FakeJobs(Jobs):
         info = self.get(name)
         spec = self.records[name].spec
         if not isinstance(spec, SweepSpec):
-            raise NotFound(f"job {name}: is a command job, not a sweep; pass a sweep job's name")
+            raise SpecError(f"job {name}: is a command job, not a sweep; pass a sweep job's name")
         return SweepResult(name=name, status=info.status, objective=spec.objective,
                            trials=tuple(self.trials.get(name, ())), best_trial=self.best.get(name), error=info.error)
 
@@ -302,8 +315,9 @@ class FakeModels(Models):
 
     def get(self, name: str, version: int | str | None = None) -> ModelVersion:
         versions = self.versions.get(name, [])
-        if version in (None, "latest") and versions:
-            return versions[-1]
+        live = [m for m in versions if not m.archived]  # "latest" is the newest version not archived (Azure's)
+        if version in (None, "latest") and live:
+            return live[-1]
         for model in versions:
             if str(model.version) == str(version):
                 return model
@@ -423,13 +437,7 @@ class FakeEndpoints(Endpoints):
                     mirror_traffic: dict[str, int] | None = None) -> EndpointInfo:
         record = self._endpoint(endpoint)
         mirror = dict(record.info.mirror_traffic if mirror_traffic is None else mirror_traffic)
-        unknown = sorted((set(traffic) | set(mirror)) - set(record.deployments))
-        if unknown or sum(traffic.values()) not in (0, 100):
-            raise check.fail("endpoint.traffic", f"{traffic} names {unknown or 'weights that do not sum to 100'}",
-                             "name existing deployments, weights summing to 0 or 100")
-        if any(traffic.get(n) for n, w in mirror.items() if w) or sum(mirror.values()) > 50:
-            raise check.fail("endpoint.mirror_traffic", f"{mirror} is over the limit",
-                             "mirror at most 50% to one deployment with no live traffic")
+        check.traffic(dict(traffic), mirror, record.deployments)
         record.info = replace(record.info, traffic=dict(traffic), mirror_traffic=mirror)
         self.traffic_log.append((dict(traffic), mirror))
         return record.info

@@ -146,7 +146,8 @@ class Jobs(_NamesChecked, abc.ABC):
     def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
         """Stop the job and return its info once it has ended; a job already ended is left as it is (its info)."""
     @abc.abstractmethod
-    def logs(self, name: str) -> Iterable[str]: ...
+    def logs(self, name: str) -> Iterable[str]:
+        """What the job printed so far, a line each (no line ends), where the backend keeps it (the fake keeps none)."""
     @abc.abstractmethod
     def metrics(self, name: str) -> dict[str, float]: ...
     @abc.abstractmethod
@@ -154,7 +155,9 @@ class Jobs(_NamesChecked, abc.ABC):
     @abc.abstractmethod
     def params(self, name: str) -> dict[str, Any]: ...
     @abc.abstractmethod
-    def sweep_result(self, name: str) -> SweepResult: ...
+    def sweep_result(self, name: str) -> SweepResult:
+        """Sweep ``name``'s record so far: its trials in trial index order (the order they were sampled), the best
+        by its objective once chosen; NotFound where no job has the name, SpecError where the job is not a sweep."""
 
     def validate(self, spec: CommandJobSpec) -> None:
         """Raise SpecError for what of ``spec`` this backend cannot run (an unknown compute), before any job.
@@ -212,7 +215,8 @@ class Models(_NamesChecked, abc.ABC):
     @abc.abstractmethod
     def get(self, name: str, version: int | str | None = None) -> ModelVersion: ...
     @abc.abstractmethod
-    def list(self, name: str | None = None) -> builtins.list[ModelVersion]: ...
+    def list(self, name: str | None = None) -> builtins.list[ModelVersion]:
+        """Every version of ``name`` (of every model when None), archived ones too, by name, then version; [] for none."""
     @abc.abstractmethod
     def download(self, name: str, version: int | str | None, dest: str | Path) -> Path: ...
     @abc.abstractmethod

@@ -6,7 +6,8 @@ import pytest
 
 from mlrunway.backend.protocol import Backend, RunMetrics
 from mlrunway.backend.types import JobStatus
-from mlrunway.errors import NotFound, SpecError
+from mlrunway.errors import JobTimedOut, NotFound, SpecError
+from mlrunway.specs.job import Input
 from tests.contract.conftest import Driver, completed, require
 
 
@@ -70,3 +71,56 @@ def test_metrics_logged_on_an_ended_jobs_run_are_read_back_with_its_own(backend:
     completed(backend, "ctr-logged", driver)
     run_metrics.log_metrics("ctr-logged", {"cost": 1.5})
     assert backend.jobs.metrics("ctr-logged")["cost"] == 1.5
+
+
+def test_a_job_whose_script_fails_ends_failed_with_an_error_that_says_why(backend: Backend, driver: Driver) -> None:
+    driver.failing(backend, "ctr-fails", "contract job failed on purpose")
+    info = backend.jobs.wait("ctr-fails", timeout=driver.wait_s)
+    assert info.status is JobStatus.FAILED and info.error is not None
+    assert "contract job failed on purpose" in info.error
+
+
+def test_a_running_job_canceled_ends_canceled_and_wait_returns_it(backend: Backend, driver: Driver) -> None:
+    driver.running(backend, "ctr-cancel")
+    assert backend.jobs.get("ctr-cancel").status is not JobStatus.CANCELED
+    canceled = backend.jobs.cancel("ctr-cancel", reason="the contract says stop")
+    assert (canceled.name, canceled.status) == ("ctr-cancel", JobStatus.CANCELED)
+    assert backend.jobs.wait("ctr-cancel", timeout=driver.wait_s).status is JobStatus.CANCELED
+
+
+def test_wait_past_its_timeout_cancels_the_job_and_raises_job_timed_out(backend: Backend, driver: Driver) -> None:
+    driver.running(backend, "ctr-slow")
+    with pytest.raises(JobTimedOut, match="ctr-slow"):
+        backend.jobs.wait("ctr-slow", timeout=0.3)
+    assert backend.jobs.wait("ctr-slow", timeout=driver.wait_s).status is JobStatus.CANCELED
+
+
+def test_logs_of_a_completed_job_are_lines_holding_what_it_printed(backend: Backend, driver: Driver) -> None:
+    driver.printing(backend, "ctr-logs", "contract line printed")
+    assert backend.jobs.wait("ctr-logs", timeout=driver.wait_s).status is JobStatus.COMPLETED
+    lines = list(backend.jobs.logs("ctr-logs"))
+    assert all(isinstance(line, str) and "\n" not in line for line in lines)
+    assert "contract line printed" in lines
+
+
+def test_metric_history_gives_every_value_logged_in_step_order(backend: Backend, driver: Driver) -> None:
+    driver.logging(backend, "ctr-history", (0.5, 0.7, 0.6))
+    assert backend.jobs.wait("ctr-history", timeout=driver.wait_s).status is JobStatus.COMPLETED
+    assert backend.jobs.metric_history("ctr-history", "best_val_acc") == (0.5, 0.7, 0.6)
+    assert backend.jobs.metrics("ctr-history")["best_val_acc"] == 0.6  # the latest
+    assert backend.jobs.metric_history("ctr-history", "never_logged") == ()
+
+
+def test_recover_of_an_ended_job_returns_its_info(backend: Backend, driver: Driver) -> None:
+    completed(backend, "ctr-recover", driver)
+    info = backend.jobs.recover("ctr-recover")
+    assert (info.name, info.kind, info.status) == ("ctr-recover", "command", JobStatus.COMPLETED)
+
+
+def test_validate_refuses_a_missing_input_path_naming_the_field_before_any_job(backend: Backend,
+                                                                                driver: Driver) -> None:
+    spec = driver.job_spec(inputs={"data": Input(path=str(driver.root / "no-such-folder"), type="uri_folder")})
+    with pytest.raises(SpecError, match="command_job.inputs.data"):
+        backend.jobs.validate(spec)
+    backend.jobs.validate(driver.job_spec())  # a spec it can run passes
+    assert backend.jobs.list() == []

@@ -58,19 +58,6 @@ def bump_generation(folder: Path) -> None:
 
 
 def check_traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: dict[str, DeploymentState]) -> None:
-    """Weights are integers 0..100 that sum to 0 or 100; mirror traffic goes to one deployment, at most 50%."""
-    for label, weights in (("traffic", traffic), ("mirror_traffic", mirror)):
-        for name, weight in weights.items():
-            if name not in deployments:
-                raise check.fail(f"endpoint.{label}.{name}", "names no deployment of this endpoint",
-                                  f"create it first or use one of {sorted(deployments) or 'none yet'}")
-            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-                raise check.fail(f"endpoint.{label}.{name}", f"{weight!r} is not an integer percentage", "use 0 to 100")
-    total = sum(traffic.values())
-    if total not in (0, 100):
-        raise check.fail("endpoint.traffic", f"weights sum to {total}", "make them sum to 100 (or 0 for no traffic)")
-    live = {n: w for n, w in mirror.items() if w}
-    if len(live) > 1 or sum(live.values()) > 50:
-        raise check.fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
-    if any(traffic.get(n, 0) for n in live):
-        raise check.fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")
+    """Weights are integers 0..100 that sum to 0 or 100; mirror traffic goes to one deployment, at most 50%
+    (:func:`mlrunway.check.traffic`, which every backend checks with)."""
+    check.traffic(traffic, mirror, deployments)

@@ -557,6 +557,7 @@ class FakeAzureML(HttpTransport):
             ("GET", f"{ws}/jobs/(?P<name>[^/]+)", self._get_job),
             ("PUT", f"{ws}/jobs/(?P<name>[^/]+)", self._put_job),
             ("GET", f"{ws}/jobs", self._list_jobs),
+            ("GET", f"{ws}/models", self._list_model_containers),
             ("GET", f"{ws}/models/(?P<name>[^/]+)/versions", self._list_versions),
             ("PUT", f"{ws}/models/(?P<name>[^/]+)/versions/(?P<version>[^/]+)", self._put_model),
             ("POST", f"{ws}/onlineEndpoints/(?P<name>[^/]+)/listKeys", self._list_keys),
@@ -938,6 +939,28 @@ class FakeAzureML(HttpTransport):
                                               **self._wait_header()})
 
     # -- models --------------------------------------------------------------------------------------
+    def _list_model_containers(self, request: Any, recorded: Recorded) -> HttpResponseImpl:
+        """ModelContainers_List: one container per model name, made from its stored versions, in the order the
+        models were first registered (the spec gives no order). The fake archives no container: each is active, so
+        ``listViewType`` ArchivedOnly lists none."""
+        versions: dict[str, list[int]] = {}
+        names: dict[str, str] = {}
+        for path, resource in self.resources.items():
+            if self._asset_kind(path) == "models":
+                model = resource["id"].split("/")[-3]
+                names.setdefault(model.lower(), model)
+                versions.setdefault(model.lower(), []).append(int(resource["name"]) if resource["name"].isdigit() else 0)
+        view = recorded.query.get("listViewType", "ActiveOnly")  # the spec's default
+        containers = [] if view == "ArchivedOnly" else [{
+            "id": f"{WS_PATH}/models/{names[key]}", "name": names[key],
+            "type": "Microsoft.MachineLearningServices/workspaces/models",
+            "systemData": {"createdAt": "2026-11-22T10:00:00Z", "createdBy": "mlrunway-tests",
+                           "createdByType": "Application", "lastModifiedAt": "2026-11-22T10:00:00Z"},
+            "properties": {"isArchived": False, "latestVersion": str(max(numbers)),
+                           "nextVersion": str(max(numbers) + 1), "provisioningState": "Succeeded"},
+        } for key, numbers in versions.items()]
+        return self.page(request, recorded, containers)
+
     def _put_model(self, request: Any, recorded: Recorded, name: str, version: str) -> HttpResponseImpl:
         body = recorded.json()
         uri = body["properties"].get("modelUri", "")
@@ -1184,7 +1207,8 @@ class FakeAzureML(HttpTransport):
         """Run one of mlrunway's own command jobs (export, reference) as the compute would: its uploaded code folder
         and inputs materialized from their blobs, its command run in a fresh interpreter where ``mlrunway`` cannot be
         imported (the job's environment has none), and its named outputs uploaded where the service keeps them
-        (``azureml/<job>/<output>/`` of the default datastore). What the command printed is kept in ``job_logs``."""
+        (``azureml/<job>/<output>/`` of the default datastore), its ``./outputs`` files in the artifact store. What the
+        command printed is kept in ``job_logs`` and is its ``std_log.txt``."""
         folder = Path(tempfile.mkdtemp(dir=self.root, prefix=f"{name}-"))
         code = self._materialize(self.resources[props["codeId"].lower()]["properties"]["codeUri"], folder / "code")
         values: dict[str, str] = {}
@@ -1215,6 +1239,10 @@ class FakeAzureML(HttpTransport):
         if done.returncode != 0:
             self._fail_command(name, props, f"exit code {done.returncode}: {done.stderr[-1500:]}")
             return
+        for file in sorted((code / "outputs").rglob("*")):  # ./outputs: the run's artifacts, as the service keeps them
+            if file.is_file():
+                self.blobs[f"{ARTIFACT_CONTAINER}/ExperimentRun/dcid.{name}/outputs/"
+                           f"{file.relative_to(code / 'outputs')}"] = file.read_bytes()
         for key, output in (props.get("outputs") or {}).items():  # to the default datastore, its URI recorded
             output["uri"] = f"azureml://datastores/{self.default_datastore}/paths/azureml/{name}/{key}/"
             for file in sorted((folder / "outputs" / key).rglob("*")):
@@ -1299,7 +1327,9 @@ class FakeAzureML(HttpTransport):
             return _error(request, 404, "UserError", f"run {run} not found")
         log = f"{CONTAINER}/ExperimentRun/dcid.{run}/user_logs/std_log.txt"
         history = self.runs[run]["history"]
-        self.blobs[log] = "".join(f"epoch {i}: best_val_acc {v:.4f}\n" for i, v in enumerate(history)).encode()
+        printed = self.job_logs.get(run)  # a command it ran: what it printed; else a line per logged value
+        self.blobs[log] = (printed if printed is not None else
+                           "".join(f"epoch {i}: best_val_acc {v:.4f}\n" for i, v in enumerate(history))).encode()
         error = {"error": {"error": {"code": "UserError", "message": self.job_error[run]}}} if run in self.job_error else {}
         return _response(request, 200, {**self._run_body(run), **error, "logFiles": {
             "user_logs/std_log.txt": f"https://{BLOB_HOST}/{log}?sv=2021-08-06&sr=b&sig=fake"}})

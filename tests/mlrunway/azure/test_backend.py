@@ -290,16 +290,24 @@ def test_deployment_provisions_after_begin_returns_and_is_deleted_at_the_deadlin
     assert azure.endpoints.delete_deployment("ep-bg", "blue") is False
 
 
-def test_models_list_get_and_missing(fake, azure, trained_model: Path) -> None:
-    first = azure.models.register("m", str(trained_model), tags={"k": "v"}, properties={"params": {"lr": 0.1}})
-    second = azure.models.register("m", str(trained_model))
-    assert (first.version, second.version) == (1, 2)
+def test_a_models_properties_and_files_are_uploaded_and_a_missing_version_is_named_name_colon_version(
+        fake, azure, trained_model: Path) -> None:
+    azure.models.register("m", str(trained_model), tags={"k": "v"}, properties={"params": {"lr": 0.1}})
     assert azure.models.get("m", 1).properties["params"] == {"lr": 0.1}
-    assert [m.version for m in azure.models.list("m")] == [1, 2]
     files = {k.rsplit("/", 1)[1] for k in fake.blobs if k.startswith(f"{CONTAINER}/LocalUpload/")}
     assert files == {"model.pt2", "signature.json"}
     with pytest.raises(NotFound, match="m:9"):
         azure.models.get("m", 9)
+
+
+def test_listing_every_model_follows_the_pages_of_the_model_list(fake, azure, tmp_path: Path) -> None:
+    """``list()`` reads the model names from ModelContainers_List, which pages with ``nextLink`` like every list."""
+    (tmp_path / "weights.txt").write_text("weights")
+    fake.page_size = 1
+    for name in ("b-model", "a-model", "b-model"):
+        azure.models.register(name, str(tmp_path / "weights.txt"))
+    assert [(m.name, m.version) for m in azure.models.list()] == [("a-model", 1), ("b-model", 1), ("b-model", 2)]
+    assert any("$skipToken" in r.query for r in fake.sent("GET", r"/workspaces/[^/]+/models$"))  # via nextLink
 
 
 def test_links_point_at_studio(azure) -> None:

@@ -319,6 +319,7 @@ def asset_body(kind: str) -> dict[str, Any]:
     ("method", "path", "version", "operation_id"),
     [
         pytest.param("PUT", f"{WS}/models/digits/versions/1", MODELS_API, "ModelVersions_CreateOrUpdate", id="model"),
+        pytest.param("GET", f"{WS}/models", MODELS_API, "ModelContainers_List", id="model-containers"),
         pytest.param("GET", f"{WS}/computes/gpu-cluster", MODELS_API, "Compute_Get", id="compute"),
         pytest.param("PUT", f"{WS}/data/inputs/versions/1", ASSETS_API, "DataVersions_CreateOrUpdate", id="data"),
         pytest.param("PUT", f"{WS}/codes/c0de/versions/1", CODES_API, "CodeVersions_CreateOrUpdate", id="code"),

@@ -104,8 +104,7 @@ def test_submitting_an_existing_name_returns_that_job_without_a_duplicate(jobs, 
     again = jobs.submit("once", CommandJobSpec(code=str(code), command="python other.py"))
     assert again.created == first.created
     jobs.wait("once", poll_s=0.2)
-    assert runs.read_text() == "run\n"
-    assert [j.name for j in jobs.list()] == ["once"]
+    assert runs.read_text() == "run\n"  # one process: what the contract's list check cannot see
 
 
 def test_crashing_script_fails_with_exit_code_and_stderr_tail(jobs, tmp_path):
@@ -299,8 +298,6 @@ def test_bad_submissions_fail_before_anything_starts(jobs, tmp_path):
     with pytest.raises(SpecError, match="command_job.inputs.data: uri_folder '/missing' does not exist"):
         jobs.submit("nodata", CommandJobSpec(code=str(tmp_path), command="python t.py ${{inputs.data}}",
                                              inputs={"data": Input(path="/missing")}))
-    with pytest.raises(SpecError, match="job.name: 'bad name' is not a valid name"):
-        jobs.submit("bad name", CommandJobSpec(code=str(tmp_path), command="python t.py"))
     assert jobs.list() == []
 
 
