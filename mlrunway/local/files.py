@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.local import formats
+from mlrunway.locks import locked
 
 
 def dumps(data: Any) -> str:
@@ -209,16 +210,6 @@ def rotate_log(path: Path, max_bytes: int, keep: int = LOG_KEEP) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on ``path`` (created if missing) across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -126,7 +126,8 @@ def open_workspace(root: Path) -> None:
         return
     if found is not None and found > FORMAT:
         raise newer_error(root / MARKER, found)
-    from mlrunway.local.files import locked, write_json
+    from mlrunway.local.files import write_json
+    from mlrunway.locks import locked
 
     with locked(root / ".workspace.lock"):
         if workspace_format(root) == FORMAT:  # another process migrated it meanwhile
@@ -154,7 +155,8 @@ def state_files(root: Path) -> Iterator[tuple[Path, Path]]:
 def migrate(root: Path) -> int:
     """Rewrite every state file under ``root`` that is of an older format in the current one; how many were.
     (``outcome.json``, written in place into reserved bytes, is migrated as it is read.)"""
-    from mlrunway.local.files import locked, write_json
+    from mlrunway.local.files import write_json
+    from mlrunway.locks import locked
 
     count = 0
     for path, lock in state_files(root):

@@ -39,9 +39,9 @@ from mlrunway.backend.retention import PROTECTED_ALIASES, Pruned, PrunePlan, Ret
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.ledger.reports import ReportsFolder, size_of
 from mlrunway.local import records
-from mlrunway.local.files import locked
 from mlrunway.local.registry import ALIAS_LOG
 from mlrunway.local.workspace import Workspace
+from mlrunway.locks import locked
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,10 @@ from mlrunway.backend.protocol import Models
 from mlrunway.backend.types import ModelVersion
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.local import mlflow_registry
-from mlrunway.local.files import locked, no_space, write_json
+from mlrunway.local.files import no_space, write_json
 from mlrunway.local.records import read_version
 from mlrunway.local.workspace import Workspace
+from mlrunway.locks import locked
 
 log = logging.getLogger(__name__)
 

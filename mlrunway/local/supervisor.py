@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrunway.local import formats, tracking
-from mlrunway.local.files import full_filesystem, locked, write_json
+from mlrunway.local.files import full_filesystem, write_json
 from mlrunway.local.processes import (
     CANCEL_LOOK_S,
     JOB_TOKEN_ENV,
@@ -44,6 +44,7 @@ from mlrunway.local.processes import (
 )
 from mlrunway.local.records import DamagedRecord, read
 from mlrunway.local.workspace import Workspace
+from mlrunway.locks import locked
 
 STDERR_TAIL_LINES = 20
 OUTCOME_BYTES = 4096  # reserved when the job starts, so its outcome can be written with the disk full

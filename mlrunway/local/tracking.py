@@ -24,8 +24,8 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlrunway.local.files import locked
 from mlrunway.local.workspace import Workspace
+from mlrunway.locks import locked
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

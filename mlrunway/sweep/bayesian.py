@@ -15,14 +15,13 @@ asked with, not with a second ask.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.locks import locked
 from mlrunway.specs.search_space import Choice, QUniform, SearchExpression, Uniform
 from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep.controller import trial_index
@@ -47,7 +46,7 @@ class OptunaSearch:
         self.distributions = {name: _distribution(expr) for name, expr in spec.search_space.items()}
         storage = optuna.storages.RDBStorage(f"sqlite:///{folder / 'optuna.db'}",
                                              engine_kwargs={"connect_args": {"timeout": 60}})
-        with _locked(folder / ".optuna.lock"):  # two sweeps must not create the schema at once
+        with locked(folder / ".optuna.lock"):  # two sweeps must not create the schema at once
             self.study = optuna.create_study(study_name=sweep_name, storage=storage, load_if_exists=True,
                                              direction=spec.objective.goal)
         # The sampler's generator starts again with each controller: seeded as the sweep says at the start, and
@@ -110,18 +109,6 @@ class OptunaSearch:
         from optuna.trial import TrialState
 
         return list(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on ``path`` (created if missing) across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _distribution(expr: SearchExpression) -> Any:

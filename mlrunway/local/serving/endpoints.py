@@ -35,7 +35,7 @@ from mlrunway.backend.types import (
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.local import records
-from mlrunway.local.files import folder_locked, locked, tail, write_json
+from mlrunway.local.files import folder_locked, tail, write_json
 from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import master, provision
@@ -47,6 +47,7 @@ from mlrunway.local.serving.state import (
     new_key,
 )
 from mlrunway.local.workspace import Workspace
+from mlrunway.locks import locked
 from mlrunway.serving import capture, metrics
 
 LEASE_FIX = "delete it once no rollout of the endpoint is running"

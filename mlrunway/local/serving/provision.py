@@ -26,10 +26,11 @@ import psutil
 
 from mlrunway.backend.types import ProvisioningState
 from mlrunway.local import records
-from mlrunway.local.files import locked, write_json
+from mlrunway.local.files import write_json
 from mlrunway.local.processes import group_alive, terminate_group
 from mlrunway.local.serving import master
 from mlrunway.local.serving.state import DeploymentState, EndpointState
+from mlrunway.locks import locked
 
 RECORD = "provision.json"
 
