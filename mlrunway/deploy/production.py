@@ -48,11 +48,11 @@ class ProductionSettings(Promotion):
         None, min_length=1, description="A registry alias (previous): deploy the version holding it, through the "
                                         "same staged rollout, without the gate.",
         problem="{value!r} is not an alias", fix="name an alias a promotion set (previous, production)")
-
     approval_timeout_s: Annotated[float, NOT_A_FLAG, _WEEK_IF_EMPTY] = setting(
         APPROVAL_TIMEOUT_S, gt=0, allow_inf_nan=False,
         description="How long a person may take to answer (with require_approval); no answer by then: held.",
         problem="{value!r} is not a number of seconds > 0", fix=f"write e.g. {APPROVAL_TIMEOUT_S:.0f} (a week)")
+
     @field_validator("rollout", mode="before")
     @classmethod
     def _policy(cls, value: Any, info: ValidationInfo) -> Any:
