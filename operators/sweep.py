@@ -21,7 +21,7 @@ from mlrunway.specs.sweep import SweepBudget
 from mlrunway.sweep.attempts import carried_trials, spec_for_attempt, sweep_result
 from mlrunway.sweep.budget import enforce
 from mlrunway.sweep.leaderboard import format_leaderboard
-from mlrunway.sweep.progress import TrialWatch
+from mlrunway.sweep.progress import SaidOnce, TrialWatch
 
 
 def sweep_spec(*, trial: Any, search_space: Any, objective: Any, sampling_algorithm: Any = "random",
@@ -161,13 +161,14 @@ class TrialReporter:
     def __init__(self, operator: SweepOperator, name: str, ends_only: bool = False,
                  budget: SweepBudget | None = None) -> None:
         self.operator, self.name, self.ends_only, self.budget = operator, name, ends_only, budget
-        self.watch, self.said = TrialWatch(), set[str]()  # what was said once: an unreadable progress, an unpriced look
+        self.watch, self.said = TrialWatch(), SaidOnce()
 
     def __call__(self, info: Any) -> None:
         try:
             events = self.watch.events(self.operator.backend.jobs.sweep_result(self.name))
         except Exception as exc:  # noqa: BLE001 - progress is a courtesy (as the trigger's): the task goes on
-            self._once("progress", "the sweep's progress could not be read (%s); going on regardless", exc)
+            self.said.warn(self.operator.log, "progress", "the sweep's progress could not be read (%s); going on "
+                           "regardless", exc)
         else:
             for event in events:
                 if not self.ends_only or event.kind == "ended":
@@ -175,11 +176,7 @@ class TrialReporter:
         if self.budget is not None and not info.status.is_terminal():  # the wait in the worker is the watcher
             verdict = enforce(self.operator.backend, self.name, self.budget)  # Unavailable: the wait reads again
             if verdict.unpriced is not None:
-                self._once("unpriced", "Sweep %s: its budget was not looked at: %s", self.name, verdict.unpriced)
+                self.said.warn(self.operator.log, "unpriced", "Sweep %s: its budget was not looked at: %s", self.name,
+                               verdict.unpriced)
             else:
-                self.said.discard("unpriced")
-
-    def _once(self, what: str, message: str, *args: Any) -> None:
-        if what not in self.said:
-            self.operator.log.warning(message, *args)
-        self.said.add(what)
+                self.said.over("unpriced")

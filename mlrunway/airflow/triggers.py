@@ -31,7 +31,7 @@ from mlrunway.deploy import APPROVAL_BY_TAG, APPROVAL_TAG, WindowWatch, window_w
 from mlrunway.errors import Unavailable, WatchLost
 from mlrunway.specs.sweep import SweepBudget
 from mlrunway.sweep.budget import enforce
-from mlrunway.sweep.progress import TrialWatch
+from mlrunway.sweep.progress import SaidOnce, TrialWatch
 
 
 class BackendTrigger(BaseTrigger):
@@ -177,9 +177,8 @@ class SweepTrigger(JobTrigger):
     def __init__(self, backend_conn_id: str, job_name: str, poll_interval_s: float = 10.0,
                  deadline: float | None = None, budget: dict[str, Any] | None = None) -> None:
         super().__init__(backend_conn_id, job_name, poll_interval_s, deadline)
-        self.watch, self.unreadable, self.budget = TrialWatch(), False, budget
+        self.watch, self.said, self.budget = TrialWatch(), SaidOnce(), budget
         self.looked: float | None = None  # when the budget was last looked at: a longer gap is a stated overshoot
-        self.unpriced = False  # a trial's price could not be read at a look: said once
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         path, kwargs = super().serialize()
@@ -192,9 +191,8 @@ class SweepTrigger(JobTrigger):
         try:
             lines = self.watch.events(backend.jobs.sweep_result(self.job_name))
         except Exception as exc:  # noqa: BLE001 - progress is a courtesy: the wait goes on without it
-            if not self.unreadable:
-                self.log.warning("the sweep's progress could not be read (%s); waiting on it regardless", exc)
-            self.unreadable = True
+            self.said.warn(self.log, "progress", "the sweep's progress could not be read (%s); waiting on it "
+                           "regardless", exc)
         else:
             for event in lines:
                 self.log.info("%s", event.text)
@@ -203,11 +201,11 @@ class SweepTrigger(JobTrigger):
             gap = max(0.0, now - self.looked - self.poll_interval_s)
             verdict = enforce(backend, self.job_name, SweepBudget(**self.budget), outage_s=gap)
             if verdict.unpriced is not None:  # no verdict: this poll's status stands, the next poll looks again
-                if not self.unpriced:
-                    self.log.warning("Sweep %s: its budget was not looked at: %s", self.job_name, verdict.unpriced)
-                self.unpriced = True
+                self.said.warn(self.log, "unpriced", "Sweep %s: its budget was not looked at: %s", self.job_name,
+                               verdict.unpriced)
                 return polled
-            self.looked, self.unpriced = now, False
+            self.looked = now
+            self.said.over("unpriced")
             if verdict.decision is not None:
                 info = backend.jobs.get(self.job_name)
                 return info.status.value, info.status.is_terminal(), verdict.decision

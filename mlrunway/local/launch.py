@@ -22,10 +22,9 @@ import sys
 
 from mlrunway.errors import NotSupportedOnBackend
 from mlrunway.local.processes import ProcessLaunch, free_port
-from mlrunway.specs.command import process_count, resolve_command
 from mlrunway.specs.job import CommandJobSpec, MpiDistribution, PyTorchDistribution
 
-__all__ = ["check_runnable", "find_mpirun", "plan", "process_count", "resolve_command"]
+__all__ = ["check_runnable", "find_mpirun", "plan"]
 
 _BESIDE_PYTHON = os.path.dirname(sys.executable)  # the venv's bin (sys.executable is its link, not resolved)
 

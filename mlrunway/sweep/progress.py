@@ -6,6 +6,7 @@ once, as it appears."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
 from mlrunway.sweep.leaderboard import format_params, trial_score
@@ -63,3 +64,19 @@ def _ended(trial: TrialInfo, result: SweepResult) -> str:
         return f"trial {trial.name} failed: {trial.note or 'no error recorded'}"
     return f"trial {trial.name} {trial.status.value.lower()} after {len(trial.history)} epochs{best}" + (
         f" ({trial.note})" if trial.note else "")
+
+
+@dataclass
+class SaidOnce:
+    """What a sweep's watcher (its trigger, or the task waiting in its worker) warns about once, not at every poll:
+    the progress that could not be read, the budget look a price skipped; ``over`` lets it be said again."""
+
+    said: set[str] = field(default_factory=set)
+
+    def warn(self, log: Any, what: str, message: str, *args: Any) -> None:
+        if what not in self.said:
+            log.warning(message, *args)
+        self.said.add(what)
+
+    def over(self, what: str) -> None:
+        self.said.discard(what)
