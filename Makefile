@@ -29,7 +29,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt
 	touch $@
 
 $(STAMP): $(DEMO_STAMP) tests/fake_backend/pyproject.toml
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow,test,docs]"
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[local,azure,airflow,ray,test,docs]"
 	# The fake backend as a connection type, for the tests only (tests/fake_backend/pyproject.toml).
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./tests/fake_backend
 	# The Compose specification's schema, as docker-compose 1.29.2 ships it (tests/deploy/test_compose.py).

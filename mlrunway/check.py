@@ -4,8 +4,10 @@ naming the field."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from mlrunway.errors import SpecError, shorten
@@ -127,3 +129,21 @@ def traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: Collec
         raise fail("endpoint.mirror_traffic", f"{live} is over the limit", "mirror at most 50% to one deployment")
     if any(traffic.get(n, 0) for n in live):
         raise fail("endpoint.mirror_traffic", "targets a deployment that has live traffic", "mirror to one with 0%")
+
+
+def inside(base: str | Path, path: str | Path, field_name: str = "model.path") -> Path:
+    """Resolve ``path`` under ``base``; reject one that escapes it through '..', an absolute path or a symlink, or
+    that does not exist (a model's files, which every registry copies from a job's outputs)."""
+    root = Path(base).resolve()
+    target = (root / path).resolve()
+    if target != root and root not in target.parents:
+        raise fail(field_name, f"{str(path)!r} escapes {root}", "pass a path inside the folder, without '..'")
+    if not target.exists():
+        raise fail(field_name, f"{target} does not exist", "pass the model's file or folder")
+    if target.is_dir():
+        for dirpath, dirnames, filenames in os.walk(target):
+            for entry in (*dirnames, *filenames):
+                link = Path(dirpath) / entry
+                if link.is_symlink() and root not in link.resolve().parents:
+                    raise fail(field_name, f"symlink {link} points outside {root}", "copy the file in instead")
+    return target

@@ -16,7 +16,8 @@ __all__ = ["BACKEND_EXTRAS", "MissingExtra", "installed_version", "require"]
 
 # The extra each of mlrunway's own backends needs, by connection type, and the modules that show it is installed.
 BACKEND_EXTRAS = {"mlrunway_local": ("local", ("mlflow", "optuna", "psutil", "uvicorn", "starlette")),
-                  "azure_ml": ("azure", ("azure.ai.ml", "azure.identity", "azure.monitor.query"))}
+                  "azure_ml": ("azure", ("azure.ai.ml", "azure.identity", "azure.monitor.query")),
+                  "mlrunway_ray": ("ray", ("mlflow", "requests"))}
 TORCH_FIRST = " (torch first, from PyTorch's CPU or CUDA index: docs/how-to/install.md)"
 
 

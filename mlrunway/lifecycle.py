@@ -109,6 +109,9 @@ def lifecycle(*, job: Mapping[str, Any] | str, sweep: Mapping[str, Any], deploym
         if preflight is not None:
             preflight(context)
         task: Any = context["task"]  # an mlrunway operator: it renders natively, ${{inputs.x}} untouched
+        backend = getattr(task, "backend", None)
+        if backend is not None and (why := backend.capabilities.endpoints) is not None:
+            task.log.warning("PREFLIGHT: the deploy task will refuse on this backend (%s); the tasks before it run", why)
         described = task.render_template({"job": job, "sweep": {"trial": trial, **sweep_args},
                                           "deployment": deploy_args, "name_prefix": name_prefix, "budget": budget},
                                          context)

@@ -15,6 +15,7 @@ from mlrunway.errors import JobFailed
 from mlrunway.ledger.cost import RunCost, estimated, serving_cost
 from mlrunway.ledger.reports import ReportsFolder
 from mlrunway.operators._base import MlrunwayBaseOperator
+from mlrunway.operators.deploy_blue import DeployBlueOperator
 from mlrunway.pipeline import check_prefix, cleanup
 from mlrunway.report import HTML_FILE, save_run_report
 
@@ -52,6 +53,11 @@ class CleanupOperator(MlrunwayBaseOperator):
         states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id]).get(run_id, {})
         failed = sorted(task for task, state in states.items() if state == "failed")
         unrun = sorted(task for task, state in states.items() if state == "upstream_failed")
+        refused = self.refused_deploys(context, failed)
+        if refused and not unrun and refused == failed:  # the backend has no endpoints yet, as preflight said
+            self.log.warning("The run did all this backend can: %s refused (%s); cleanup succeeded: %s",
+                             ", ".join(refused), self.backend.capabilities.endpoints, cleaned(done))
+            return {**done, "refused": refused}
         if failed or unrun:  # the run must not look successful because its last task, this one, always runs
             message = (f"the run failed at {', '.join(failed) or 'an earlier task'} (its log says why"
                        f"{'; not run: ' + ', '.join(unrun) if unrun else ''}); cleanup itself succeeded: "
@@ -59,6 +65,15 @@ class CleanupOperator(MlrunwayBaseOperator):
             self.log.error("RUN FAILED: %s", message)
             raise JobFailed(message)
         return done
+
+    def refused_deploys(self, context: Context, failed: list[str]) -> list[str]:
+        """The failed tasks that are deploy tasks of a backend without online endpoints
+        (:attr:`~mlrunway.backend.protocol.Capabilities.endpoints`: refused at their start, announced by preflight):
+        not a failure of the run's own work."""
+        if self.backend.capabilities.endpoints is None:
+            return []
+        dag = context["dag"]
+        return [task for task in failed if dag.has_task(task) and isinstance(dag.get_task(task), DeployBlueOperator)]
 
     def serving_cost(self, names: RunNames) -> dict[str, Any] | None:
         """What the endpoint's deployments cost since each was created, read before a run's own endpoint is

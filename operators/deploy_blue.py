@@ -33,7 +33,7 @@ from mlrunway.deploy import (
     record_deployment,
     strategy_for,
 )
-from mlrunway.errors import EndpointError, MlrunwayError
+from mlrunway.errors import EndpointError, MlrunwayError, NotSupportedOnBackend
 from mlrunway.ledger.budget import against_budget
 from mlrunway.ledger.cost import cost_of_run, estimated
 from mlrunway.operators._base import MlrunwayWaitingOperator
@@ -197,6 +197,8 @@ class DeployBlueOperator(MlrunwayWaitingOperator):
         return names.endpoint
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if (why := self.backend.capabilities.endpoints) is not None:  # refused at its start, never retried
+            raise NotSupportedOnBackend(why)
         request = self._request = self.request(context)
         self.link(context, "endpoint", request.endpoint)
         return self.follow(context, request, self.chosen().start(self.backend, request))

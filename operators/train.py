@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from mlrunway import check, lineage
+from mlrunway.airflow.triggers import JobTrigger, LogCopy
 from mlrunway.backend.types import JobInfo
 from mlrunway.errors import JobFailed, SpecError
 from mlrunway.ledger.budget import refusals, spent_before, train_verdict
@@ -108,6 +109,10 @@ class TrainModelOperator(MlrunwayJobOperator):
     def progress(self, name: str) -> LogFollower:
         return LogFollower(self, name)
 
+    def trigger(self, name: str, deadline: float) -> JobTrigger:
+        """The deferred wait, copying the job's log lines as the synchronous one does."""
+        return JobTrigger(self.backend_conn_id, name, self.poll_s, deadline, follow_logs=True)
+
     def finish(self, context: Context, info: JobInfo) -> dict[str, Any]:
         require_completed(info, "training job")
         required = self.required_metrics or []
@@ -140,21 +145,11 @@ class TrainModelOperator(MlrunwayJobOperator):
 
 
 class LogFollower:
-    """Copy the job's new stdout lines (one per epoch) into the task log on every poll. The copy is a courtesy: a
-    read that fails (a Run History 5xx after the job Completed) is said once and skipped, never fails the task."""
+    """The synchronous wait's copy of the job's new stdout lines (one per epoch) into the task log, on every poll
+    (:class:`~mlrunway.airflow.triggers.LogCopy`, as the deferred wait's trigger copies them)."""
 
     def __init__(self, operator: MlrunwayBaseOperator, name: str) -> None:
-        self.operator, self.name, self.seen, self.skipped = operator, name, 0, False
+        self.operator, self.copy = operator, LogCopy(operator.log, name)
 
     def __call__(self, _info: Any) -> None:
-        try:
-            lines = list(self.operator.backend.jobs.logs(self.name))
-        except Exception as exc:  # noqa: BLE001 - whatever the read raised, the job's own outcome stands
-            if not self.skipped:
-                self.operator.log.warning("The log of %s could not be read (%s: %s); its copy here was skipped",
-                                          self.name, type(exc).__name__, exc)
-            self.skipped = True
-            return
-        for line in lines[self.seen:]:
-            self.operator.log.info("[%s] %s", self.name, line)
-        self.seen = len(lines)
+        self.copy.copy(self.operator.backend)

@@ -103,3 +103,15 @@ def deployment(workspace: Workspace, model_dir: Path, code_dir: Path, *, model_n
 
     model = LocalModels(workspace).register(model_name, model_dir)
     return DeploymentSettings(model=f"{model.name}:{model.version}", code_dir=str(code_dir), **settings)  # type: ignore[arg-type]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A costly backend's set-up (a Ray cluster: tests/contract/conftest.py's COSTLY) is asked for only from its own
+    file, tests/contract/test_on_<id>.py: under ``--dist loadfile`` each file that asked would start a cluster of
+    its own. Any other test that asks fails the collection, naming it."""
+    strays = [item.nodeid for item in items if "costly_set_up" in getattr(item, "fixturenames", ())
+              and item.path.name != f"test_on_{item.callspec.params.get('costly_set_up', '')}.py"
+              if hasattr(item, "callspec")]
+    if strays:
+        raise pytest.UsageError("only tests/contract/test_on_<backend>.py may set up a costly backend (one file, one "
+                                f"cluster); move these tests there: {', '.join(strays)}")

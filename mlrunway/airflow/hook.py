@@ -1,7 +1,7 @@
 """Turn an Airflow connection into an mlrunway backend.
 
-Connection types: ``mlrunway_local`` (extra ``workspace``: the workspace root) and ``azure_ml`` (subscription,
-resource group, workspace, credential). Both may hold a ``budget``, a run's default, which the hook reads
+Connection types: ``mlrunway_local`` (extra ``workspace``: the workspace root), ``azure_ml`` (subscription,
+resource group, workspace, credential) and ``mlrunway_ray`` (:class:`~mlrunway.ray.connection.RayConnection`). Both may hold a ``budget``, a run's default, which the hook reads
 (:meth:`MlrunwayHook.get_budget`), not the backend. ``mlrunway_default``, when no such connection exists, is the local
 backend under the project's default workspace (``$MLRUNWAY_WORKSPACE`` or ``./.workspace``), so the demo needs
 no set-up.
@@ -73,8 +73,8 @@ class MlrunwayHook(BaseHook):
             if self.backend_conn_id == DEFAULT_CONN_ID:
                 return None
             raise SpecError(
-                f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local "
-                f"or azure_ml) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
+                f"backend_conn_id: no Airflow connection {self.backend_conn_id!r}; create it (type mlrunway_local, "
+                f"azure_ml or mlrunway_ray) or leave backend_conn_id at {DEFAULT_CONN_ID!r} for the local backend"
             ) from exc
 
 
@@ -105,6 +105,14 @@ def form_fields(conn_type: str, extra: dict[str, Any]) -> dict[str, Any]:
     a field left empty is left out (the backend's default)."""
     prefix = f"extra__{conn_type}__"
     return {key.removeprefix(prefix): value for key, value in extra.items() if value not in ("", None)}
+
+
+class RayHook(MlrunwayHook):
+    """The ``mlrunway_ray`` connection type (the cluster's Jobs API, shared storage, the MLflow server; the
+    password is the cluster's token)."""
+
+    conn_type = "mlrunway_ray"
+    hook_name = "Ray cluster (mlrunway)"
 
 
 class AzureMLHook(MlrunwayHook):

@@ -20,13 +20,33 @@ from mlrunway.settings import defaults, form_field
 _STRING = {"type": ["string", "null"]}
 
 
-INTEGRATIONS = ("Azure Machine Learning", "mlrunway local backend")
+INTEGRATIONS = ("Azure Machine Learning", "mlrunway local backend", "Ray (mlrunway)")
 BUDGET = ('The most a run without a budget of its own may spend (JSON): {"max_cost": <amount>} in the rate card\'s '
           'currency or {"max_compute_hours": <hours>}, and "reserve" (default 0.1) kept for export and the '
           "reference; empty: no limit. The sweep stops at it and still delivers its best model.")
 RATES = ('What compute costs an hour, for the estimates on the report, the model card and the summary: '
          '{"currency": "USD", "per_hour": {"<VM size>": <price>, "<VM size>:spot": <price>}, "local_rate": <price>}; '
          "empty: hours, not money.")
+
+# The mlrunway_ray form's fields (mlrunway.ray.connection.RayConnection validates them; the adapter imports no
+# backend): label and description. The connection's password is the cluster's token.
+RAY_FIELDS = {
+    "address": ("Jobs API address", "The head's dashboard, e.g. http://10.0.0.5:8265. Another machine needs a token "
+                                    "(the password) or accept_unauthenticated_cluster."),
+    "storage": ("Shared storage folder", "A folder every Ray node and Airflow component sees at the same path: "
+                                         "inputs, outputs, job and sweep records."),
+    "tracking_uri": ("MLflow server", "The tracking server jobs log to; its Model Registry holds the models."),
+    "namespace": ("Namespace", "Prefixes every job this Airflow submits (Ray's ids are cluster-wide); empty: mlrunway."),
+    "profiles": ("Resource profiles (JSON)", "Resources by name, named by a job's compute: "
+                                             '{"cpu": {"num_cpus": 2}, "gpu1": {"num_cpus": 4, "num_gpus": 1}}.'),
+    "default_profile": ("Default profile", "The profile of a job that names no compute; empty: cpu."),
+    "environments": ("Runtime environments (JSON)", "Runtime environments by name, named by a job's environment: "
+                                                   '{"torch": {"pip": ["torch==2.13.0"]}}; empty: the cluster\'s '
+                                                   "Python."),
+    "accept_unauthenticated_cluster": ("Accept a cluster without token auth", "true: anyone who reaches its Jobs API "
+                                       "can run any command on it. Prefer RAY_AUTH_MODE=token and the token."),
+    "rates": ("Rate card (JSON)", 'What an hour of each profile costs: {"currency": "USD", "per_hour": {"gpu1": 2.5}}.'),
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -40,6 +60,9 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Azure Machine Learning",
              "external-doc-url": "https://learn.microsoft.com/azure/machine-learning/", "tags": ["azure", "ml"]},
             {"integration-name": "mlrunway local backend", "tags": ["ml"]},
+            {"integration-name": "Ray (mlrunway)", "external-doc-url": "https://docs.ray.io/en/latest/cluster/"
+                                                                       "running-applications/job-submission/",
+             "tags": ["ml"]},
         ],
         "operators": [{**i, "python-modules": ["mlrunway.operators"]} for i in every],
         "hooks": [{**i, "python-modules": ["mlrunway.airflow.hook"]} for i in every],
@@ -142,6 +165,22 @@ def get_provider_info() -> dict[str, Any]:
                                                         "resource_group": "my-resource-group",
                                                         "workspace_name": "my-workspace",
                                                         "compute": "gpu-cluster"}},
+            },
+            {
+                "hook-class-name": "mlrunway.airflow.hook.RayHook",
+                "hook-name": "Ray cluster (mlrunway)",
+                "connection-type": "mlrunway_ray",
+                "conn-fields": {name: {"label": label, "schema": _STRING, "description": description}
+                                for name, (label, description) in RAY_FIELDS.items()} | {
+                    "budget": {"label": "Budget of a run (JSON)", "schema": _STRING, "description": BUDGET}},
+                "ui-field-behaviour": {"hidden-fields": ["host", "schema", "login", "port", "extra"],
+                                       "relabeling": {"password": "Token (RAY_AUTH_TOKEN)"},
+                                       "placeholders": {"address": "http://127.0.0.1:8265",
+                                                        "storage": "/mnt/shared/mlrunway",
+                                                        "tracking_uri": "http://127.0.0.1:5000",
+                                                        "namespace": "mlrunway",
+                                                        "profiles": '{"cpu": {"num_cpus": 2}, '
+                                                                    '"gpu1": {"num_cpus": 4, "num_gpus": 1}}'}},
             },
         ],
     }

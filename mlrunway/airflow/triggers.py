@@ -132,25 +132,60 @@ class BackendTrigger(BaseTrigger):
             time.sleep(self.poll_interval_s)
 
 
+class LogCopy:
+    """Copy a job's new log lines into a task's log on every poll, the synchronous wait's and the trigger's alike
+    (the triggerer writes a deferred task's trigger lines into that task's log), at most :data:`MAX_LINES` a poll:
+    past them, how many were skipped is said instead. A courtesy: a read that fails is said once and skipped, never
+    fails the wait. A trigger restarted elsewhere copies again from the first line."""
+
+    MAX_LINES = 1000
+
+    def __init__(self, log: Any, name: str) -> None:
+        self.log, self.name, self.seen, self.said = log, name, 0, SaidOnce()
+
+    def copy(self, backend: Backend) -> None:
+        try:
+            lines = list(backend.jobs.logs(self.name))
+        except Exception as exc:  # noqa: BLE001 - whatever the read raised, the job's own outcome stands
+            self.said.warn(self.log, "unread", "The log of %s could not be read (%s: %s); its copy here was skipped",
+                           self.name, type(exc).__name__, exc)
+            return
+        new = lines[self.seen:]
+        for line in new[:self.MAX_LINES]:
+            self.log.info("[%s] %s", self.name, line)
+        if len(new) > self.MAX_LINES:
+            self.log.info("[%s] ... %d more lines skipped here (the job's own log has them)", self.name,
+                          len(new) - self.MAX_LINES)
+        self.seen = len(lines)
+
+
 class JobTrigger(BackendTrigger):
     """Wait on a job or sweep; the deadline or a user's kill cancels it (a sweep cancels its trials).
 
     :param job_name: the job or sweep to wait on.
+    :param follow_logs: copy the job's new log lines into the task's log on every poll (:class:`LogCopy`).
     """
 
     def __init__(self, backend_conn_id: str, job_name: str, poll_interval_s: float = 10.0,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, follow_logs: bool = False) -> None:
         super().__init__(backend_conn_id, poll_interval_s, deadline)
-        self.job_name = job_name
+        self.job_name, self.follow_logs = job_name, follow_logs
+        self.logs = LogCopy(self.log, job_name) if follow_logs else None
 
     def ids(self) -> dict[str, Any]:
         return {"job_name": self.job_name}
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        path, kwargs = super().serialize()
+        return path, {**kwargs, **({"follow_logs": True} if self.follow_logs else {})}
 
     def what(self) -> str:
         return f"job {self.job_name}"
 
     def poll(self, backend: Backend) -> tuple[str, bool, str | None]:
         info = backend.jobs.recover(self.job_name)  # the waiter restarts what of its job died (a sweep's controller)
+        if self.logs is not None:
+            self.logs.copy(backend)
         return info.status.value, info.status.is_terminal(), info.error
 
     def stop(self, backend: Backend, reason: str) -> str:

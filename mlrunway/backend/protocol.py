@@ -74,6 +74,9 @@ class Capabilities:
     :param trainer_torch: the torch its jobs train with, where mlrunway knows it (the export job must load theirs).
     :param job_environments: whether each job runs in an environment it names (Azure ML); False: every job runs in
         the backend's own Python (the local backend), so what a job lacks is installed there.
+    :param endpoints: why the backend has no online endpoints, where it has none (a backend built in parts): a run's
+        preflight says it as a warning, the deploy task refuses at its start (NotSupportedOnBackend, not retried)
+        and cleanup finds none. None: it has them.
     """
 
     poll_interval_s: float = 2.0
@@ -83,6 +86,7 @@ class Capabilities:
     transient_outage_s: float = 0.0
     trainer_torch: str | None = None
     job_environments: bool = True
+    endpoints: str | None = None
 
 
 class _NamesChecked:

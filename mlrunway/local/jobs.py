@@ -28,7 +28,7 @@ from typing import Any
 from mlrunway import check
 from mlrunway.backend.protocol import Jobs
 from mlrunway.backend.snapshot import check_size, copy_snapshot, snapshot_files
-from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, TrialInfo, Usage
+from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, Usage
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.local.files import stamp, write_json
 from mlrunway.local.launch import check_runnable
@@ -41,6 +41,7 @@ from mlrunway.local.workspace import Workspace
 from mlrunway.specs.command import process_count, resolve_command
 from mlrunway.specs.job import CommandJobSpec, Input
 from mlrunway.specs.sweep import SweepSpec
+from mlrunway.sweep import record
 
 log = logging.getLogger(__name__)
 SWEEP_TIMEOUT_MARGIN_S = 120.0
@@ -530,11 +531,7 @@ class LocalJobs(Jobs):
             data = read(path, "restore it, or cancel the sweep and run it again") if path.exists() else {}
         except DamagedRecord as exc:  # not "Completed with no trials": what it ran is unknown
             return SweepResult(name=name, status=JobStatus.FAILED, objective=objective, error=str(exc), damaged=True)
-        return SweepResult(
-            name=name, status=info.status, objective=objective, policy=spec.early_termination,
-            trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
-            stopped_because=data.get("stopped_because"), error=data.get("error") or info.error,
-        )
+        return record.result(name, info.status, spec, data, info.error)
 
 
 def await_answer(read: Callable[[], JobInfo], answered: Callable[[], bool], until: float, answer_by: float, *,

@@ -17,11 +17,9 @@ tags repaired, and the old alias tags (``mlrunway.alias.<alias>``) turned into M
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +30,7 @@ from mlrunway.local import tracking
 from mlrunway.local.files import read_json, write_json
 from mlrunway.local.records import read_version
 from mlrunway.local.workspace import Workspace
+from mlrunway.tracking_names import OURS, STORE, mlflow_tags, write_onnx_mlmodel
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion as MlflowVersion
@@ -39,11 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STORE = "model-registry"  # the versions' folder in MLflow's artifact store
-PROPERTY_TAG = "mlrunway.property.{}"
-FORMAT_TAG = "mlrunway.format"
-ARCHIVED_TAG = "mlrunway.archived"
-_OURS = "mlrunway."  # tags under this prefix are the mirror's to remove; others may be a person's, set in MLflow's UI
 
 
 class RegistryMismatch(MlrunwayError):
@@ -78,40 +72,11 @@ def publish(files: Path, target: Path, format: str) -> None:
     try:
         shutil.copytree(files, staging, dirs_exist_ok=True)  # copy2: the files stay read-only
         if format == "onnx":
-            _write_onnx_mlmodel(staging)
+            write_onnx_mlmodel(staging, staging)
         staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def _write_onnx_mlmodel(view: Path) -> None:
-    """The ``MLmodel`` ``mlflow.onnx.save_model`` writes (onnx and python_function flavors) for the folder's one
-    top-level ``.onnx`` file, which MLflow's ONNX loader wants beside ``MLmodel``. None there: no MLmodel."""
-    from mlflow import pyfunc
-    from mlflow.models import Model
-
-    found = sorted(p.name for p in view.iterdir() if p.suffix == ".onnx" and p.is_file())
-    if len(found) != 1:
-        log.warning("ONNX version at %s has %s top-level .onnx files; no MLmodel written, so MLflow cannot load it",
-                    view.parent, len(found) or "no")
-        return
-    model = Model()
-    pyfunc.add_to_model(model, loader_module="mlflow.onnx", data=found[0])
-    model.add_flavor("onnx", onnx_version=metadata.version("onnx"), data=found[0],
-                     providers=["CPUExecutionProvider"], code=None)
-    model.save(str(view / "MLmodel"))
-
-
-def mlflow_tags(model: ModelVersion) -> dict[str, str]:
-    """The MLflow tags of a version: its tags, its properties (JSON for what is not text), format, archived."""
-    tags = {k: v for k, v in model.tags.items() if not k.startswith(Models.ALIAS_TAG.format(""))}
-    for key, value in model.properties.items():
-        tags[PROPERTY_TAG.format(key)] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    tags[FORMAT_TAG] = model.format
-    if model.archived:
-        tags[ARCHIVED_TAG] = "true"
-    return tags
 
 
 def run_id_of(workspace: Workspace, model: ModelVersion) -> str | None:
@@ -164,7 +129,7 @@ def _repair(mlflow: MlflowClient, model: ModelVersion, current: dict[str, str], 
         if current.get(key) != value:
             mlflow.set_model_version_tag(model.name, str(model.version), key, value)
     for key in current:
-        if key not in wanted and (key in removed or key.startswith(_OURS)):
+        if key not in wanted and (key in removed or key.startswith(OURS)):
             mlflow.delete_model_version_tag(model.name, str(model.version), key)
 
 

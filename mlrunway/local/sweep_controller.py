@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.types import JobStatus, TrialInfo
+from mlrunway.backend.types import JobStatus
 from mlrunway.errors import NotFound
 from mlrunway.local import formats, tracking
 from mlrunway.local.files import Stamp, dumps, stamp, write_text
@@ -28,11 +28,12 @@ from mlrunway.local.records import read
 from mlrunway.local.supervisor import JobState
 from mlrunway.local.workspace import Workspace
 from mlrunway.specs.sweep import SweepSpec
+from mlrunway.sweep import record
 from mlrunway.sweep.budget import BudgetWatch, admitted
 from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
-SWEEP_RESULT = "sweep.json"
+SWEEP_RESULT = record.FILE
 # How often the controller looks for a change while it waits: a stat of each running trial's folder and of the
 # store. Each look costs CPU the trials share (0.2 ms with 8 trials: at 20 ms, a fifth of a trial's overhead at 200
 # trials, 8 at once on 2 cores); a freed slot waits half of it on average.
@@ -151,14 +152,8 @@ def trial_threads(sweep: SweepSpec, cores: int) -> dict[str, str]:
 
 def recorded(path: Path) -> SweepOutcome:
     """The outcome a previous controller of this sweep recorded; an empty one for a new sweep."""
-    if not path.exists():
-        return SweepOutcome()
-    data = read(path, "restore it, or cancel the sweep and run it again")  # never taken as a sweep with no trials
-    trials = [TrialInfo.from_dict(t) for t in data.get("trials", [])]
-    # A record without a sampler version was started by version 1 and keeps drawing with it (formats migrates it).
-    return SweepOutcome(trials={t.name: t for t in trials}, best=data.get("best_trial"),
-                        sampler_version=int(data["sampler_version"]), seed=data.get("seed"),
-                        stopped_because=data.get("stopped_because"))
+    # never taken as a sweep with no trials: a damaged record raises
+    return record.outcome(read(path, "restore it, or cancel the sweep and run it again") if path.exists() else None)
 
 
 def main(job_dir: Path) -> int:
@@ -181,9 +176,8 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
 
     written = [""]
 
-    def record(outcome: SweepOutcome) -> None:  # after every poll: written when it changed
-        text = dumps(formats.stamped({"name": job["name"], "objective": job["sweep"]["objective"],
-                                      **outcome.to_dict()}))
+    def keep(outcome: SweepOutcome) -> None:  # after every poll: written when it changed
+        text = dumps(formats.stamped(record.content(job["name"], job["sweep"]["objective"], outcome)))
         if text != written[0]:
             write_text(result, text)
             written[0] = text
@@ -200,7 +194,7 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
                                                            exit_s=jobs.kill_grace_s)
     controller = SweepController(
         outcome=outcome, source=source, spec=sweep, runner=runner, name=job["name"], sleep=runner.wait_for_change,
-        poll_s=poll_s, on_update=record, stop_requested=lambda: canceled[0] if canceled else None, budget=budget,
+        poll_s=poll_s, on_update=keep, stop_requested=lambda: canceled[0] if canceled else None, budget=budget,
     )
     outcome = controller.run()
     print(format_leaderboard(outcome.trials.values(), sweep.objective), flush=True)

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 from mlrunway.local.workspace import Workspace
 from mlrunway.locks import locked
+from mlrunway.tracking_names import RUN_STATUS, run_tags
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-_MLFLOW_STATUS = {"Completed": "FINISHED", "Failed": "FAILED", "Canceled": "KILLED"}
 SCHEMA_REVISION = "dc11669786a5"  # the store's alembic revision under the pinned MLflow; the SQL below is for it
 KEPT_CONNECTIONS = 4  # per thread: the stores it used last
 _kept = threading.local()
@@ -93,9 +93,7 @@ def _enable_wal(db: Path) -> None:
 def start_run(workspace: Workspace, job_name: str, experiment: str, parent_run_id: str | None) -> tuple[str, str]:
     """Create the job's run, and its experiment if there is none; return (experiment_id, run_id). Plain SQL
     when the store is at :data:`SCHEMA_REVISION`; else MLflow (which creates the store)."""
-    tags = {"mlflow.runName": job_name, "mlrunway.job": job_name}
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+    tags = run_tags(job_name, parent_run_id)
     _new_store_quickly(workspace)
     quick = _start_run_quickly(workspace, job_name, experiment, tags)
     if quick is not None:
@@ -201,7 +199,7 @@ def resume_run(workspace: Workspace, run_id: str) -> tuple[str, str]:
 
 def end_run(workspace: Workspace, run_id: str, status: str) -> None:
     """Close the run with the MLflow status matching the job's, overriding what the script's atexit set."""
-    client(workspace).set_terminated(run_id, _MLFLOW_STATUS.get(status, "FAILED"))
+    client(workspace).set_terminated(run_id, RUN_STATUS.get(status, "FAILED"))
 
 
 def end_run_quickly(workspace: Workspace, run_id: str, status: str) -> None:
@@ -210,7 +208,7 @@ def end_run_quickly(workspace: Workspace, run_id: str, status: str) -> None:
     MLflow's schema since 1.x; a test holds it to what MlflowClient then reads). Raises when no run matched."""
     with contextlib.closing(sqlite3.connect(workspace.root / "mlflow.db", timeout=30)) as conn, conn:
         changed = conn.execute("UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?",
-                               (_MLFLOW_STATUS.get(status, "FAILED"), int(time.time() * 1000), run_id)).rowcount
+                               (RUN_STATUS.get(status, "FAILED"), int(time.time() * 1000), run_id)).rowcount
     if changed != 1:
         raise LookupError(f"MLflow run {run_id} is not in {workspace.root / 'mlflow.db'}")
 

@@ -18,9 +18,11 @@ __all__ = ["process_count", "resolve_command"]
 _PYTHONS = {"python", "python3", f"python3.{sys.version_info.minor}"}
 
 
-def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping[str, Path]) -> list[str]:
+def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping[str, Path | str], *,
+                    python: str | None = sys.executable) -> list[str]:
     """Split the command line and substitute ``${{inputs.x}}`` / ``${{outputs.y}}`` in each argument; a leading
-    ``python`` runs under this interpreter, so a job uses the backend's environment."""
+    ``python`` runs under ``python`` (default: this interpreter, so a local job uses the backend's environment;
+    None: left as written, for a job whose node has its own)."""
 
     def value(match: Match[str]) -> str:
         section, name = match.groups()
@@ -30,8 +32,8 @@ def resolve_command(command: str, inputs: Mapping[str, object], outputs: Mapping
         return item.path if isinstance(item, Input) else str(item)
 
     argv = [PLACEHOLDER.sub(value, token) for token in shlex.split(command)]
-    if argv and argv[0] in _PYTHONS:
-        argv[0] = sys.executable
+    if argv and argv[0] in _PYTHONS and python is not None:
+        argv[0] = python
     return argv
 
 

@@ -11,13 +11,10 @@ from one file of its own, so that under ``pytest --dist loadfile`` it is set up 
 Its entry sets up the costly part once, in a folder of the file's own, and yields the factory of each test's backend
 over it (a fresh workspace per test, the cluster shared). The Ray backend adds itself with one entry::
 
-    COSTLY = {"ray": ray_cluster}  # ray_cluster(root) starts the cluster, yields a Factory of backends on it
+    COSTLY = {"ray": ray_set_up}  # ray_set_up(root) starts the cluster, yields a Factory of backends on it
 
-and one file, ``tests/contract/test_on_ray.py``, of three lines::
-
-    "The contract suite on the Ray backend, its cluster set up once for this file."
-    from tests.contract.conftest import collect_on
-    collect_on("ray", globals())
+and one file, ``tests/contract/test_on_ray.py``, which calls ``collect_on("ray", globals())`` (and holds every other
+test that needs the cluster: one file, one cluster per worker).
 
 :func:`collect_on` puts every contract test (and the fixtures of the modules they come from) into that file, with
 ``backend`` and ``module_backend`` made over the costly backend, ids ``[ray]``: ``--collect-only`` lists each contract
@@ -326,9 +323,54 @@ def module_backend(request: pytest.FixtureRequest,
 # -- backends whose set-up is costly (a cluster): each runs the contract from tests/contract/test_on_<id>.py
 CostlySetUp = Callable[[Path], contextlib.AbstractContextManager[Factory]]
 
+
+
+@dataclass
+class RayFactory:
+    """The factory of one test's Ray backend over the file's cluster (:func:`ray_set_up`): a namespace of the test's
+    own on the cluster and the shared storage, and the MLflow server's registry emptied (one server serves the
+    file's tests, and the contract's model tests count versions from 1)."""
+
+    cluster: Any
+
+    @contextlib.contextmanager
+    def __call__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Backend, Driver]]:
+        import uuid
+
+        from mlrunway.ray.backend import RayBackend
+        from mlrunway.ray.tracking import client
+
+        backend = RayBackend.from_connection(self.connection(f"t-{uuid.uuid4().hex[:12]}"), self.cluster.token)
+        registry = client(self.cluster.tracking_uri)
+        for model in registry.search_registered_models():
+            registry.delete_registered_model(model.name)
+        backend.jobs.wait_poll_s = 0.2
+        try:
+            yield backend, Driver(root)
+        finally:  # nothing of a test's jobs outlives it
+            for job in backend.jobs.list():
+                if not job.status.is_terminal():
+                    backend.jobs.cancel(job.name, reason="the contract test ended")
+
+    def connection(self, namespace: str, **changes: Any) -> dict[str, Any]:
+        """An ``mlrunway_ray`` connection's fields for this cluster (its token is the connection's password)."""
+        return {"address": self.cluster.address, "storage": str(self.cluster.storage),
+                "tracking_uri": self.cluster.tracking_uri, "namespace": namespace,
+                "profiles": {"cpu": {"num_cpus": 1}}, **changes}
+
+
+@contextlib.contextmanager
+def ray_set_up(root: Path) -> Iterator[Factory]:
+    """A real two-node Ray cluster and MLflow server (tests/ray_cluster.py), once for tests/contract/test_on_ray.py."""
+    from tests.ray_cluster import ray_cluster
+
+    with ray_cluster(root) as cluster:
+        yield RayFactory(cluster)
+
+
 # Each costly backend by the id its tests carry: its set-up, once for its file in a folder of the file's own, yields
 # the factory of one test's backend over it. Not in BACKENDS: the main parametrization never sets it up.
-COSTLY: dict[str, CostlySetUp] = {}
+COSTLY: dict[str, CostlySetUp] = {"ray": ray_set_up}
 
 
 def contract_modules() -> list[ModuleType]:

@@ -36,7 +36,7 @@ def test_every_connection_field_has_a_label_and_a_description():
     missing = [f"{kind['connection-type']}.{name}" for kind in kinds for name, spec in kind["conn-fields"].items()
                if not spec.get("label") or not spec.get("description", "").strip()]
     assert not missing, f"connection fields without a description (mlrunway/airflow/provider.py): {missing}"
-    assert {kind["connection-type"] for kind in kinds} == {"mlrunway_local", "azure_ml"}
+    assert {kind["connection-type"] for kind in kinds} == {"mlrunway_local", "azure_ml", "mlrunway_ray"}
 
 
 @pytest.mark.parametrize("operator", reference.operators(), ids=lambda operator: operator.__name__)

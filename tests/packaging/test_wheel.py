@@ -52,12 +52,13 @@ def test_the_wheel_installs_into_a_fresh_virtualenv_with_every_package(tmp_path)
     assert base and not [r for r in base if "==" in r], base
     heavy = ("torch", "onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "pandas", "scikit-learn")
     assert not [r for r in base if re.split(r"[<>=!~ ;\[]", r)[0].lower() in heavy], base
-    # What the wheel registers: the two real backends by connection type; the fake only in the tests' distribution.
+    # What the wheel registers: the three real backends by connection type; the fake only in the tests' distribution.
     points = configparser.ConfigParser(delimiters=("=",))
     points.read_string(zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
                        .decode())
     assert dict(points["mlrunway.backends"]) == {"mlrunway_local": "mlrunway.local.backend:LocalBackend",
-                                                 "azure_ml": "mlrunway.azure.backend:AzureBackend"}
+                                                 "azure_ml": "mlrunway.azure.backend:AzureBackend",
+                                                 "mlrunway_ray": "mlrunway.ray.backend:RayBackend"}
 
     fresh = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)

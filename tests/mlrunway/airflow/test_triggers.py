@@ -133,3 +133,32 @@ def test_deployment_trigger_deletes_the_deployment_at_its_deadline(tmp_path, mon
         assert not (tmp_path / "ws" / "endpoints" / "late-ep" / "deployments" / "blue").exists()
     finally:
         endpoints.delete("late-ep")
+
+
+@pytest.mark.slow
+def test_a_deferred_trains_trigger_copies_the_jobs_new_log_lines_at_most_a_thousand_a_poll(tmp_path, monkeypatch):
+    from mlrunway.airflow.triggers import JobTrigger, LogCopy
+
+    script = "import time\nfor i in range(1500):\n    print(f'epoch {i}')\ntime.sleep(1.5)\nprint('done')\n"
+    start_job(tmp_path, monkeypatch, "j-logs", script)
+    trigger = JobTrigger("mlrunway_default", "j-logs", poll_interval_s=0.5, follow_logs=True)
+    path, kwargs = trigger.serialize()
+    assert kwargs["follow_logs"] is True and getattr(importlib.import_module(path.rpartition(".")[0]),
+                                                     path.rpartition(".")[2])(**kwargs).follow_logs
+    said: list[str] = []
+
+    class TaskLog:  # what the triggerer writes into the deferred task's log
+        def info(self, message: str, *args: object) -> None:
+            said.append(message % args)
+
+        warning = info
+
+    assert trigger.logs is not None
+    trigger.logs.log = TaskLog()
+    event = first_event(trigger)
+    assert event["status"] == "Completed"
+    copied = [line for line in said if line.startswith("[j-logs] ")]
+    assert copied[0] == "[j-logs] epoch 0" and copied[-1] == "[j-logs] done"
+    skipped = [line for line in copied if "more lines skipped" in line]
+    assert skipped == [f"[j-logs] ... {1500 - LogCopy.MAX_LINES} more lines skipped here (the job's own log has them)"]
+    assert len(copied) == LogCopy.MAX_LINES + 2  # the first poll's thousand, the skip, then "done" once

@@ -1,0 +1,167 @@
+"""Every test that needs a Ray cluster, in this one file: under ``--dist loadfile`` its cluster (tests/ray_cluster.py:
+two real nodes and a real MLflow server, token auth on, bound to 127.0.0.1) is set up once per worker that runs it.
+The contract suite on the Ray backend is collected here (:func:`~tests.contract.conftest.collect_on`), then what
+only the Ray backend promises. Another file that asks for the cluster fails at collection (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from mlrunway.backend.types import JobStatus
+from mlrunway.ray.backend import RayBackend
+from mlrunway.ray.jobs import RayJobs
+from tests.contract.conftest import Driver, RayFactory, collect_on
+
+collect_on("ray", globals())
+
+
+def test_every_listener_of_the_cluster_and_its_tracking_server_is_on_loopback(costly_set_up: RayFactory) -> None:
+    listeners = costly_set_up.cluster.listeners()
+    assert listeners, "the cluster's processes listen nowhere: the check found none of them"
+    assert [(host, port) for host, port, _ in listeners if host != "127.0.0.1"] == []
+
+
+def test_the_jobs_api_refuses_a_request_without_the_token(costly_set_up: RayFactory) -> None:
+    cluster = costly_set_up.cluster
+    assert requests.get(f"{cluster.address}/api/version", timeout=10).status_code == 401
+    backend = RayBackend.from_connection(costly_set_up.connection("no-token"))  # loopback: accepted, but refused
+    with pytest.raises(Exception, match="token is missing or wrong"):
+        backend.jobs.api.version()
+
+
+def test_an_input_with_shell_syntax_reaches_the_command_as_one_argument(backend: RayBackend, driver: Driver,
+                                                                         tmp_path: Path) -> None:
+    literal = "a; touch pwned $(id) `id` > x"
+    spec = driver._script_spec("ctr-shell", "import sys, json\nprint(json.dumps(sys.argv[1:]))\n",
+                               "${{inputs.text}}", inputs={"text": literal})
+    backend.jobs.submit("ctr-shell", spec)
+    info = backend.jobs.wait("ctr-shell", timeout=driver.wait_s)
+    assert info.status is JobStatus.COMPLETED, info.error
+    assert json.loads(list(backend.jobs.logs("ctr-shell"))[0]) == [literal]
+    entrypoint = backend.jobs.api.job(backend.jobs.submission_id("ctr-shell"))["entrypoint"]
+    assert shlex.split(entrypoint)[-1] == literal and not (Path(info.outputs or "").parent / "pwned").exists()
+
+
+def test_the_token_is_in_no_jobs_environment_or_metadata(backend: RayBackend, driver: Driver) -> None:
+    driver.sweep(backend, "ctr-token", [[0.5]])
+    assert backend.jobs.wait("ctr-token", timeout=driver.wait_s).status is JobStatus.COMPLETED
+    token = backend.connection.token
+    assert token
+    for job in backend.jobs.api.jobs():
+        assert token not in json.dumps(job), f"Ray job {job['submission_id']} carries the token"
+    kept = backend.jobs.root / ".token"
+    assert kept.read_text() == token and kept.stat().st_mode & 0o077 == 0
+
+
+def test_a_job_the_cluster_no_longer_knows_reads_failed_lost_with_the_head_never_not_found(
+        backend: RayBackend, driver: Driver) -> None:
+    spec = driver._script_spec("ctr-lost", "import time\ntime.sleep(300)\n")
+    backend.jobs.submit("ctr-lost", spec)
+    submission = backend.jobs.submission_id("ctr-lost")
+    backend.jobs.api.stop(submission)  # as a head restart would: Ray forgets the job, its entry recorded nothing
+    while backend.jobs.api.job(submission)["status"] not in ("STOPPED", "FAILED"):
+        time.sleep(0.2)
+    (backend.jobs.record("ctr-lost") / "outcome.json").unlink(missing_ok=True)
+    backend.jobs.api.delete(submission)
+    info = backend.jobs.get("ctr-lost")
+    assert info.status is JobStatus.FAILED and "lost with the head" in (info.error or "")
+    assert backend.jobs.lost("ctr-lost")
+
+
+def test_the_entrypoint_asks_for_its_profiles_resources_and_never_runs_on_the_head(
+        backend: RayBackend, driver: Driver) -> None:
+    completed_job = driver.job_spec()
+    backend.jobs.submit("ctr-where", completed_job)
+    assert backend.jobs.wait("ctr-where", timeout=driver.wait_s).status is JobStatus.COMPLETED
+    details = backend.jobs.api.job(backend.jobs.submission_id("ctr-where"))
+    head = [n for n in requests.get(f"{backend.connection.address}/nodes?view=summary", timeout=10,
+                                    headers={"Authorization": f"Bearer {backend.connection.token}"}
+                                    ).json()["data"]["summary"] if n["raylet"]["isHeadNode"]]
+    asked = json.loads((backend.jobs.record("ctr-where") / "job.json").read_text())["body"]
+    assert asked["entrypoint_num_cpus"] == 1 and details["driver_node_id"] != head[0]["raylet"]["nodeId"]
+
+
+@pytest.mark.long
+def test_a_sweeps_controller_stopped_mid_sweep_is_resubmitted_and_takes_the_sweep_on(backend: RayBackend,
+                                                                                    driver: Driver) -> None:
+    driver.sweep(backend, "ctr-resume", [[0.5, 0.6, 0.7, 0.8], [0.4, 0.5, 0.6, 0.7], [0.9, 0.9, 0.9, 0.9]],
+                 pause=1.0)
+    jobs: RayJobs = backend.jobs
+    first = jobs.submission_id("ctr-resume")
+    while not jobs.list("ctr-resume_trial_"):
+        time.sleep(0.2)
+    jobs.api.stop(first)  # not a cancel: the controller dies, the sweep goes on
+    info = jobs.wait("ctr-resume", timeout=120)
+    result = jobs.sweep_result("ctr-resume")
+    assert info.status is JobStatus.COMPLETED, info.error
+    assert info.properties["submission_id"] == f"{first}.c1"
+    assert [t.status for t in result.trials] == [JobStatus.COMPLETED] * 3 and len(result.trials) == 3
+    assert result.best_trial == "ctr-resume_trial_2"
+
+
+def test_the_demo_dag_trains_sweeps_picks_and_exports_on_ray_and_refuses_to_deploy_once(
+        costly_set_up: RayFactory, airflow_db: str, digits: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.e2e.test_dag_local import SMALL, run_dag
+
+    fields = costly_set_up.connection("dag", profiles={"cpu": {"num_cpus": 1}})
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps(
+        {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields}))
+    started = time.monotonic()
+    run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
+    took = time.monotonic() - started
+    assert {task: states[task] for task in ("train", "sweep", "pick_best", "export_onnx", "deploy_blue", "cleanup")} == {
+        "train": "success", "sweep": "success", "pick_best": "success", "export_onnx": "success",
+        "deploy_blue": "failed", "cleanup": "success"}, states
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    assert results["train"]["status"] == "Completed" and results["train"]["metrics"]["best_val_acc"] > 0.3
+    trials = backend.jobs.sweep_result(results["sweep"]["sweep_name"]).trials
+    assert len(trials) == results["sweep"]["trials"] == SMALL["max_trials"]
+    exported = backend.models.get(results["export_onnx"]["model_name"], results["export_onnx"]["model_version"])
+    assert exported.format == "onnx"
+    assert [job.name for job in backend.jobs.list() if not job.status.is_terminal()] == []  # nothing left running
+    print(f"the DAG on Ray: {took:.1f} s")
+
+
+def test_only_this_file_may_ask_for_the_cluster() -> None:
+    """The collection rule of tests/conftest.py: a test of another file that asks for a costly set-up fails the
+    collection, naming it; this file's own pass."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_collection_modifyitems
+
+    def item(path: str) -> Any:
+        return SimpleNamespace(nodeid=f"{path}::test_x", path=Path(path), fixturenames=("costly_set_up",),
+                               callspec=SimpleNamespace(params={"costly_set_up": "ray"}))
+
+    pytest_collection_modifyitems([item("tests/contract/test_on_ray.py")])
+    with pytest.raises(pytest.UsageError, match="move these tests there: tests/e2e/test_elsewhere.py::test_x"):
+        pytest_collection_modifyitems([item("tests/contract/test_on_ray.py"), item("tests/e2e/test_elsewhere.py")])
+
+
+def test_preflight_refuses_a_cluster_whose_python_lacks_what_the_controller_imports(
+        costly_set_up: RayFactory, driver_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlrunway.errors import SpecError
+    from mlrunway.ray import preflight
+
+    backend = RayBackend.from_connection(costly_set_up.connection("probe-lacks"), costly_set_up.cluster.token)
+    monkeypatch.setattr(preflight, "NEEDS", (*preflight.NEEDS, "a_module_no_cluster_has"))
+    with pytest.raises(SpecError, match="connection.address: the cluster's Python lacks a_module_no_cluster_has"):
+        backend.jobs.validate(Driver(driver_root).job_spec())
+    monkeypatch.setattr(preflight, "NEEDS", preflight.NEEDS[:-1])
+    backend = RayBackend.from_connection(costly_set_up.connection("probe-has"), costly_set_up.cluster.token)
+    backend.jobs.validate(Driver(driver_root).job_spec())  # it has them: kept for the session, asked no more
+    kept = json.loads((backend.jobs.root / ".probe.json").read_text())
+    assert kept["session"] == backend.jobs.api.version()["session_name"]
+
+
+@pytest.fixture
+def driver_root(tmp_path: Path) -> Path:
+    return tmp_path

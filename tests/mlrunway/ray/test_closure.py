@@ -1,0 +1,35 @@
+"""The sweep controller reaches the cluster as the files of its import closure: a fresh interpreter imports it from
+only those files (so a later import it gains fails here, not on a cluster), and they are not the whole package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from mlrunway.ray.client import zip_folder
+from mlrunway.ray.closure import CONTROLLER, package
+
+
+def test_the_controller_imports_from_only_the_shipped_files(tmp_path: Path) -> None:
+    base, files = package()
+    zipfile.ZipFile(__import__("io").BytesIO(zip_folder(base, files))).extractall(tmp_path / "shipped")
+    probe = ("import sys, importlib\n"
+             f"for name in {list(CONTROLLER)!r}: importlib.import_module(name)\n"
+             "import mlrunway.ray.sweep_controller as c\n"
+             "outside = [m.__file__ for n, m in sys.modules.items() if n.startswith('mlrunway') and m.__file__ "
+             f"and not m.__file__.startswith({str(tmp_path / 'shipped')!r})]\n"
+             "assert not outside, outside\n")
+    # -I: no user site, no PYTHONPATH, no script folder: the shipped files come first on the path, as py_modules are.
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path / 'shipped')!r})"
+                           f"\n{probe}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_closure_is_not_the_whole_package_nor_the_operators() -> None:
+    base, files = package()
+    shipped = {f.relative_to(base).as_posix() for f in files}
+    assert "mlrunway/ray/sweep_controller.py" in shipped and "mlrunway/sweep/controller.py" in shipped
+    assert not any(name.startswith(("mlrunway/operators/", "mlrunway/airflow/", "mlrunway/local/",
+                                    "mlrunway/azure/", "mlrunway/deploy/")) for name in shipped)
