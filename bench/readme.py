@@ -264,11 +264,20 @@ def samplers(doc: Doc) -> str:
                                   rows), said, targets(doc), provenance(doc, "python bench/samplers.py")])
 
 
+def ray_vs_local(doc: Doc) -> str:
+    tasks = ("train", "sweep", "pick_best", "export_onnx", "four tasks")
+    rows = [[task, of(doc, f"{task}: local"), of(doc, f"{task}: ray")] for task in tasks]
+    cluster = (f"The tests' cluster (two nodes and an MLflow server on this machine) started in "
+               f"{of(doc, 'cluster: start')} s and held {of(doc, 'cluster: resident memory')} MB resident.")
+    return "\n\n".join([md_table(["task", "local s", "Ray s"], rows), cluster,
+                        provenance(doc, "python bench/ray_vs_local.py")])
+
+
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
                                            "report_page": report_page, "samplers": samplers, "gate": gate,
-                                           "capture": capture}
+                                           "capture": capture, "ray_vs_local": ray_vs_local}
 
 
 def render(text: str, results: Path = RESULTS) -> str:

@@ -7,15 +7,12 @@ folder registry) stays in its backend.
 from __future__ import annotations
 
 import json
-import logging
-from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a job's supervisor imports this module for its run's tags: nothing heavier at run time
-    from mlrunway.backend.types import ModelVersion
+    from pathlib import Path
 
-log = logging.getLogger(__name__)
+    from mlrunway.backend.types import ModelVersion
 
 __all__ = ["ARCHIVED_TAG", "FORMAT_TAG", "JOB_TAG", "OURS", "PARENT_TAG", "PROPERTY_TAG", "RUN_NAME_TAG", "RUN_STATUS",
            "STORE", "from_tags", "mlflow_tags", "run_tags",
@@ -75,13 +72,16 @@ def write_onnx_mlmodel(source: Path, into: Path) -> bool:
     """Write into ``into`` the ``MLmodel`` ``mlflow.onnx.save_model`` writes (onnx and python_function flavors) for
     the one top-level ``.onnx`` file of ``source`` (a folder, or the file itself), which MLflow's ONNX loader wants
     beside ``MLmodel``. None there: no MLmodel, and False (said as a warning)."""
+    import logging
+    from importlib import metadata
+
     from mlflow import pyfunc
     from mlflow.models import Model
 
     files = sorted(source.iterdir()) if source.is_dir() else [source]
     found = [p.name for p in files if p.suffix == ".onnx" and p.is_file()]
     if len(found) != 1:
-        log.warning("ONNX model at %s has %s top-level .onnx files; no MLmodel written, so MLflow cannot load it",
+        logging.getLogger(__name__).warning("ONNX model at %s has %s top-level .onnx files; no MLmodel written, so MLflow cannot load it",
                     source, len(found) or "no")
         return False
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import random
 import secrets
@@ -104,6 +105,7 @@ class RayCluster:
     started_s: float
     rss_mb: float
     _started: _Started = field(repr=False)
+    add_node: Callable[[str, int, dict[str, float]], subprocess.Popen[bytes]] = field(repr=False, compare=False)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -159,7 +161,17 @@ def ray_cluster(root: Path, *, head_cpus: int = 0, worker_cpus: int = 4) -> Iter
         _check_token(jobs_api, auth)
         started = _started(popens, list(popens), cluster_id, temp_dir)
         rss_mb = sum(_rss(p) for p in started.find()) / 1e6
-        yield RayCluster(address, token, root / "storage", tracking_uri, gcs_address, started_s, rss_mb, started)
+
+        def add_node(role: str, cpus: int, resources: dict[str, float]) -> subprocess.Popen[bytes]:
+            """Start one more worker node offering ``resources`` (a test's own, to kill); wait until it is alive.
+            The teardown stops it with the others (its command line names the shared temp dir)."""
+            alive = _alive_nodes(address, auth)
+            spawn(role, [*_worker_args(gcs_address, temp_dir, cpus, ports), f"--resources={json.dumps(resources)}"])
+            wait(f"node {role}", lambda: _alive_nodes(address, auth) == alive + 1)
+            return popens[role]
+
+        yield RayCluster(address, token, root / "storage", tracking_uri, gcs_address, started_s, rss_mb, started,
+                         add_node)
     finally:
         with _adopting_orphans():
             _stop(popens, cluster_id, temp_dir)

@@ -410,27 +410,33 @@ class RayJobs(Jobs):
                 if p.name.startswith(prefix) and not p.name.startswith(".") and (p / "job.json").exists()]
 
     def cancel(self, name: str, reason: str = "canceled by user") -> JobInfo:
-        """Stop the Ray job and wait until it is terminal (up to CANCEL_WAIT_S); a job already ended is left."""
+        """Stop the Ray job and wait (up to CANCEL_WAIT_S) until it has ended as recorded and as Ray has it (its
+        entrypoint's processes gone); a sweep's trials too. A job already ended is left as it is."""
         info = self.get(name)
-        if info.status.is_terminal():
-            return info
-        record = self.record(name)
-        if not (record / "cancel.json").exists():
-            _write(record / "cancel.json", {"reason": reason, "at": time.time()})
         job = self._job(name)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while True:
-            with contextlib.suppress(NotFound):
-                self.api.stop(job["submission_id"])
-            info = self.get(name)
-            if info.status.is_terminal() or time.monotonic() > deadline:
-                break
-            time.sleep(0.25)
+        if not (info.status.is_terminal() and self._ray_ended(job)):
+            record = self.record(name)
+            if not info.status.is_terminal() and not (record / "cancel.json").exists():
+                _write(record / "cancel.json", {"reason": reason, "at": time.time()})
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while True:
+                with contextlib.suppress(NotFound):
+                    self.api.stop(job["submission_id"])
+                info = self.get(name)
+                if (info.status.is_terminal() and self._ray_ended(job)) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.25)
         if job.get("kind") == "sweep":  # its controller cancels its trials, unless Ray killed it first
             for trial in self.list(f"{name}_trial_"):
-                if not trial.status.is_terminal():
-                    self.cancel(trial.name, reason)
+                self.cancel(trial.name, reason)
         return info
+
+    def _ray_ended(self, job: dict[str, Any]) -> bool:
+        """Whether Ray holds the job ended (or no longer knows it)."""
+        try:
+            return str(self.api.job(job["submission_id"]).get("status")) in ("SUCCEEDED", "FAILED", "STOPPED")
+        except NotFound:
+            return True
 
     def logs(self, name: str) -> Iterator[str]:
         """What the job printed so far: its entry's copy on the storage (which outlives the head), else Ray's log

@@ -347,10 +347,12 @@ class RayFactory:
         backend.jobs.wait_poll_s = 0.2
         try:
             yield backend, Driver(root)
-        finally:  # nothing of a test's jobs outlives it
-            for job in backend.jobs.list():
-                if not job.status.is_terminal():
-                    backend.jobs.cancel(job.name, reason="the contract test ended")
+        finally:  # nothing of a test's jobs outlives it: every stop asked at once, then each awaited
+            running = [job.name for job in backend.jobs.list() if not job.status.is_terminal()]
+            for name in running:
+                backend.jobs.request_cancel(name, "the contract test ended")
+            for name in running:
+                backend.jobs.cancel(name, reason="the contract test ended")
 
     def connection(self, namespace: str, **changes: Any) -> dict[str, Any]:
         """An ``mlrunway_ray`` connection's fields for this cluster (its token is the connection's password)."""

@@ -115,7 +115,8 @@ def test_the_demo_dag_trains_sweeps_picks_and_exports_on_ray_and_refuses_to_depl
     monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps(
         {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields}))
     started = time.monotonic()
-    run, results, states = run_dag({**SMALL, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
+    small = {**SMALL, "epochs": 6, "max_trials": 2, "delay_evaluation": 2}  # what part 1 shows, in half the time
+    run, results, states = run_dag({**small, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
     took = time.monotonic() - started
     assert {task: states[task] for task in ("train", "sweep", "pick_best", "export_onnx", "deploy_blue", "cleanup")} == {
         "train": "success", "sweep": "success", "pick_best": "success", "export_onnx": "success",
@@ -123,7 +124,7 @@ def test_the_demo_dag_trains_sweeps_picks_and_exports_on_ray_and_refuses_to_depl
     backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
     assert results["train"]["status"] == "Completed" and results["train"]["metrics"]["best_val_acc"] > 0.3
     trials = backend.jobs.sweep_result(results["sweep"]["sweep_name"]).trials
-    assert len(trials) == results["sweep"]["trials"] == SMALL["max_trials"]
+    assert len(trials) == results["sweep"]["trials"] == small["max_trials"]
     exported = backend.models.get(results["export_onnx"]["model_name"], results["export_onnx"]["model_version"])
     assert exported.format == "onnx"
     assert [job.name for job in backend.jobs.list() if not job.status.is_terminal()] == []  # nothing left running
@@ -165,3 +166,91 @@ def test_preflight_refuses_a_cluster_whose_python_lacks_what_the_controller_impo
 @pytest.fixture
 def driver_root(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.mark.long
+def test_a_canceled_sweep_leaves_no_ray_job_of_its_own_running(backend: RayBackend, driver: Driver) -> None:
+    driver.sweep(backend, "ctr-cancel", [[0.5] * 60, [0.6] * 60], pause=1.0)
+    jobs: RayJobs = backend.jobs
+    while len([t for t in jobs.list("ctr-cancel_trial_") if t.status is JobStatus.RUNNING]) < 2:
+        time.sleep(0.2)
+    info = jobs.cancel("ctr-cancel", "the run was canceled")
+    assert info.status is JobStatus.CANCELED
+    prefix = f"{backend.connection.namespace}."
+    running = [job["submission_id"] for job in jobs.api.jobs()
+               if job["submission_id"].startswith(prefix) and job["status"] in ("PENDING", "RUNNING")]
+    assert running == []
+    assert {t.status for t in jobs.list("ctr-cancel_trial_")} == {JobStatus.CANCELED}
+
+
+@pytest.mark.long
+def test_the_scripted_sweep_makes_the_same_decisions_on_the_local_backend_and_on_ray(backend: RayBackend,
+                                                                                     tmp_path: Path) -> None:
+    """Decision parity: the repeatable-decisions test's seeded sweep, once locally and once on Ray, gives the same
+    trials with the same parameters, the same stops and the same best trial. A judgement made at the wait's bound
+    (partial: timing's, not the rule's) is reported and its trial left out of the comparison."""
+    from mlrunway.local.backend import LocalBackend
+    from mlrunway.specs import BanditPolicy, CommandJobSpec, Objective, SweepLimits, SweepSpec, Uniform
+    from tests.conftest import write_script
+    from tests.long.test_repeatable_decisions import SCRIPT
+
+    code = write_script(tmp_path / "code", SCRIPT)
+    trial = CommandJobSpec(code=str(code), command="python script.py --lr ${{inputs.lr}} --momentum ${{inputs.momentum}}",
+                           inputs={"lr": 0.1, "momentum": 0.5}, experiment_name="parity")
+    spec = SweepSpec(trial=trial, search_space={"lr": Uniform(min_value=0, max_value=1),
+                                                "momentum": Uniform(min_value=0, max_value=1)},
+                     objective=Objective(primary_metric="score"), seed=28,
+                     early_termination=BanditPolicy(slack_factor=0.1, evaluation_interval=1, delay_evaluation=2),
+                     limits=SweepLimits(max_total_trials=8, max_concurrent_trials=3))
+    local = LocalBackend.at(tmp_path / "ws")
+
+    def decisions(on: Any, record: Path) -> tuple[list[dict[str, Any]], dict[str, int], str, list[Any]]:
+        on.jobs.submit_sweep("parity", spec)
+        assert on.jobs.wait("parity", timeout=600, poll_s=0.5).status is JobStatus.COMPLETED
+        result = on.jobs.sweep_result("parity")
+        ordered = sorted(result.trials, key=lambda t: int(t.name.rsplit("_", 1)[1]))
+        stops = {t.name.rsplit("_", 1)[1]: t.early_termination["interval"] for t in ordered if t.early_termination}
+        partial = json.loads(record.read_text())["partial_judgements"]
+        return [t.params for t in ordered], stops, (result.best_trial or "").rsplit("_", 1)[1], partial
+
+    on_ray = decisions(backend, backend.jobs.record("parity") / "outputs" / "sweep.json")
+    on_local = decisions(local, local.workspace.job_dir("parity") / "outputs" / "sweep.json")
+    timing = {str(j.get("trial", "")).rsplit("_", 1)[-1] for j in [*on_ray[3], *on_local[3]]}
+    print(f"decision parity: ray stops {on_ray[1]}, local stops {on_local[1]}, best {on_ray[2]}/{on_local[2]}, "
+          f"partial judgements (not compared) ray {on_ray[3]}, local {on_local[3]}")
+    assert on_ray[0] == on_local[0]  # the same trials, the same parameters
+    assert on_ray[1], "the policy stopped nothing: the comparison measures nothing"
+    assert {k: v for k, v in on_ray[1].items() if k not in timing} == \
+        {k: v for k, v in on_local[1].items() if k not in timing}
+    assert on_ray[2] == on_local[2]
+
+
+@pytest.mark.long
+def test_a_job_whose_nodes_raylet_is_killed_reads_failed_and_lost_once_ray_knows(costly_set_up: RayFactory,
+                                                                                 tmp_path: Path) -> None:
+    """A node of the test's own (a custom resource only it offers), its raylet killed under a running job: the job
+    reads Failed and lost (a trial so lost runs again) on the first poll after Ray marks it so; how long Ray took
+    is printed."""
+    import psutil
+
+    node = costly_set_up.cluster.add_node("ray-doomed", 1, {"doomed": 1.0})
+    fields = costly_set_up.connection("doomed", profiles={"cpu": {"num_cpus": 1},
+                                                          "doomed": {"num_cpus": 1, "resources": {"doomed": 1}}})
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    spec = Driver(tmp_path)._script_spec("ctr-doomed", "import time\ntime.sleep(600)\n", compute="doomed")
+    backend.jobs.submit("ctr-doomed", spec)
+    while backend.jobs.get("ctr-doomed").status is not JobStatus.RUNNING:
+        time.sleep(0.2)
+    raylets = [p for p in psutil.Process(node.pid).children(recursive=True) if p.name() == "raylet"]
+    assert len(raylets) == 1
+    raylets[0].kill()
+    killed, seen = time.monotonic(), None
+    while seen is None or not seen.status.is_terminal():
+        assert time.monotonic() - killed < 180, f"still {seen.status if seen else None} 180 s after the kill"
+        time.sleep(backend.capabilities.poll_interval_s)
+        ray_status = backend.jobs.api.job(backend.jobs.submission_id("ctr-doomed"))["status"]
+        seen = backend.jobs.get("ctr-doomed")
+        if ray_status in ("FAILED", "STOPPED"):  # Ray knows: our read says so on this very poll
+            assert seen.status is JobStatus.FAILED, (ray_status, seen)
+    print(f"raylet killed: Failed after {time.monotonic() - killed:.1f} s ({seen.error})")
+    assert seen.status is JobStatus.FAILED and backend.jobs.lost("ctr-doomed")

@@ -39,10 +39,10 @@ def test_backends_are_found_by_connection_type_in_the_entry_point_group():
     from mlrunway.backend.registry import GROUP, available
 
     assert {"mlrunway_local", "azure_ml", "mlrunway_fake"} <= set(available())
-    # mlrunway itself registers the two real ones; the fake comes from the tests' own distribution only, so a
+    # mlrunway itself registers the three real ones; the fake comes from the tests' own distribution only, so a
     # production install refuses an mlrunway_fake connection.
     own = {p.name for p in distribution("mlrunway").entry_points if p.group == GROUP}
-    assert own == {"mlrunway_local", "azure_ml"}
+    assert own == {"mlrunway_local", "azure_ml", "mlrunway_ray"}
     assert {p.name for p in distribution("mlrunway-test-backends").entry_points if p.group == GROUP} == {"mlrunway_fake"}
 
 
@@ -76,7 +76,7 @@ def test_a_backend_from_another_package_is_reached_by_its_connection_type(tmp_pa
         backend = registry.connect("acme", {"region": "north"})
         assert (backend.kind, backend.region) == ("acme", "north")
         with pytest.raises(SpecError, match=r"'nope' is not an installed mlrunway backend; use one of acme, azure_ml, "
-                                            r"mlrunway_fake, mlrunway_local \(a backend registers itself in the "
+                                            r"mlrunway_fake, mlrunway_local, mlrunway_ray \(a backend registers itself in the "
                                             r"'mlrunway.backends' entry-point group\)"):
             registry.connect("nope", {})
     finally:
