@@ -44,6 +44,7 @@ def one_run(conf: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def run_dag(kind: str, connection: dict[str, Any], conf: dict[str, Any], home: Path) -> dict[str, dict[str, Any]]:
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "MLRUNWAY_SCHEDULE": "none",
            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True", "AIRFLOW_CONN_MLRUNWAY_DEFAULT": json.dumps(connection)}
     done = subprocess.run([sys.executable, __file__, "--one-run", json.dumps(conf)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=1800)
@@ -74,7 +75,7 @@ def main() -> None:
         root = Path(tmp)
         home = root / "airflow"
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
-                       env={**os.environ, "AIRFLOW_HOME": str(home)})
+                       env={**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags")})
         data = write_digits(root / "digits")
         conf = {"epochs": args.epochs, "max_trials": args.trials, "max_concurrent_trials": 2,
                 "delay_evaluation": 3, "data_dir": str(data)}

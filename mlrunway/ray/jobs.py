@@ -30,6 +30,7 @@ from mlrunway.backend.protocol import Jobs, Models
 from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, Usage
 from mlrunway.errors import NotFound, SpecError, Unavailable
+from mlrunway.locks import locked
 from mlrunway.ray import closure, entry
 from mlrunway.ray.client import PACKAGE_LIMIT, JobsApi, RayApiError, zip_folder
 from mlrunway.ray.connection import RayConnection
@@ -307,18 +308,24 @@ class RayJobs(Jobs):
         if job.get("kind") != "sweep" or not info.status.is_terminal() or (record / "cancel.json").exists():
             return info
         outcome = _read(record / "outcome.json") or {}
-        if outcome.get("status") in ("Completed", "Failed") and outcome.get("exit_code") is not None:
-            return info  # the controller's own end
-        controllers = list(job.get("controllers", [job["submission_id"]]))
-        if len(controllers) > MAX_CONTROLLERS:
-            return info
-        job = {**job, "submission_id": f"{self.submission_id(name)}.c{len(controllers)}",
-               "controllers": [*controllers, f"{self.submission_id(name)}.c{len(controllers)}"],
-               "recovered_from": info.error}
-        for stale in ("outcome.json", "started.json", "submitted.json", "run_closed"):
-            (record / stale).unlink(missing_ok=True)
-        _write(record / "job.json", job)
-        self._post(record, job)
+        if outcome.get("timed_out") or (outcome.get("status") in ("Completed", "Failed")
+                                        and outcome.get("exit_code") is not None):
+            return info  # the controller's own end, or its job's time limit
+        with locked(record / ".recover.lock"):  # two waiters (a trigger, a retry) resubmit it once
+            job = self._job(name)
+            if not (record / "outcome.json").exists() and job.get("recovered_from") is not None \
+                    and not self.get(name).status.is_terminal():
+                return self.get(name)  # the other waiter resubmitted it
+            controllers = list(job.get("controllers", [job["submission_id"]]))
+            if len(controllers) > MAX_CONTROLLERS:
+                return info
+            job = {**job, "submission_id": f"{self.submission_id(name)}.c{len(controllers)}",
+                   "controllers": [*controllers, f"{self.submission_id(name)}.c{len(controllers)}"],
+                   "recovered_from": info.error}
+            for stale in ("outcome.json", "started.json", "submitted.json", "run_closed"):
+                (record / stale).unlink(missing_ok=True)
+            _write(record / "job.json", job)
+            self._post(record, job)
         return self.get(name)
 
     # -- read --------------------------------------------------------------------------------------------
