@@ -254,3 +254,51 @@ def test_a_job_whose_nodes_raylet_is_killed_reads_failed_and_lost_once_ray_knows
             assert seen.status is JobStatus.FAILED, (ray_status, seen)
     print(f"raylet killed: Failed after {time.monotonic() - killed:.1f} s ({seen.error})")
     assert seen.status is JobStatus.FAILED and backend.jobs.lost("ctr-doomed")
+
+
+@pytest.mark.long
+def test_an_airflow_worker_killed_during_the_sweeps_wait_is_followed_by_a_try_that_reattaches(
+        costly_set_up: RayFactory, airflow_db: str, digits: Path, tmp_path: Path) -> None:
+    """tests/e2e/test_worker_crash.py's scenario on a mlrunway_ray connection: the task's process group killed
+    (SIGKILL) once a trial has ended; the next try re-attaches to the same Ray sweep, submits nothing, and the trials
+    that had ended stand."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mlrunway.backend.naming import RunNames
+    from tests.conftest import REPO
+    from tests.e2e.test_worker_crash import DAG_FILE, RUN, RUN_ID, wait_for_an_ended_trial
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "sweep_crash.py").write_text(DAG_FILE.format(repo=str(REPO), code=str(REPO / "training"), data=str(digits)))
+    fields = costly_set_up.connection("crash")
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW_CONN_MLRUNWAY_DEFAULT": json.dumps(
+        {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields})}
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    sweep = RunNames.of("sweep_crash", RUN_ID, "crash").sweep
+
+    def task(log: Path) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", RUN, str(dags)], env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    worker = task(tmp_path / "try1.log")
+    ended = wait_for_an_ended_trial(backend, sweep, worker)  # type: ignore[arg-type]
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    before = backend.jobs.get(sweep)
+    assert before.status is JobStatus.RUNNING, "the sweep outlives the worker"
+    retry = task(tmp_path / "try2.log")
+    assert retry.wait(timeout=600) == 0
+    log = (tmp_path / "try2.log").read_text()
+    assert "RUN success" in log, log[-3000:]
+    assert f"Re-attaching to {sweep}, already Running: nothing new is submitted" in log
+    after = backend.jobs.get(sweep)
+    assert after.status is JobStatus.COMPLETED and after.created == before.created
+    trials = {t.name: t for t in backend.jobs.sweep_result(sweep).trials}
+    assert len(trials) == 3
+    for trial in ended:
+        assert trials[trial.name].status == trial.status and trials[trial.name].history == trial.history
+    assert [j.name for j in backend.jobs.list() if j.kind == "sweep"] == [sweep]
