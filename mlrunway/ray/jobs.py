@@ -48,7 +48,7 @@ RAY_STATUS = {"PENDING": JobStatus.QUEUED, "RUNNING": JobStatus.RUNNING, "SUCCEE
               "FAILED": JobStatus.FAILED, "STOPPED": JobStatus.CANCELED}
 SWEEP_TIMEOUT_MARGIN_S = 120.0  # the controller ends a sweep at its timeout; the job's own limit is a net behind it
 MAX_CONTROLLERS = 20  # a sweep's controller resubmitted more often than this is left Failed: something kills it
-TOKEN_FILE = ".token"
+TOKEN_FILE = ".token"  # <storage>/<namespace>/.token, mode 0600: the controller's way to the Jobs API
 CONTROLLER = "mlrunway.ray.sweep_controller"
 MODEL_URI = "models:/"  # a registered version as a job's input (ModelVersion.path)
 CANCEL_WAIT_S = 60.0  # a stopped job is terminal within seconds (Ray's stop: SIGTERM, SIGKILL 3 s later)

@@ -25,7 +25,7 @@ from typing import Any
 from mlrunway.backend.types import JobStatus
 from mlrunway.errors import NotFound
 from mlrunway.ray.connection import RayConnection
-from mlrunway.ray.jobs import RayJobs, write_record
+from mlrunway.ray.jobs import TOKEN_FILE, RayJobs, write_record
 from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep import record
 from mlrunway.sweep.budget import BudgetWatch, admitted
@@ -33,8 +33,6 @@ from mlrunway.sweep.controller import SweepController, SweepOutcome
 from mlrunway.sweep.leaderboard import format_leaderboard
 
 __all__ = ["RayTrialRunner", "main"]
-
-TOKEN_FILE = ".token"  # <storage>/<namespace>/.token, mode 0600: the controller's way to the Jobs API
 
 
 class RayTrialRunner:

@@ -33,3 +33,11 @@ def test_the_closure_is_not_the_whole_package_nor_the_operators() -> None:
     assert "mlrunway/ray/sweep_controller.py" in shipped and "mlrunway/sweep/controller.py" in shipped
     assert not any(name.startswith(("mlrunway/operators/", "mlrunway/airflow/", "mlrunway/local/",
                                     "mlrunway/azure/", "mlrunway/deploy/")) for name in shipped)
+
+
+def test_the_entrys_own_copy_of_the_run_statuses_is_the_shared_one() -> None:
+    """The entry ships alone (the standard library only), so it keeps its own copy of the statuses a run ends with."""
+    from mlrunway.ray import entry
+    from mlrunway.tracking_names import RUN_STATUS
+
+    assert entry.RUN_STATUS == RUN_STATUS
