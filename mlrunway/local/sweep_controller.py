@@ -31,7 +31,6 @@ from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep import record
 from mlrunway.sweep.budget import BudgetWatch, admitted
 from mlrunway.sweep.controller import SweepController, SweepOutcome
-from mlrunway.sweep.leaderboard import format_leaderboard
 
 SWEEP_RESULT = record.FILE
 # How often the controller looks for a change while it waits: a stat of each running trial's folder and of the
@@ -196,12 +195,7 @@ def _control(job_dir: Path, job: dict[str, Any], jobs: LocalJobs) -> int:
         outcome=outcome, source=source, spec=sweep, runner=runner, name=job["name"], sleep=runner.wait_for_change,
         poll_s=poll_s, on_update=keep, stop_requested=lambda: canceled[0] if canceled else None, budget=budget,
     )
-    outcome = controller.run()
-    print(format_leaderboard(outcome.trials.values(), sweep.objective), flush=True)
-    if outcome.failed:
-        print(outcome.error, file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return record.ended(controller.run(), sweep)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep import record
 from mlrunway.sweep.budget import BudgetWatch, admitted
 from mlrunway.sweep.controller import SweepController, SweepOutcome
-from mlrunway.sweep.leaderboard import format_leaderboard
 
 __all__ = ["RayTrialRunner", "main"]
 
@@ -119,12 +118,7 @@ def main(record_dir: Path) -> int:
         outcome=outcome, source=source, spec=sweep, runner=RayTrialRunner(jobs, sweep, os.environ.get("MLFLOW_RUN_ID")),
         name=job["name"], sleep=time.sleep, poll_s=poll_s, on_update=keep,
         stop_requested=lambda: canceled[0] if canceled else None, budget=budget)
-    outcome = controller.run()
-    print(format_leaderboard(outcome.trials.values(), sweep.objective), flush=True)
-    if outcome.failed:
-        print(outcome.error, file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return record.ended(controller.run(), sweep)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,16 @@ the file is stored and parsed (the local workspace's format versions and shape c
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from mlrunway.backend.types import JobStatus, SweepResult, TrialInfo
 from mlrunway.specs.sweep import SweepSpec
 from mlrunway.sweep.controller import SweepOutcome
+from mlrunway.sweep.leaderboard import format_leaderboard
 
-__all__ = ["FILE", "content", "outcome", "result"]
+__all__ = ["FILE", "content", "ended", "outcome", "result"]
 
 FILE = "sweep.json"  # in the sweep job's outputs
 
@@ -41,3 +43,12 @@ def result(name: str, status: JobStatus, spec: SweepSpec, data: Mapping[str, Any
         name=name, status=status, objective=spec.objective, policy=spec.early_termination,
         trials=tuple(TrialInfo.from_dict(t) for t in data.get("trials", [])), best_trial=data.get("best_trial"),
         stopped_because=data.get("stopped_because"), error=data.get("error") or error)
+
+
+def ended(outcome: SweepOutcome, spec: SweepSpec) -> int:
+    """A controller's last words: the leaderboard on stdout, the error on stderr; its exit code (1: failed)."""
+    print(format_leaderboard(outcome.trials.values(), spec.objective), flush=True)
+    if outcome.failed:
+        print(outcome.error, file=sys.stderr, flush=True)
+        return 1
+    return 0
