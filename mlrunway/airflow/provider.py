@@ -45,6 +45,8 @@ RAY_FIELDS = {
                                                    "Python."),
     "accept_unauthenticated_cluster": ("Accept a cluster without token auth", "true: anyone who reaches its Jobs API "
                                        "can run any command on it. Prefer RAY_AUTH_MODE=token and the token."),
+    "autoscaling": ("Nodes added on demand", "true: the cluster's autoscaler adds nodes, so a distributed job the "
+                    "nodes now up could never place waits for new ones instead of being refused."),
     "rates": ("Rate card (JSON)", 'What an hour of each profile costs: {"currency": "USD", "per_hour": {"gpu1": 2.5}}.'),
 }
 

@@ -212,6 +212,7 @@ class TrialInfo:
     metrics: dict[str, float] = field(default_factory=dict)
     early_termination: dict[str, Any] | None = None
     error: str | None = None
+    waiting: str | None = None  # what a Queued trial waits for (a Ray cluster to place its distributed processes)
 
     @property
     def stopped_early(self) -> bool:

@@ -135,6 +135,10 @@ class LocalTrialRunner:
     def cancel(self, name: str, reason: str) -> None:
         self.jobs.request_cancel(name, reason)
 
+    def waiting(self, name: str) -> str | None:
+        """Nothing: a local trial starts as soon as its supervisor does."""
+        return None
+
     def lost(self, name: str) -> bool:
         """Its supervisor died without recording an outcome, the trainer with it (``killed``): not a failure."""
         return bool(JobState(self.jobs.workspace.job_dir(name)).status().get("killed"))

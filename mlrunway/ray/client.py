@@ -3,7 +3,7 @@ workers and the triggerer stay light).
 
 The routes are the head's dashboard's (Ray's ``JobSubmissionClient`` uses the same): ``GET /api/version``,
 ``POST /api/jobs/``, ``GET /api/jobs/{id}``, ``GET /api/jobs/{id}/logs``, ``POST /api/jobs/{id}/stop``,
-``DELETE /api/jobs/{id}``, and the packages a job's ``working_dir`` names (``GET``/``PUT
+``DELETE /api/jobs/{id}``, the state API's ``GET /api/v0/nodes``, and the packages a job's ``working_dir`` names (``GET``/``PUT
 /api/packages/gcs/_ray_pkg_<hash>.zip``). A token goes into the ``Authorization`` header only.
 """
 
@@ -86,6 +86,16 @@ class JobsApi:
 
     def delete(self, submission_id: str) -> bool:
         return bool(self._call("DELETE", f"/api/jobs/{submission_id}").json().get("deleted", False))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's nodes, from Ray's state API (``GET /api/v0/nodes``): ``node_id``, ``state``,
+        ``resources_total`` and the rest of each."""
+        answer = self._call("GET", "/api/v0/nodes", params={"limit": 10000}).json()
+        try:
+            return list(answer["data"]["result"]["result"])
+        except (KeyError, TypeError):
+            raise RayApiError(f"Ray's state API at {self.address} answered GET /api/v0/nodes with no node list: "
+                              f"{str(answer)[:300]}") from None
 
     def upload(self, package: bytes) -> str:
         """Upload a zip as a package the cluster keeps (once per content): its ``gcs://`` URI for ``working_dir``

@@ -129,6 +129,10 @@ class RayConnection:
         False, description="Accept a cluster on another machine that has no token auth: anyone who reaches its "
                            "Jobs API can run any command on it. Prefer RAY_AUTH_MODE=token and the token.",
         problem="{value!r} is not true or false", fix="pass true or false")
+    autoscaling: Annotated[bool, Strict()] = setting(
+        False, description="The cluster adds nodes on demand (Ray's or KubeRay's autoscaler): a distributed job its "
+                            "nodes now up could never place waits for new ones instead of being refused.",
+        problem="{value!r} is not true or false", fix="pass true or false")
     rates: RateCard = setting(
         RateCard(), description="What an hour of each profile costs: per_hour by profile name.",
         problem="{value!r} is not a rate card", fix='give {"currency": "USD", "per_hour": {"gpu1": 2.5}}')
@@ -219,7 +223,7 @@ class RayConnection:
                 except ValueError as exc:
                     raise check.fail(f"mlrunway_ray connection.{key}", f"is not JSON ({exc})",
                                      "write it as a JSON object") from None
-            if key == "accept_unauthenticated_cluster" and isinstance(value, str):
+            if key in ("accept_unauthenticated_cluster", "autoscaling") and isinstance(value, str):
                 value = {"true": True, "false": False}.get(value.strip().lower(), value)
             if key == "budget":  # the hook's, not the backend's
                 continue

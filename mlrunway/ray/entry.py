@@ -8,6 +8,10 @@ job runs in a copy of its own, whose ``outputs`` is the job's outputs folder on 
 job's timeout (Canceled, as Azure ML's and the local backend's), passes a stop (SIGTERM) to the command, records the
 outcome on storage (``outcome.json``: what a head that forgot the job cannot say) beside the command's output
 (``output.log``, also in Ray's log), and ends the job's MLflow run with it. It exits with the command's code.
+
+A distributed job (its record holds :mod:`mlrunway.ray.distribution`'s ``launch.json``) runs its processes as actors
+on a placement group instead: :mod:`mlrunway.ray.ranks`, shipped beside this file, the one part that imports ``ray``
+(the cluster's own); this file then waits, records and ends the run as for one process.
 """
 
 from __future__ import annotations
@@ -25,27 +29,49 @@ import time
 from pathlib import Path
 
 NAME = "_mlrunway_entry.py"
+RANKS = "_mlrunway_ranks.py"  # mlrunway.ray.ranks, the driver of a distributed job
+SHIPPED = (NAME, RANKS)
+LAUNCH = "launch.json"  # mlrunway.ray.distribution's: in a distributed job's record
 LOG = "output.log"  # in the job's record
 KILL_GRACE_S = 5.0
 RUN_STATUS = {"Completed": "FINISHED", "Failed": "FAILED", "Canceled": "KILLED"}  # mlrunway.tracking_names's
 
 
-def _write(path: Path, data: dict[str, object]) -> None:
+def write_json(path: Path, data: dict[str, object]) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     temporary.write_text(json.dumps(data))
     os.replace(temporary, path)
 
 
-def _copy(proc: subprocess.Popen[bytes], log: Path) -> None:
-    """The command's output, line by line, to Ray's log (this process's stdout) and to ``log`` on the storage, which
-    outlives the cluster's own copy (a head that restarted forgets its jobs' logs)."""
+def copy_output(proc: subprocess.Popen[bytes], log: Path, echo: bool = True) -> None:
+    """The command's output, line by line, to ``log`` on the storage, which outlives the cluster's own copy (a head
+    that restarted forgets its jobs' logs), and to Ray's log (this process's stdout) where ``echo``."""
     assert proc.stdout is not None
     with open(log, "ab") as kept:
         for line in iter(proc.stdout.readline, b""):
-            sys.stdout.buffer.write(line)
-            sys.stdout.buffer.flush()
+            if echo:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
             kept.write(line)
             kept.flush()
+
+
+def private_copy(record: Path) -> Path:
+    """A copy of the job's code (this process's working folder, which Ray shares between jobs of the same code)
+    whose ``outputs`` is the job's outputs folder on the storage; files the code held there go there first."""
+    outputs = record / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    work = Path(tempfile.mkdtemp(prefix="mlrunway-job-"))
+    shutil.copytree(here, work, dirs_exist_ok=True, symlinks=True,
+                    ignore=lambda folder, names: [n for n in names if n in SHIPPED and folder == here])
+    if (work / "outputs").is_symlink() or (work / "outputs").is_file():
+        (work / "outputs").unlink()
+    elif (work / "outputs").is_dir():
+        shutil.copytree(work / "outputs", outputs, dirs_exist_ok=True)
+        shutil.rmtree(work / "outputs")
+    (work / "outputs").symlink_to(outputs)
+    return work
 
 
 def _end_run(status: str) -> None:
@@ -66,23 +92,38 @@ def main(argv: list[str]) -> int:
         print("usage: _mlrunway_entry.py <record> <timeout|-> -- <command ...>", file=sys.stderr)
         return 2
     timeout = None if limit == "-" else float(limit)
-    outputs = record / "outputs"
-    outputs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="mlrunway-job-"))
-    shutil.copytree(os.getcwd(), work, dirs_exist_ok=True, symlinks=True,
-                    ignore=lambda folder, names: [n for n in names if n == NAME and folder == os.getcwd()])
-    if (work / "outputs").is_symlink() or (work / "outputs").is_file():
-        (work / "outputs").unlink()
-    elif (work / "outputs").is_dir():  # files the code folder held there go to the job's outputs first
-        shutil.copytree(work / "outputs", outputs, dirs_exist_ok=True)
-        shutil.rmtree(work / "outputs")
-    (work / "outputs").symlink_to(outputs)
-    _write(record / "started.json", {"started": time.time(), "node": socket.gethostname(), "pid": os.getpid()})
-
     stopped: list[str] = []
+    if (record / LAUNCH).exists():  # distributed: its processes are actors of the cluster (mlrunway.ray.ranks)
+        signal.signal(signal.SIGTERM, lambda signum, _: stopped.append(signal.Signals(signum).name))
+        signal.signal(signal.SIGINT, lambda signum, _: stopped.append(signal.Signals(signum).name))
+        import _mlrunway_ranks  # shipped beside this file
+
+        code, failure, timed_out = _mlrunway_ranks.run(json.loads((record / LAUNCH).read_text()), command, record,
+                                                       timeout, stopped)
+    else:
+        code, timed_out = _one(record, command, timeout, stopped)
+        failure = None
+    if timed_out:
+        status, error = "Canceled", f"timed out after {timeout:g} s (timeout)"
+    elif stopped:
+        status, error = "Canceled", "stopped"
+    elif code == 0:
+        status, error = "Completed", None
+    else:
+        status, error = "Failed", failure or f"exit code {code}"
+    write_json(record / "outcome.json", {"status": status, "exit_code": code, "ended": time.time(), "error": error,
+                                     "timed_out": timed_out})
+    _end_run(status)
+    return code if code >= 0 else 128 - code
+
+
+def _one(record: Path, command: list[str], timeout: float | None, stopped: list[str]) -> tuple[int, bool]:
+    """Run the command as one process in a private copy of the code: its exit code, and whether it timed out."""
+    work = private_copy(record)
+    write_json(record / "started.json", {"started": time.time(), "node": socket.gethostname(), "pid": os.getpid()})
     proc = subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    copier = threading.Thread(target=_copy, args=(proc, record / LOG), daemon=True)
+    copier = threading.Thread(target=copy_output, args=(proc, record / LOG), daemon=True)
     copier.start()
 
     def stop(signum: int, _frame: object) -> None:
@@ -102,21 +143,9 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    code = proc.returncode
     copier.join(timeout=KILL_GRACE_S)
-    if timed_out:
-        status, error = "Canceled", f"timed out after {timeout:g} s (timeout)"
-    elif stopped:
-        status, error = "Canceled", "stopped"
-    elif code == 0:
-        status, error = "Completed", None
-    else:
-        status, error = "Failed", f"exit code {code}"
-    _write(record / "outcome.json", {"status": status, "exit_code": code, "ended": time.time(), "error": error,
-                                     "timed_out": timed_out})
-    _end_run(status)
     shutil.rmtree(work, ignore_errors=True)
-    return code if code >= 0 else 128 - code
+    return proc.returncode, timed_out
 
 
 if __name__ == "__main__":

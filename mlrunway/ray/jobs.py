@@ -31,7 +31,7 @@ from mlrunway.backend.snapshot import check_size, snapshot_files
 from mlrunway.backend.types import JobInfo, JobStatus, SweepResult, Usage
 from mlrunway.errors import NotFound, SpecError, Unavailable
 from mlrunway.locks import locked
-from mlrunway.ray import closure, entry
+from mlrunway.ray import closure, distribution, entry
 from mlrunway.ray.client import PACKAGE_LIMIT, JobsApi, RayApiError, zip_folder
 from mlrunway.ray.connection import RayConnection
 from mlrunway.ray.preflight import check_connection
@@ -100,16 +100,22 @@ class RayJobs(Jobs):
 
     # -- submit ----------------------------------------------------------------------------------------
     def validate(self, spec: CommandJobSpec) -> None:
-        """What ``submit`` would refuse, before any job: an unknown profile or environment, a distribution (part 2
-        of the Ray backend), a missing code folder or one over Ray's package limit, a missing input; and, once per
-        connection, that the cluster, the storage and the tracking server answer (:mod:`mlrunway.ray.preflight`)."""
+        """What ``submit`` would refuse, before any job: an unknown profile or environment, a distribution the cluster
+        cannot run or its nodes could never place (:mod:`mlrunway.ray.distribution`), a missing code folder or one
+        over Ray's package limit, a missing input; and, once per connection, that the cluster, the storage and the
+        tracking server answer (:mod:`mlrunway.ray.preflight`)."""
         check_connection(self.connection)
-        self.connection.profile(spec.compute)
+        profile_name, profile = self.connection.profile(spec.compute)
         self.connection.environment(spec.environment)
-        if spec.distribution is not None or spec.instance_count != 1:
-            raise check.fail("command_job.distribution", "distributed training on a Ray cluster is not supported "
-                             "yet (it comes with the Ray backend's distributed-training part)",
-                             "run one process (no distribution, instance_count 1), or use the azure_ml backend")
+        launch = distribution.plan(spec, profile_name, profile, "validate")
+        if launch is not None and not self.connection.autoscaling:
+            why = distribution.fits(launch, self.api.nodes())
+            if why is not None:
+                raise check.fail("command_job.instance_count" if spec.instance_count > 1 else "command_job.compute",
+                                 f"the cluster could never place this job: {why}",
+                                 "lower instance_count or process_count_per_instance, name a smaller compute "
+                                 "profile, or add nodes (a cluster that adds nodes on demand: set the connection's "
+                                 "autoscaling to true)")
         code = _folder("command_job.code", spec.code)
         check_size("command_job.code", code, snapshot_files(code, exclude=[self.connection.storage]),
                    max_mb=PACKAGE_LIMIT / 2**20)
@@ -165,7 +171,8 @@ class RayJobs(Jobs):
         argv = resolve_command(spec.command, inputs, outputs, python=None)
         code = _folder("command_job.code", spec.code)
         package = zip_folder(code, snapshot_files(code, exclude=[self.connection.storage]),
-                             extra={entry.NAME: Path(entry.__file__).read_bytes()})
+                             extra={entry.NAME: Path(entry.__file__).read_bytes(),
+                                    entry.RANKS: Path(entry.__file__).with_name("ranks.py").read_bytes()})
         experiment_id, run_id = self.tracking.start_run(name, spec.experiment_name, parent_run_id)
         job = {"name": name, "kind": kind, "submission_id": self.submission_id(name), "spec": spec.to_dict(),
                "argv": argv, "profile": profile_name, "created": time.time(), "experiment_id": experiment_id,
@@ -176,6 +183,10 @@ class RayJobs(Jobs):
                     "MLFLOW_EXPERIMENT_ID": experiment_id}
         runtime_env = {**(environment.runtime_env() if environment else {}), "working_dir": self.api.upload(package),
                        "env_vars": env_vars, **({"py_modules": py_modules} if py_modules else {})}
+        launch = distribution.plan(spec, profile_name, profile, job["submission_id"])
+        if launch is not None:  # its ranks hold the resources; the driver (the entry) asks for none
+            resources, files = {"entrypoint_num_cpus": 0}, {**(files or {}), distribution.LAUNCH: launch}
+            job["processes"] = distribution.processes(spec)
         job["body"] = {"entrypoint": shlex.join(["python", entry.NAME, str(record), timeout, "--", *argv]),
                        "runtime_env": runtime_env,
                        "metadata": {"mlrunway.job": name, "mlrunway.kind": kind,
@@ -352,12 +363,15 @@ class RayJobs(Jobs):
         status, error, exit_code, ended, timed_out = self._status(job, record, outcome, details)
         if status.is_terminal():
             self._close_run(job, record, status)
+        properties = {"submission_id": job["submission_id"], "profile": job.get("profile")}
+        if status is JobStatus.RUNNING and "processes" in job and not started:
+            status = JobStatus.QUEUED  # its driver waits for the cluster to place its ranks
+            properties["waiting"] = f"for the cluster to place its {job['processes']} processes, all at once"
         return JobInfo(
             name=name, kind=job["kind"], status=status, exit_code=exit_code, error=error, timed_out=timed_out,
             outputs=str(record / "outputs"), mlflow_run_id=job.get("run_id"), created=job.get("created"),
             started=started.get("started") or _seconds(details.get("start_time")),
-            ended=ended or _seconds(details.get("end_time")),
-            properties={"submission_id": job["submission_id"], "profile": job.get("profile")})
+            ended=ended or _seconds(details.get("end_time")), properties=properties)
 
     def _lost(self, job: dict[str, Any], record: Path) -> dict[str, Any]:
         """The outcome of a job the cluster does not know."""
@@ -505,18 +519,20 @@ class RayJobs(Jobs):
 
     # -- usage (Metered) -----------------------------------------------------------------------------------
     def usage(self, name: str) -> Usage | None:
-        """Its start and end, on its profile (the rate card's key)."""
+        """Its start and end (a distributed job's: from its placement), on its profile (the rate card's key), held
+        once per process (``instances``: a distributed job's ranks each hold the profile)."""
         info = self.get(name)
         if info.started is None:
             return None
-        return Usage(started=info.started, ended=info.ended, size=info.properties.get("profile"))
+        return Usage(started=info.started, ended=info.ended, size=info.properties.get("profile"),
+                     instances=int(self._job(name).get("processes", 1)))
 
     def trial_usage(self, name: str) -> dict[str, Usage]:
         return {trial.name: usage for trial in self.list(f"{name}_trial_")
                 if (usage := self.usage(trial.name)) is not None}
 
     def planned_usage(self, spec: CommandJobSpec) -> Usage:
-        return Usage(size=self.connection.profile(spec.compute)[0])
+        return Usage(size=self.connection.profile(spec.compute)[0], instances=distribution.processes(spec))
 
     def wait(self, name: str, *, timeout: float | None = None, poll_s: float | None = None,
              on_poll: Callable[[JobInfo], None] | None = None, outage_s: float = 0.0,

@@ -43,6 +43,7 @@ class RayTrialRunner:
         self.metric = sweep.objective.primary_metric
         self.parent_run_id = parent_run_id
         self.run_ids: dict[str, str] = {}
+        self.waits: dict[str, str | None] = {}
 
     def start(self, name: str, params: dict[str, Any]) -> None:
         """Submit the trial, its run nested under the sweep's; one a dead controller had submitted is left as is."""
@@ -50,7 +51,12 @@ class RayTrialRunner:
 
     def poll(self, name: str) -> tuple[JobStatus, str | None]:
         info = self.jobs.get(name)
+        self.waits[name] = info.properties.get("waiting") if info.status is JobStatus.QUEUED else None
         return info.status, info.error
+
+    def waiting(self, name: str) -> str | None:
+        """A distributed trial's driver waits, Queued, until the cluster places all its processes at once."""
+        return self.waits.get(name)
 
     def _run_id(self, name: str) -> str | None:
         if name not in self.run_ids:

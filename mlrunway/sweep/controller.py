@@ -36,6 +36,11 @@ class TrialRunner(Protocol):
         """Whether the trial, ended Failed, died without an outcome of its own: its processes were killed with
         their supervisor (a reboot, a kill of everything), so it did not fail, and may run again."""
         ...
+    def waiting(self, name: str) -> str | None:
+        """What the trial, as last polled, waits for before it can run (a Ray cluster to place its distributed
+        processes, whole), None when nothing: while one waits, no other trial starts, so the sweep's concurrency is
+        what the cluster can place and trials never hold half of what each needs."""
+        ...
 
 
 class ParamSource(Protocol):
@@ -139,7 +144,9 @@ class SweepController:
                 self._settle(running)
                 break
             room = math.inf if look is None or look.room is None else look.room
-            while pending and len(running) < self.spec.limits.max_concurrent_trials and room > 0:  # type: ignore[operator]
+            placing = any(self.outcome.trials[n].waiting for n in running)
+            while (pending and len(running) < self.spec.limits.max_concurrent_trials  # type: ignore[operator]
+                   and room > 0 and not placing):
                 running.append(self._start(pending.pop(0)))
                 room -= 1
             try:
@@ -178,8 +185,11 @@ class SweepController:
                 # It ended before our cancel landed: it ran to the end, as its job and MLflow run say.
                 stop = _not_applied(stop, f"decided at interval {stop['interval']}, not applied (the trial completed "
                                           f"before the cancel landed)")
+            waiting = self.runner.waiting(name) if status is JobStatus.QUEUED else None
+            if waiting and not trial.waiting:
+                log.info("Trial %s waits %s; no other trial starts until it runs", name, waiting)
             self.outcome.trials[name] = replace(trial, status=status, history=history, error=error,
-                                                early_termination=stop)
+                                                early_termination=stop, waiting=waiting)
             if status is JobStatus.COMPLETED and not history:
                 self._metric_never_logged(name)
         running = [self._rerun_if_lost(name) for name in running]

@@ -14,7 +14,8 @@ from mlrunway.sweep.leaderboard import format_params, trial_score
 
 @dataclass(frozen=True)
 class Event:
-    """One line of progress: ``kind`` is started, value (one of the primary metric's) or ended."""
+    """One line of progress: ``kind`` is started, waiting (for a cluster to place it), value (one of the primary
+    metric's) or ended."""
 
     kind: str
     text: str
@@ -29,6 +30,7 @@ class TrialWatch:
 
     values: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    waited: set[str] = field(default_factory=set)
 
     def events(self, result: SweepResult) -> list[Event]:
         """What happened since the last call, trial by trial, in the trials' order."""
@@ -41,6 +43,9 @@ class TrialWatch:
             if said is None:
                 said = self.values[trial.name] = 0
                 lines.append(Event("started", f"trial {trial.name} started: {_params(trial)}"))
+            if trial.waiting and trial.name not in self.waited:
+                self.waited.add(trial.name)
+                lines.append(Event("waiting", f"trial {trial.name} waits {trial.waiting}"))
             history = trial.history
             for epoch in range(said + 1, len(history) + 1):
                 lines.append(Event("value", f"trial {trial.name} epoch {epoch}: {metric} = {history[epoch - 1]:.4f}"))

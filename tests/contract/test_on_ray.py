@@ -304,3 +304,124 @@ def test_an_airflow_worker_killed_during_the_sweeps_wait_is_followed_by_a_try_th
     for trial in ended:
         assert trials[trial.name].status == trial.status and trials[trial.name].history == trial.history
     assert [j.name for j in backend.jobs.list() if j.kind == "sweep"] == [sweep]
+
+
+# -- distributed jobs (issue 80) ------------------------------------------------------------------------------------
+RANK_SCRIPT = """\
+import json, os, sys, time
+keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "TF_CONFIG"]
+print("ENV", json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+if os.environ.get("RANK") == os.environ.get("FAIL_RANK"):
+    raise SystemExit("rank " + os.environ["RANK"] + " gives up")
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.fixture(scope="module")
+def second_node(costly_set_up: RayFactory) -> str:
+    """A third node (2 CPUs), so that the cluster has two nodes a job's ranks can run on (the head offers none)."""
+    costly_set_up.cluster.add_node("ray-second", 2, {})
+    return "ray-second"
+
+
+def _ranks(backend: RayBackend, name: str) -> list[dict[str, Any]]:
+    return json.loads((backend.jobs.record(name) / "started.json").read_text())["ranks"]
+
+
+def _placement_groups(backend: RayBackend, name: str) -> list[dict[str, Any]]:
+    """The job's placement groups as Ray's state API lists them (named by its submission id)."""
+    answer = requests.get(f"{backend.connection.address}/api/v0/placement_groups", timeout=10,
+                          params={"limit": 10000, "detail": "true"},
+                          headers={"Authorization": f"Bearer {backend.connection.token}"}).json()
+    groups = answer["data"]["result"]["result"]
+    return [g for g in groups if g.get("name") == backend.jobs.submission_id(name)]
+
+
+def test_a_ddp_job_on_two_instances_runs_its_ranks_on_two_nodes_with_torchruns_environment(
+        backend: RayBackend, driver: Driver, second_node: str) -> None:
+    """The example DDP project, unchanged (process_count_per_instance 1, instance_count 2): each rank on a node of
+    its own (Ray's node ids: both test nodes are 127.0.0.1), the model rank 0 saved, the placement group removed."""
+    from mlrunway.specs.job import Output, PyTorchDistribution
+    from tests.conftest import REPO
+
+    spec = driver._script_spec("ctr-ddp", "").__class__(
+        code=str(REPO / "examples" / "demand_forecast"), experiment_name="contract",
+        command="python fit.py --rows 800 --epochs 2 --model-dir ${{outputs.model}}",
+        outputs={"model": Output()}, distribution=PyTorchDistribution(process_count_per_instance=1), instance_count=2)
+    backend.jobs.submit("ctr-ddp", spec)
+    info = backend.jobs.wait("ctr-ddp", timeout=300)
+    assert info.status is JobStatus.COMPLETED, info.error
+    ranks = _ranks(backend, "ctr-ddp")
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["node_id"] != ranks[1]["node_id"]
+    log = "\n".join(backend.jobs.logs("ctr-ddp"))
+    assert "epoch 2/2" in log and "(world 2)" in log, log
+    assert (Path(info.outputs or "") / "model" / "model.pt2").is_file()
+    assert backend.jobs.metric_history("ctr-ddp", "val_rmse")
+    assert json.loads((backend.jobs.record("ctr-ddp") / "job.json").read_text())["body"]["entrypoint_num_cpus"] == 0
+    assert {g["state"] for g in _placement_groups(backend, "ctr-ddp")} <= {"REMOVED"}
+    assert backend.jobs.usage("ctr-ddp").instances == 2  # type: ignore[union-attr]
+
+
+def test_each_rank_gets_torchruns_environment_and_a_failing_rank_fails_the_job_and_stops_the_others(
+        backend: RayBackend, driver: Driver, second_node: str) -> None:
+    """Two instances of two processes: RANK 0-3 over NODE_RANK 0-1, one MASTER_ADDR:PORT; rank 3 exits 1, the job
+    fails naming rank 3 and its last line, ranks that would sleep 300 s are stopped, the placement group removed."""
+    from mlrunway.specs.job import PyTorchDistribution
+
+    spec = driver._script_spec("ctr-ranks", RANK_SCRIPT, "300", environment_variables={"FAIL_RANK": "3"},
+                               distribution=PyTorchDistribution(process_count_per_instance=2), instance_count=2)
+    started = time.monotonic()
+    backend.jobs.submit("ctr-ranks", spec)
+    info = backend.jobs.wait("ctr-ranks", timeout=120)
+    assert info.status is JobStatus.FAILED and time.monotonic() - started < 100
+    assert "rank 3 of 4" in (info.error or "") and "rank 3 gives up" in (info.error or ""), info.error
+    record = backend.jobs.record("ctr-ranks")
+    envs = [json.loads(line.split("ENV ", 1)[1]) for log in [record / "output.log", *sorted(record.glob("ranks/*"))]
+            for line in log.read_text().splitlines() if line.startswith("ENV ")]
+    assert sorted((e["RANK"], e["LOCAL_RANK"], e["NODE_RANK"], e["GROUP_RANK"]) for e in envs) == [
+        ("0", "0", "0", "0"), ("1", "1", "0", "0"), ("2", "0", "1", "1"), ("3", "1", "1", "1")]
+    assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {
+        ("4", "2", "127.0.0.1", envs[0]["MASTER_PORT"])}
+    nodes = {r["rank"]: r["node_id"] for r in _ranks(backend, "ctr-ranks")}
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3]
+    assert {g["state"] for g in _placement_groups(backend, "ctr-ranks")} == {"REMOVED"}
+    assert not _running_ranks(info.mlflow_run_id)
+
+
+def _running_ranks(run_id: str | None) -> list[int]:
+    """Processes of the team's command still running for the job whose MLflow run is ``run_id``."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            env = process.environ()
+            if env.get("MLFLOW_RUN_ID") == run_id and "RANK" in env and "job.py" in " ".join(process.cmdline()):
+                found.append(process.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_rank_killed_mid_run_fails_the_job_truthfully_and_leaves_no_rank_or_placement_group(
+        backend: RayBackend, driver: Driver, second_node: str) -> None:
+    import psutil
+
+    from mlrunway.specs.job import PyTorchDistribution
+
+    spec = driver._script_spec("ctr-killed", RANK_SCRIPT, "300",
+                               distribution=PyTorchDistribution(process_count_per_instance=1), instance_count=2)
+    backend.jobs.submit("ctr-killed", spec)
+    run_id = backend.jobs.get("ctr-killed").mlflow_run_id
+    deadline = time.monotonic() + 120
+    while len(_running_ranks(run_id)) < 2:
+        assert time.monotonic() < deadline, backend.jobs.get("ctr-killed")
+        time.sleep(0.3)
+    victim = next(p for p in map(psutil.Process, _running_ranks(run_id)) if p.environ()["RANK"] == "1")
+    victim.kill()
+    info = backend.jobs.wait("ctr-killed", timeout=60)
+    assert info.status is JobStatus.FAILED and "rank 1 of 2" in (info.error or "") \
+        and "killed by SIGKILL" in (info.error or ""), info.error
+    assert not _running_ranks(run_id)
+    assert {g["state"] for g in _placement_groups(backend, "ctr-killed")} == {"REMOVED"}

@@ -75,6 +75,9 @@ class ScriptedRunner:
     def lost(self, name):
         return name in self.killed
 
+    def waiting(self, name):
+        return None
+
     def sleep(self, _seconds):
         self.tick += 1
 
