@@ -273,11 +273,19 @@ def ray_vs_local(doc: Doc) -> str:
                         provenance(doc, "python bench/ray_vs_local.py")])
 
 
+def ddp_ray_vs_local(doc: Doc) -> str:
+    rows = [[f"{kind}, {shape}", of(doc, f"submit to ended: {kind}"), of(doc, f"placed to ended: {kind}")]
+            for kind, shape in (("local", "1 instance x 2 processes"), ("ray", "2 instances x 1 process"))]
+    return "\n\n".join([md_table(["backend, shape", "submit to ended s", "placed to ended s"], rows),
+                        provenance(doc, "python bench/ddp_ray_vs_local.py")])
+
+
 RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime": onnx_runtime,
                                            "early_termination": early_termination, "orchestration": orchestration,
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
                                            "report_page": report_page, "samplers": samplers, "gate": gate,
-                                           "capture": capture, "ray_vs_local": ray_vs_local}
+                                           "capture": capture, "ray_vs_local": ray_vs_local,
+                                           "ddp_ray_vs_local": ddp_ray_vs_local}
 
 
 def render(text: str, results: Path = RESULTS) -> str:

@@ -14,6 +14,9 @@ import mlrunway
 __all__ = ["CONTROLLER", "modules", "package"]
 
 CONTROLLER = ("mlrunway.ray.sweep_controller", "mlrunway.sweep.bayesian")
+# Files a module of the closure reads rather than imports: the jobs module ships the distributed driver beside each
+# job's entry (a controller submits trials that may be distributed).
+READS = {"mlrunway/ray/jobs.py": ("mlrunway/ray/ranks.py",)}
 # What the cluster's Python must have for the controller (the docs and preflight name them).
 NEEDS = ("pydantic", "scipy", "numpy", "requests", "mlflow")
 
@@ -29,6 +32,7 @@ def modules(roots: tuple[str, ...] = CONTROLLER) -> tuple[Path, ...]:
     files = {Path(path).resolve() for name, path in found.items()
              if (name == "mlrunway" or name.startswith("mlrunway.")) and path}
     files.update(base / (root.replace(".", "/") + ".py") for root in roots)
+    files.update(base / read for path in list(files) for read in READS.get(path.relative_to(base).as_posix(), ()))
     for path in list(files):  # every package on the way, so each import finds its parent
         for parent in path.parents:
             if parent == base:

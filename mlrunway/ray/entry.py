@@ -30,7 +30,7 @@ from pathlib import Path
 
 NAME = "_mlrunway_entry.py"
 RANKS = "_mlrunway_ranks.py"  # mlrunway.ray.ranks, the driver of a distributed job
-SHIPPED = (NAME, RANKS)
+SHIPPED = (NAME, RANKS, "_mlrunway_launch.json")
 LAUNCH = "launch.json"  # mlrunway.ray.distribution's: in a distributed job's record
 LOG = "output.log"  # in the job's record
 KILL_GRACE_S = 5.0

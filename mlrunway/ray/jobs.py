@@ -170,9 +170,6 @@ class RayJobs(Jobs):
         outputs = {out: record / "outputs" / out for out in spec.outputs}
         argv = resolve_command(spec.command, inputs, outputs, python=None)
         code = _folder("command_job.code", spec.code)
-        package = zip_folder(code, snapshot_files(code, exclude=[self.connection.storage]),
-                             extra={entry.NAME: Path(entry.__file__).read_bytes(),
-                                    entry.RANKS: Path(entry.__file__).with_name("ranks.py").read_bytes()})
         experiment_id, run_id = self.tracking.start_run(name, spec.experiment_name, parent_run_id)
         job = {"name": name, "kind": kind, "submission_id": self.submission_id(name), "spec": spec.to_dict(),
                "argv": argv, "profile": profile_name, "created": time.time(), "experiment_id": experiment_id,
@@ -181,12 +178,19 @@ class RayJobs(Jobs):
         env_vars = {**(environment.env_vars if environment else {}), **spec.environment_variables,
                     "MLFLOW_TRACKING_URI": self.connection.tracking_uri, "MLFLOW_RUN_ID": run_id,
                     "MLFLOW_EXPERIMENT_ID": experiment_id}
-        runtime_env = {**(environment.runtime_env() if environment else {}), "working_dir": self.api.upload(package),
-                       "env_vars": env_vars, **({"py_modules": py_modules} if py_modules else {})}
         launch = distribution.plan(spec, profile_name, profile, job["submission_id"])
+        shipped = {entry.NAME: Path(entry.__file__).read_bytes()}
         if launch is not None:  # its ranks hold the resources; the driver (the entry) asks for none
             resources, files = {"entrypoint_num_cpus": 0}, {**(files or {}), distribution.LAUNCH: launch}
             job["processes"] = distribution.processes(spec)
+            # A package of its own (the plan names the job): Ray shares a working_dir between jobs of the same
+            # content, and a distributed job's driver and actors setting it up again deleted it under another job
+            # starting from it ("can't open file '_mlrunway_entry.py'", seen on 2.60).
+            shipped |= {entry.RANKS: Path(entry.__file__).with_name("ranks.py").read_bytes(),
+                        f"_mlrunway_{distribution.LAUNCH}": json.dumps(launch, sort_keys=True).encode()}
+        package = zip_folder(code, snapshot_files(code, exclude=[self.connection.storage]), extra=shipped)
+        runtime_env = {**(environment.runtime_env() if environment else {}), "working_dir": self.api.upload(package),
+                       "env_vars": env_vars, **({"py_modules": py_modules} if py_modules else {})}
         job["body"] = {"entrypoint": shlex.join(["python", entry.NAME, str(record), timeout, "--", *argv]),
                        "runtime_env": runtime_env,
                        "metadata": {"mlrunway.job": name, "mlrunway.kind": kind,
@@ -364,7 +368,7 @@ class RayJobs(Jobs):
         if status.is_terminal():
             self._close_run(job, record, status)
         properties = {"submission_id": job["submission_id"], "profile": job.get("profile")}
-        if status is JobStatus.RUNNING and "processes" in job and not started:
+        if status in (JobStatus.QUEUED, JobStatus.RUNNING) and "processes" in job and not started:
             status = JobStatus.QUEUED  # its driver waits for the cluster to place its ranks
             properties["waiting"] = f"for the cluster to place its {job['processes']} processes, all at once"
         return JobInfo(

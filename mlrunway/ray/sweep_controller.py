@@ -48,6 +48,8 @@ class RayTrialRunner:
     def start(self, name: str, params: dict[str, Any]) -> None:
         """Submit the trial, its run nested under the sweep's; one a dead controller had submitted is left as is."""
         self.jobs.submit(name, self.trial.with_inputs(**params), parent_run_id=self.parent_run_id)
+        if self.trial.distribution is not None:  # until a poll finds its processes placed
+            self.waits[name] = "for the cluster to place its processes"
 
     def poll(self, name: str) -> tuple[JobStatus, str | None]:
         info = self.jobs.get(name)

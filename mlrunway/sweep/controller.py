@@ -37,9 +37,9 @@ class TrialRunner(Protocol):
         their supervisor (a reboot, a kill of everything), so it did not fail, and may run again."""
         ...
     def waiting(self, name: str) -> str | None:
-        """What the trial, as last polled, waits for before it can run (a Ray cluster to place its distributed
-        processes, whole), None when nothing: while one waits, no other trial starts, so the sweep's concurrency is
-        what the cluster can place and trials never hold half of what each needs."""
+        """What the trial waits for before it can run (a Ray cluster to place its distributed processes, whole, from
+        its start until a poll finds them placed), None when nothing: while one waits, no other trial starts, so the
+        sweep's concurrency is what the cluster can place and trials never hold half of what each needs."""
         ...
 
 
@@ -144,9 +144,8 @@ class SweepController:
                 self._settle(running)
                 break
             room = math.inf if look is None or look.room is None else look.room
-            placing = any(self.outcome.trials[n].waiting for n in running)
             while (pending and len(running) < self.spec.limits.max_concurrent_trials  # type: ignore[operator]
-                   and room > 0 and not placing):
+                   and room > 0 and not any(self.runner.waiting(n) for n in running)):
                 running.append(self._start(pending.pop(0)))
                 room -= 1
             try:

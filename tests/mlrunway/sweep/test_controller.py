@@ -320,3 +320,57 @@ def test_decisions_repeat_whatever_order_the_values_arrive_in(data):
                if t.early_termination}
     assert stopped == {c: s.interval for c, s in expected.items()}
     assert outcome.partial == []
+
+
+@dataclass
+class PlacingRunner(ScriptedRunner):
+    """Trial 0 is Queued, waiting for the cluster to place its processes, until tick ``placed_at``; then it runs its
+    curve from there, as a trial started at that tick."""
+
+    placed_at: int = 3
+
+    def _queued(self, name):
+        return name == "sw_trial_0" and self.tick < self.placed_at
+
+    def _from(self, name):
+        begun, curve = self.started[name]
+        return (max(begun, self.placed_at), curve) if name == "sw_trial_0" else (begun, curve)
+
+    def history(self, name):
+        if self._queued(name):
+            return []
+        begun, curve = self._from(name)
+        return [v for v in CURVES[curve][: self.tick - begun] if v is not None]
+
+    def poll(self, name):
+        if name in self.canceled:
+            return JobStatus.CANCELED, self.canceled[name]
+        if self._queued(name):
+            return JobStatus.QUEUED, None
+        begun, curve = self._from(name)
+        return (JobStatus.COMPLETED, None) if self.tick - begun >= len(CURVES[curve]) else (JobStatus.RUNNING, None)
+
+    def waiting(self, name):
+        return "for the cluster to place its 2 processes" if self._queued(name) else None
+
+
+def test_a_trial_waiting_for_the_cluster_to_place_it_holds_back_every_other_start_until_it_runs():
+    """Two trials may run at once, but trial 0 waits to be placed (to tick 8) from its start: trial 1 starts only once
+    trial 0 runs, not beside it at tick 0, and trial 2 once one of them ends."""
+    runner = PlacingRunner(placed_at=8)
+    seen: list[tuple[int, str, str | None]] = []
+
+    def record(outcome):
+        trial = outcome.trials["sw_trial_0"]
+        seen.append((runner.tick, trial.status.value, trial.waiting))
+
+    outcome, _ = run(sweep(["good", "fine", "slow"], policy=None, concurrent=2), runner, on_update=record)
+    starts = {name: tick for name, (tick, _) in runner.started.items()}
+    assert starts["sw_trial_0"] == 0
+    assert runner.placed_at <= starts["sw_trial_1"] <= runner.placed_at + 1  # not at tick 0, beside a waiting trial
+    assert starts["sw_trial_2"] > starts["sw_trial_1"] and runner.max_running <= 2
+    queued = [(status, waiting) for tick, status, waiting in seen if tick < runner.placed_at]
+    assert queued == [("Queued", "for the cluster to place its 2 processes")] * runner.placed_at
+    assert all(waiting is None for tick, _, waiting in seen if tick >= runner.placed_at)
+    assert {t.status for t in outcome.trials.values()} == {JobStatus.COMPLETED} and len(outcome.trials) == 3
+    assert outcome.trials["sw_trial_0"].waiting is None and outcome.best == "sw_trial_0" and not outcome.failed

@@ -69,3 +69,14 @@ def test_the_sweep_trigger_logs_the_progress_into_the_tasks_log_as_it_polls(tmp_
     assert said == ["trial s_trial_0 started: learning_rate=0.01235, momentum=0.8",
                     "trial s_trial_0 epoch 1: best_val_acc = 0.4000", "trial s_trial_0 epoch 2: best_val_acc = 0.6000",
                     "trial s_trial_0 completed after 2 epochs, best best_val_acc 0.6000"]
+
+
+def test_a_trial_queued_waiting_for_the_cluster_is_said_to_wait_once():
+    watch = TrialWatch()
+    queued = trial(0, (), JobStatus.QUEUED, waiting="for the cluster to place its 4 processes")
+    first = watch.events(result(queued))
+    assert [(e.kind, str(e)) for e in first] == [
+        ("started", "trial s_trial_0 started: learning_rate=0.01235, momentum=0.8"),
+        ("waiting", "trial s_trial_0 waits for the cluster to place its 4 processes")]
+    assert watch.events(result(queued)) == []  # still waiting: nothing new said
+    assert [e.kind for e in watch.events(result(trial(0, (0.5,))))] == ["value"]  # placed: no word of waiting
