@@ -5,6 +5,7 @@ only the Ray backend promises. Another file that asks for the cluster fails at c
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import time
@@ -536,5 +537,5 @@ def test_a_sweep_of_distributed_trials_runs_what_the_cluster_can_place_one_place
     spans = sorted((json.loads((backend.jobs.record(t.name) / "started.json").read_text())["started"],
                     json.loads((backend.jobs.record(t.name) / "outcome.json").read_text())["ended"])
                    for t in result.trials)
-    assert all(end <= later_start for (_, end), (later_start, _) in zip(spans, spans[1:])), spans
+    assert all(end <= later_start for (_, end), (later_start, _) in itertools.pairwise(spans)), spans
     assert "waits for the cluster to place its 2 processes" in "\n".join(backend.jobs.logs("ddp-sweep"))
