@@ -135,6 +135,8 @@ bench: $(STAMP)
 	$(PY) bench/orchestration.py      # 17 min
 	$(PY) bench/samplers.py           # 11 min
 	$(PY) bench/report_page.py        # 1 min
+	$(PY) bench/ray_vs_local.py       # 10 min
+	$(PY) bench/ddp_ray_vs_local.py   # 1 min
 	$(PY) bench/readme.py
 
 # The long record: a sweep's cost over its scripts at 8 and 200 trials (1 h 45 on 2 cores), in chunks: each whole

@@ -374,7 +374,8 @@ class RayJobs(Jobs):
         return JobInfo(
             name=name, kind=job["kind"], status=status, exit_code=exit_code, error=error, timed_out=timed_out,
             outputs=str(record / "outputs"), mlflow_run_id=job.get("run_id"), created=job.get("created"),
-            started=started.get("started") or _seconds(details.get("start_time")),
+            # a distributed job starts once placed (its driver's start is not its ranks')
+            started=started.get("started") or (None if "processes" in job else _seconds(details.get("start_time"))),
             ended=ended or _seconds(details.get("end_time")), properties=properties)
 
     def _lost(self, job: dict[str, Any], record: Path) -> dict[str, Any]:

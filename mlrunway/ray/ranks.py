@@ -65,8 +65,9 @@ class Rank:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def where(self) -> dict[str, Any]:
+        """Its node (Ray's id and address), its process, and the GPUs Ray gave it there."""
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "gpus": [str(gpu) for gpu in ray.get_gpu_ids()]}
 
     def free_port(self) -> int:
         with socket.socket() as sock:
@@ -159,7 +160,7 @@ def _environments(launch: dict[str, Any], where: list[dict[str, Any]], ports: li
     processes = launch["processes"]
     if launch["type"] == "pytorch":
         master = {"MASTER_ADDR": where[0]["ip"], "MASTER_PORT": str(ports[0])}
-        return [{**p["env"], **master} for p in processes]
+        return [{**p["env"], **master, **_devices(processes, where, p["bundle"])} for p in processes]
     if launch["type"] == "mpi":
         return [{**p["env"], "AZ_BATCHAI_MPI_MASTER_NODE": where[0]["ip"]} for p in processes]
     cluster: dict[str, list[str]] = {}
@@ -167,6 +168,14 @@ def _environments(launch: dict[str, Any], where: list[dict[str, Any]], ports: li
         cluster.setdefault(p["tf"]["type"], []).append(f"{w['ip']}:{port}")
     return [{**p["env"], "TF_CONFIG": json.dumps({"cluster": cluster, "task": p["tf"], "environment": "cloud"})}
             for p in processes]
+
+
+def _devices(processes: list[dict[str, Any]], where: list[dict[str, Any]], bundle: int) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` of a process on ``bundle``: every GPU Ray gave the bundle's processes, in local-rank
+    order, as torchrun's processes on one machine see them all (a script's ``torch.cuda.set_device(LOCAL_RANK)``
+    then takes its own); none where the processes hold no GPU."""
+    gpus = [gpu for p, w in zip(processes, where, strict=True) if p["bundle"] == bundle for gpu in w.get("gpus", [])]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
 
 
 def _mpirun(mpirun: str, processes: int, command: list[str]) -> list[str]:

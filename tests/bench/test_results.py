@@ -16,7 +16,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import readme  # noqa: E402
 
 BENCHMARKS = ["endpoint", "onnx_runtime", "early_termination", "orchestration", "rollout", "faults", "trial_overhead",
-              "report_page", "samplers", "gate", "capture", "ray_vs_local"]
+              "report_page", "samplers", "gate", "capture", "ray_vs_local",
+              "ddp_ray_vs_local"]
 
 
 def git(*args: str) -> str:

@@ -175,3 +175,20 @@ def test_processes_agrees_with_the_plan_for_every_distribution() -> None:
     launch = plan(job(MpiDistribution(process_count_per_instance=4)), "gpu", GPU, "j")
     assert launch is not None and processes(job(MpiDistribution(process_count_per_instance=4))) == \
         launch["processes"][0]["mpi"]
+
+
+def test_each_process_of_an_instance_sees_the_gpus_of_every_process_there_in_local_rank_order() -> None:
+    """As torchrun's processes on one machine see all its GPUs: LOCAL_RANK j's ``set_device(j)`` is its own GPU."""
+    from mlrunway.ray import ranks
+
+    spec = CommandJobSpec(code=".", command="python t.py", instance_count=2,
+                          distribution=PyTorchDistribution(process_count_per_instance=2))
+    launch = plan(spec, "gpu1", Profile(num_cpus=1, num_gpus=1), "job")
+    assert launch is not None
+    where = [{"ip": "10.0.0.1", "gpus": ["3"]}, {"ip": "10.0.0.1", "gpus": ["1"]},
+             {"ip": "10.0.0.2", "gpus": ["0"]}, {"ip": "10.0.0.2", "gpus": ["2"]}]
+    envs = ranks._environments(launch, where, [29500, 1, 2, 3])
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["3,1", "3,1", "0,2", "0,2"]
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("10.0.0.1", "29500")}
+    cpu_only = ranks._environments(launch, [{**w, "gpus": []} for w in where], [29500, 1, 2, 3])
+    assert all("CUDA_VISIBLE_DEVICES" not in e for e in cpu_only)
