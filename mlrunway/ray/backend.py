@@ -10,10 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrunway.backend.protocol import Artifacts, Backend, Capabilities, Lineage, Metered, Priced, RunMetrics
+from mlrunway.backend.protocol import (
+    Artifacts,
+    Backend,
+    Capabilities,
+    Lineage,
+    Metered,
+    MeteredEndpoints,
+    Priced,
+    RunMetrics,
+)
 from mlrunway.backend.rates import RateCard
 from mlrunway.ray.connection import RayConnection
-from mlrunway.ray.endpoints import NO_ENDPOINTS, RayEndpoints
+from mlrunway.ray.endpoints import RayEndpoints
 from mlrunway.ray.jobs import RayJobs
 from mlrunway.ray.models import RayModels
 
@@ -29,14 +38,13 @@ class RayBackend:
     models: RayModels = field(init=False)
     endpoints: RayEndpoints = field(init=False)
     kind: str = "ray"
-    capabilities: Capabilities = Capabilities(poll_interval_s=2.0, transient_outage_s=120.0, job_environments=False,
-                                              endpoints=NO_ENDPOINTS)
+    capabilities: Capabilities = Capabilities(poll_interval_s=2.0, transient_outage_s=120.0, job_environments=False)
     endpoint_salt: str = ""
 
     def __post_init__(self) -> None:
         self.models = RayModels(self.connection.tracking_uri, Path(self.connection.storage))
         self.jobs = RayJobs(self.connection, models=self.models)
-        self.endpoints = RayEndpoints()
+        self.endpoints = RayEndpoints(self.connection, self.jobs)
 
     @classmethod
     def from_connection(cls, fields: dict[str, Any], secret: str | None = None) -> RayBackend:
@@ -67,8 +75,9 @@ class RayBackend:
         return f"mlrunway-ray://{self.connection.address.split('://', 1)[1]}/{self.connection.namespace}"
 
 
-def _satisfies_protocol(backend: RayBackend) -> tuple[Backend, Lineage, Artifacts, Metered, Priced, RunMetrics]:
+def _satisfies_protocol(backend: RayBackend) -> tuple[Backend, Lineage, Artifacts, Metered, Priced, RunMetrics,
+                                                      MeteredEndpoints]:
     """mypy proves here that RayBackend is a ``Backend`` with ``Lineage``, that its jobs keep artifacts, take
-    metrics and are ``Metered``, and that it prices its jobs (``Priced``)."""
-    return backend, backend, backend.jobs, backend.jobs, backend, backend.jobs
+    metrics and are ``Metered``, that it prices its jobs (``Priced``) and its endpoints say what they serve on."""
+    return backend, backend, backend.jobs, backend.jobs, backend, backend.jobs, backend.endpoints
 

@@ -83,8 +83,10 @@ class RayJobs(Jobs):
 
     wait_poll_s = 1.0
 
-    def __init__(self, connection: RayConnection, api: JobsApi | None = None, *, models: Models | None = None) -> None:
+    def __init__(self, connection: RayConnection, api: JobsApi | None = None, *, models: Models | None = None,
+                 folder: str = "jobs") -> None:
         self.connection = connection
+        self.folder = folder  # "jobs": the team's; "serving": the endpoints' servers and provisionings
         self.models = models  # where a ``models:/<name>/<version>`` input is downloaded from
         self.api = api or JobsApi(connection.address, connection.token)
         self.tracking = Tracking(connection.tracking_uri)
@@ -92,11 +94,13 @@ class RayJobs(Jobs):
 
     # -- where things are ----------------------------------------------------------------------------
     def record(self, name: str) -> Path:
-        return self.root / "jobs" / name
+        return self.root / self.folder / name
 
     def submission_id(self, name: str) -> str:
-        """Ray's id of job ``name``: the namespace, then the name (Ray's ids are cluster-wide)."""
-        return f"{self.connection.namespace}.{name}"
+        """Ray's id of job ``name``: the namespace, then the name (Ray's ids are cluster-wide); the endpoints' jobs
+        have ``serving.`` before the name."""
+        prefix = "" if self.folder == "jobs" else f"{self.folder}."
+        return f"{self.connection.namespace}.{prefix}{name}"
 
     # -- submit ----------------------------------------------------------------------------------------
     def validate(self, spec: CommandJobSpec) -> None:
@@ -159,25 +163,36 @@ class RayJobs(Jobs):
         return info.status is JobStatus.FAILED and (bool(outcome.get("lost")) or "exit_code" not in outcome) \
             and not (self.record(name) / "cancel.json").exists()
 
+    def submit_internal(self, name: str, spec: CommandJobSpec, *, py_modules: list[str]) -> JobInfo:
+        """Submit mlrunway's own job ``name`` (an endpoint's server or provisioning: its code is ``py_modules``),
+        with its profile's resources and no MLflow run; or return the job already under that name."""
+        check.job_name("job.name", name)
+        with contextlib.suppress(NotFound):
+            return self.get(name)
+        return self._submit(name, "serving", spec, None, py_modules=py_modules, tracked=False)
+
     def _submit(self, name: str, kind: str, spec: CommandJobSpec, parent_run_id: str | None,
                 extra: dict[str, Any] | None = None, *, py_modules: list[str] | None = None,
-                resources: dict[str, Any] | None = None, files: dict[str, dict[str, Any]] | None = None) -> JobInfo:
+                resources: dict[str, Any] | None = None, files: dict[str, dict[str, Any]] | None = None,
+                tracked: bool = True) -> JobInfo:
         record = self.record(name)
         profile_name, profile = self.connection.profile(spec.compute)
         environment = self.connection.environment(spec.environment)
-        inputs = {key: replace(value, path=self._staged(value)) if isinstance(value, Input) else value
+        inputs = {key: replace(value, path=self.staged(value)) if isinstance(value, Input) else value
                   for key, value in spec.inputs.items()}
         outputs = {out: record / "outputs" / out for out in spec.outputs}
         argv = resolve_command(spec.command, inputs, outputs, python=None)
         code = _folder("command_job.code", spec.code)
-        experiment_id, run_id = self.tracking.start_run(name, spec.experiment_name, parent_run_id)
+        experiment_id, run_id = self.tracking.start_run(name, spec.experiment_name, parent_run_id) if tracked \
+            else (None, None)
         job = {"name": name, "kind": kind, "submission_id": self.submission_id(name), "spec": spec.to_dict(),
                "argv": argv, "profile": profile_name, "created": time.time(), "experiment_id": experiment_id,
                "run_id": run_id, **(extra or {})}
         timeout = "-" if spec.timeout is None else f"{spec.timeout:g}"
         env_vars = {**(environment.env_vars if environment else {}), **spec.environment_variables,
-                    "MLFLOW_TRACKING_URI": self.connection.tracking_uri, "MLFLOW_RUN_ID": run_id,
-                    "MLFLOW_EXPERIMENT_ID": experiment_id}
+                    "MLFLOW_TRACKING_URI": self.connection.tracking_uri}
+        if run_id is not None:
+            env_vars |= {"MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": str(experiment_id)}
         launch = distribution.plan(spec, profile_name, profile, job["submission_id"])
         shipped = {entry.NAME: Path(entry.__file__).read_bytes()}
         if launch is not None:  # its ranks hold the resources; the driver (the entry) asks for none
@@ -231,7 +246,7 @@ class RayJobs(Jobs):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _staged(self, value: Input) -> str:
+    def staged(self, value: Input) -> str:
         """An input's path where every node sees it: itself when on the shared storage, else a copy under
         ``<namespace>/inputs/`` keyed by its path and content's stamp (the same input is copied once); a registered
         model's version (``models:/<name>/<version>``), its files downloaded there once (versions are immutable)."""
@@ -281,7 +296,7 @@ class RayJobs(Jobs):
         with contextlib.suppress(NotFound):
             return self.get(name)
         self.validate(sweep.trial)
-        inputs = {key: replace(value, path=self._staged(value)) if isinstance(value, Input) else value
+        inputs = {key: replace(value, path=self.staged(value)) if isinstance(value, Input) else value
                   for key, value in sweep.trial.inputs.items()}
         sweep = replace(sweep, trial=replace(sweep.trial, code=str(_folder("sweep.trial.code", sweep.trial.code)),
                                              inputs=inputs))
@@ -429,7 +444,7 @@ class RayJobs(Jobs):
         marker.touch()
 
     def list(self, prefix: str = "") -> builtins.list[JobInfo]:
-        folder = self.root / "jobs"
+        folder = self.root / self.folder
         if not folder.is_dir():
             return []
         return [self.get(p.name) for p in sorted(folder.iterdir())

@@ -8,11 +8,17 @@ or a new deployment version reaches all workers without a restart and without dr
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import secrets
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState"]
+__all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState",
+           "bump_generation", "new_key", "write_json"]
 
 STATE_FILE = "endpoint.json"
 GENERATION_FILE = "generation"  # 8 bytes the control plane bumps after each save; workers map it into memory
@@ -66,6 +72,19 @@ class EndpointState:
     body_timeout_s: float = 30.0
     send_timeout_s: float = 30.0
 
+    def save(self, folder: Path) -> None:
+        """Write the state (mode 0600: it holds the keys), then tell the workers (:func:`bump_generation`)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / STATE_FILE, asdict(self), mode=0o600)
+        bump_generation(folder)
+
+    @classmethod
+    def load(cls, folder: Path) -> EndpointState:
+        data = json.loads((folder / STATE_FILE).read_text())
+        data.pop("format", None)  # a workspace's format stamp (mlrunway.local.formats)
+        data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
+        return cls(**data)
+
     @property
     def scoring_uri(self) -> str:
         return f"http://{self.host}:{self.port}/score"
@@ -74,3 +93,35 @@ class EndpointState:
     def provisioning_state(self) -> str:
         """Saved state belongs to a server that answered (a failed start removes nothing but raises)."""
         return "Succeeded"
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def write_json(path: Path, data: Any, *, mode: int | None = None) -> None:
+    """Write ``data`` as JSON so that readers see the old file or the new one, never half of one (aside, then renamed
+    into place); ``mode``: the file's permissions (a temporary file is made 0600)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, sort_keys=True)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def bump_generation(folder: Path) -> None:
+    """Tell the workers the state changed: one 8-byte counter, written in place (never replaced: the workers
+    keep it mapped), so a worker sees a change by reading memory rather than by a system call per request."""
+    path = folder / GENERATION_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        current = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
+        os.pwrite(fd, (current + 1).to_bytes(8, "little"), 0)
+    finally:
+        os.close(fd)

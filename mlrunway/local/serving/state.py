@@ -9,7 +9,6 @@ so it is created with mode 0600.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,14 +16,18 @@ from mlrunway import check
 from mlrunway.local.files import write_json
 from mlrunway.local.records import read
 from mlrunway.serving import state as served
-from mlrunway.serving.state import GENERATION_FILE, MAX_BODY_BYTES, SERVER_LIMITS, STATE_FILE, DeploymentState
+from mlrunway.serving.state import (
+    GENERATION_FILE,
+    MAX_BODY_BYTES,
+    SERVER_LIMITS,
+    STATE_FILE,
+    DeploymentState,
+    bump_generation,
+    new_key,
+)
 
 __all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState",
            "bump_generation", "check_traffic", "new_key"]
-
-
-def new_key() -> str:
-    return secrets.token_urlsafe(32)
 
 
 class EndpointState(served.EndpointState):
@@ -43,18 +46,6 @@ class EndpointState(served.EndpointState):
                                          "the record)")
         data["deployments"] = {n: DeploymentState(**d) for n, d in data.get("deployments", {}).items()}
         return cls(**data)
-
-
-def bump_generation(folder: Path) -> None:
-    """Tell the workers the state changed: one 8-byte counter, written in place (never replaced: the workers
-    keep it mapped), so a worker sees a change by reading memory rather than by a system call per request."""
-    path = folder / GENERATION_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        current = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
-        os.pwrite(fd, (current + 1).to_bytes(8, "little"), 0)
-    finally:
-        os.close(fd)
 
 
 def check_traffic(traffic: dict[str, int], mirror: dict[str, int], deployments: dict[str, DeploymentState]) -> None:

@@ -41,3 +41,25 @@ def test_the_entrys_own_copy_of_the_run_statuses_is_the_shared_one() -> None:
     from mlrunway.tracking_names import RUN_STATUS
 
     assert entry.RUN_STATUS == RUN_STATUS
+
+
+def test_an_endpoints_server_and_provisioning_import_from_only_their_shipped_files_and_no_backend(
+        tmp_path: Path) -> None:
+    """What an endpoint's Ray jobs run (mlrunway.ray.server, mlrunway.ray.provision) reaches the cluster as its own
+    closure: the scoring app and its guard, no other backend, no Airflow."""
+    roots = ("mlrunway.ray.server", "mlrunway.ray.provision")
+    base, files = package(roots)
+    shipped = {f.relative_to(base).as_posix() for f in files}
+    assert {"mlrunway/serving/app.py", "mlrunway/serving/guard.py", "mlrunway/ray/server.py"} <= shipped
+    assert not any(name.startswith(("mlrunway/operators/", "mlrunway/airflow/", "mlrunway/local/",
+                                    "mlrunway/azure/", "mlrunway/deploy/")) for name in shipped)
+    zipfile.ZipFile(__import__("io").BytesIO(zip_folder(base, files))).extractall(tmp_path / "shipped")
+    probe = ("import sys, importlib\n"
+             f"for name in {list(roots)!r}: importlib.import_module(name)\n"
+             "import mlrunway.serving.app, mlrunway.serving.guard\n"
+             "outside = [m.__file__ for n, m in sys.modules.items() if n.startswith('mlrunway') and m.__file__ "
+             f"and not m.__file__.startswith({str(tmp_path / 'shipped')!r})]\n"
+             "assert not outside, outside\n")
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path / 'shipped')!r})"
+                           f"\n{probe}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

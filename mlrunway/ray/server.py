@@ -1,0 +1,82 @@
+"""An endpoint's server on a Ray node: ``python -m mlrunway.ray.server <endpoint folder>``, the long-running Ray job
+the endpoint's control plane (:mod:`mlrunway.ray.endpoints`) submits with the endpoint's profile, so that it runs on
+a worker node and never in the Airflow process that deployed it.
+
+It binds a free port on the address its node reaches the cluster's head by, records where it serves
+(``server.json``: host, port, node, pid, when) for the control plane, and runs the backend-neutral scoring app
+(:mod:`mlrunway.serving.app`: key auth compared in constant time for every request, score.py loaded as Azure ML loads
+it, the statuses Azure answers) in uvicorn, behind the guard the local endpoint's server uses
+(:mod:`mlrunway.serving.guard`: head and body limits, slow clients' timeouts). The endpoint's state lives on the
+shared storage (``endpoint.json`` and its generation counter, :mod:`mlrunway.serving.state`): a traffic change or a
+new deployment reaches the workers without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import uvicorn
+
+from mlrunway.serving import app
+from mlrunway.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
+from mlrunway.serving.guard import LIMITS_ENV, Limits
+from mlrunway.serving.state import EndpointState
+
+__all__ = ["SERVER_FILE", "create_app", "main", "node_address"]
+
+SERVER_FILE = "server.json"  # where the server serves, for the control plane
+SERVER_ENV = "MLRUNWAY_SERVER_JOB"  # the server job's name (mlrunway.ray.endpoints sets it), written beside
+
+
+def node_address() -> str:
+    """The address this node reaches the cluster's head by (the job's ``RAY_ADDRESS`` names the head's GCS): the
+    one other machines reach it by, where the scoring port is meant to be reached."""
+    head = os.environ.get("RAY_ADDRESS", "")
+    host = urlsplit(head if "://" in head else f"//{head}").hostname or "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # no packet is sent: a route is chosen
+        probe.connect((host, 9))
+        return str(probe.getsockname()[0])
+
+
+def main(folder: Path) -> None:
+    state = EndpointState.load(folder)
+    host = node_address()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.set_inheritable(True)
+    port = int(sock.getsockname()[1])
+    os.environ[ENDPOINT_DIR_ENV] = str(folder)
+    # The workers read their limits from the environment when the guard's protocol module is imported.
+    os.environ[LIMITS_ENV] = Limits(state.max_header_bytes, state.max_headers, state.header_timeout_s,
+                                    state.body_timeout_s, DRAIN_CAP_BYTES, state.send_timeout_s).encode()
+    from mlrunway.serving.guard import GuardedProtocol
+
+    config = uvicorn.Config("mlrunway.ray.server:create_app", factory=True, host=host, port=port,
+                            workers=state.workers, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+                            http=GuardedProtocol, timeout_keep_alive=5)
+    written = folder / f".{SERVER_FILE}.{os.getpid()}"
+    written.write_text(json.dumps({"host": host, "port": port, "pid": os.getpid(), "node": socket.gethostname(),
+                                   "started": time.time(), "job": os.environ.get(SERVER_ENV, "")}))
+    os.replace(written, folder / SERVER_FILE)
+    if state.workers > 1:  # uvicorn's supervisor: a worker per process on the one socket, one that dies replaced
+        from uvicorn.supervisors.multiprocess import Multiprocess
+
+        Multiprocess(config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def create_app() -> app.ScoringApp:
+    """The app factory uvicorn calls in each worker: the scoring app over the state on the shared storage."""
+    return app.create_app(EndpointState.load)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
