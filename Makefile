@@ -80,10 +80,17 @@ soak: $(STAMP)
 
 # Outside CI: the endpoint fuzz test's long profile, FUZZ_EXAMPLES generated bodies (and a share of that of heads,
 # pipelines and slow clients; tests/chaos/fuzz.py), derandomized as in the suite; the case counts go to
-# tests/chaos/results/fuzz.json.
+# tests/chaos/results/fuzz.json. FUZZ_BACKEND=ray: against a Ray endpoint on the tests' 2-node cluster instead
+# (the same tests, collected in tests/contract/test_on_ray.py), its counts in tests/chaos/results/fuzz-ray.json.
 FUZZ_EXAMPLES ?= 5000
+FUZZ_BACKEND ?= local
 fuzz-long: $(STAMP)
+ifeq ($(FUZZ_BACKEND),ray)
+	MLRUNWAY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MLRUNWAY_FUZZ_RESULTS_FILE=fuzz-ray.json \
+		$(PY) -m pytest tests/contract/test_on_ray.py -k generated -n 0
+else
 	MLRUNWAY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/chaos/test_endpoint_fuzz.py -k generated
+endif
 
 data: $(DEMO_STAMP)
 	$(PY) -m mlrunway.data data/digits

@@ -46,7 +46,7 @@ from mlrunway.ray import closure
 from mlrunway.ray.client import zip_folder
 from mlrunway.ray.connection import RayConnection
 from mlrunway.ray.jobs import MODEL_URI, RayJobs
-from mlrunway.serving.state import STATE_FILE, DeploymentState, EndpointState, new_key, write_json
+from mlrunway.serving.state import STATE_FILE, DeploymentState, EndpointState, check_limits, new_key, write_json
 from mlrunway.specs.job import CommandJobSpec, Input
 
 __all__ = ["RayEndpoints"]
@@ -93,11 +93,13 @@ class RayEndpoints(Endpoints):
     # -- endpoints ---------------------------------------------------------------------------------
     def begin_create_or_update(self, name: str, settings: EndpointSettings | None = None, *,
                                request_timeout_ms: int = 5000, max_concurrent_requests_per_worker: int = 64,
-                               compute: str | None = None) -> EndpointInfo:
+                               compute: str | None = None, **limits: Any) -> EndpointInfo:
         """Create the endpoint (new keys) and submit its server, or update a live one's settings (the same keys,
         deployments and traffic) and start its server again if it is no longer running. ``compute`` names the
-        profile the server runs with (default: the connection's)."""
+        profile the server runs with (default: the connection's); ``limits`` are the server's, as the local
+        endpoint's (:func:`mlrunway.serving.state.check_limits`), set when the endpoint is created."""
         settings = settings or EndpointSettings()
+        check_limits(limits)
         check.positive_int("endpoint.workers", settings.workers, maximum=64)
         check.positive_int("endpoint.request_timeout_ms", request_timeout_ms, maximum=180_000)
         profile = self.connection.profile(compute, "endpoint.compute")[0]
@@ -110,15 +112,17 @@ class RayEndpoints(Endpoints):
             else:
                 state = EndpointState(name=name, keys={"primary": new_key(), "secondary": new_key()},
                                       workers=settings.workers, host="", request_timeout_ms=request_timeout_ms,
-                                      max_concurrent_requests_per_worker=max_concurrent_requests_per_worker)
+                                      max_concurrent_requests_per_worker=max_concurrent_requests_per_worker, **limits)
             state.save(folder)
             if not self._server_running(folder):
                 self._start_server(folder, profile)
         return self.get(name)
 
-    def create_or_update(self, name: str, settings: EndpointSettings | None = None) -> EndpointInfo:
-        """As ``begin_create_or_update``, then wait until its server answers (at most START_TIMEOUT_S)."""
-        self.begin_create_or_update(name, settings)
+    def create_or_update(self, name: str, settings: EndpointSettings | None = None,
+                         **options: Any) -> EndpointInfo:
+        """As ``begin_create_or_update`` (its ``options`` too), then wait until its server answers (at most
+        START_TIMEOUT_S)."""
+        self.begin_create_or_update(name, settings, **options)
         deadline = time.monotonic() + START_TIMEOUT_S
         while (info := self.get(name)).provisioning_state is not ProvisioningState.SUCCEEDED:
             if info.provisioning_state is ProvisioningState.FAILED or time.monotonic() > deadline:
@@ -337,6 +341,20 @@ class RayEndpoints(Endpoints):
             state.traffic, state.mirror_traffic = dict(traffic), mirror
             state.save(folder)
         return self.get(endpoint)
+
+    def served_state(self, name: str) -> EndpointState:
+        """The endpoint's whole state, keys included, with where its server serves (its node's address, port and
+        process): for this backend's tests and tools, never a page."""
+        where = self._read(self._dir(name) / SERVER_FILE)
+        return replace(self._state(name), host=where.get("host", ""), port=int(where.get("port", 0)),
+                       pid=where.get("pid"))
+
+    def server_log(self, endpoint: str, lines: int = 200) -> str:
+        """The endpoint's server job's log (uvicorn's and the scoring app's errors), its last ``lines``."""
+        job = self._read(self._dir(endpoint) / RAY_FILE).get("server")
+        if job is None:
+            return ""
+        return "\n".join(list(self.serving.logs(job))[-lines:])
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         """The deployment's scoring log (score.py's output and the server's errors), its last ``lines``."""

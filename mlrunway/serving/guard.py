@@ -70,6 +70,21 @@ class _Refused(Exception):
         self.status = status
 
 
+class _ClosingAware(RequestResponseCycle):
+    """uvicorn's request cycle, whose connection counts as lost from the moment its transport closes, not only once
+    the loop has reported it: with uvloop a write in between (an answer to a client that reset its connection, or
+    that the guard dropped) raised "the handler is closed", logged as an exception in the app; asyncio's transport
+    drops such a write, as this does."""
+
+    @property
+    def disconnected(self) -> bool:
+        return bool(self.__dict__.get("disconnected", False)) or self.transport.is_closing()
+
+    @disconnected.setter
+    def disconnected(self, value: bool) -> None:
+        self.__dict__["disconnected"] = value
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of :class:`Limits` (from ``MLRUNWAY_HTTP_LIMITS``)."""
 
@@ -211,6 +226,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._body_left = int(length) if length is not None and length.isdigit() else None
         self._arm(self.limits.body_timeout_s, f"request body not complete within {self.limits.body_timeout_s:g} s")
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.__class__ = _ClosingAware
         self._in_body = self.cycle
         if self._closing and self.cycle is not None:  # the last request this connection carries
             self.cycle.keep_alive = False

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["GENERATION_FILE", "MAX_BODY_BYTES", "SERVER_LIMITS", "STATE_FILE", "DeploymentState", "EndpointState",
-           "bump_generation", "new_key", "write_json"]
+           "bump_generation", "check_limits", "new_key", "write_json"]
 
 STATE_FILE = "endpoint.json"
 GENERATION_FILE = "generation"  # 8 bytes the control plane bumps after each save; workers map it into memory
@@ -93,6 +93,23 @@ class EndpointState:
     def provisioning_state(self) -> str:
         """Saved state belongs to a server that answered (a failed start removes nothing but raises)."""
         return "Succeeded"
+
+
+def check_limits(limits: dict[str, Any]) -> None:
+    """The server's limits an endpoint is created with (:data:`SERVER_LIMITS`): counts are whole numbers, timeouts
+    any positive number of seconds; a SpecError naming ``endpoint.<limit>`` otherwise."""
+    from mlrunway import check
+
+    unknown = sorted(set(limits) - set(SERVER_LIMITS))
+    if unknown:
+        raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit", f"use one of {', '.join(SERVER_LIMITS)}")
+    for name, value in limits.items():
+        if name.endswith("_s"):
+            if check.number(f"endpoint.{name}", value) <= 0:
+                raise check.fail(f"endpoint.{name}", f"{value!r} is not a positive number of seconds",
+                                 "pass seconds > 0")
+        else:
+            check.positive_int(f"endpoint.{name}", value)
 
 
 def new_key() -> str:

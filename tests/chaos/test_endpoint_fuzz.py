@@ -1,4 +1,6 @@
-"""Hostile clients against the local endpoint on 127.0.0.1 (2 workers, the example model as `blue`).
+"""Hostile clients against the local endpoint on 127.0.0.1 (2 workers, the example model as `blue`), and against
+a Ray endpoint: tests/contract/test_on_ray.py collects these tests over its own ``endpoint`` fixture (the same
+endpoint, served by a Ray job on the test cluster's worker node).
 
 Generated (:mod:`tests.chaos.fuzz`, Hypothesis, derandomized: the same cases every run; bounded in the suite,
 ``make fuzz-long`` for thousands): bodies of every kind (JSON of any shape and type, number literals, wrong shapes
@@ -27,6 +29,7 @@ import contextlib
 import http.client
 import io
 import json
+import os
 import socket
 import struct
 import threading
@@ -199,7 +202,7 @@ def test_every_hostile_class_gets_its_status_while_valid_traffic_flows(endpoint,
     ready = http.client.HTTPConnection(state.host, state.port, timeout=5)
     ready.request("GET", "/healthz/ready")
     assert ready.getresponse().status == 200
-    log = (endpoints.workspace.endpoints / "fuzz" / "logs" / "server.log").read_text()
+    log = endpoints.server_log("fuzz", lines=1_000_000)
     assert "Traceback" not in log and "ClientDisconnect" not in log
 
 
@@ -277,7 +280,8 @@ def test_a_client_that_never_reads_its_answers_is_dropped_after_the_send_timeout
 # -- generated ------------------------------------------------------------------------------------------------------
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive (server.py): how long a connection may idle between requests
 SLACK_S = 2.0  # past a timeout, how late its close may come on a busy 2-core machine
-RESULTS = REPO / "tests" / "chaos" / "results" / "fuzz.json"  # the long profile's counts
+# The long profile's counts (make fuzz-long FUZZ_BACKEND=ray names fuzz-ray.json: the Ray endpoint's).
+RESULTS = REPO / "tests" / "chaos" / "results" / os.environ.get("MLRUNWAY_FUZZ_RESULTS_FILE", "fuzz.json")
 VALID = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
 JUNK = st.builds(bytes.__add__, st.sampled_from([  # each a request the parser refuses at once: 400
     b"\x00", b"\x16\x03\x01\x02\x00",  # no method; a TLS handshake

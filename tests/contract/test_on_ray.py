@@ -18,6 +18,18 @@ import requests
 from mlrunway.backend.types import JobStatus
 from mlrunway.ray.backend import RayBackend
 from mlrunway.ray.jobs import RayJobs
+from tests.chaos.test_endpoint_fuzz import (  # noqa: F401 - collected here over this file's Ray endpoint
+    TIMEOUT_S,
+    model,
+    test_a_client_that_never_reads_its_answers_is_dropped_after_the_send_timeout,
+    test_a_refusal_on_a_pipelined_connection_follows_the_answers_before_it,
+    test_a_thousand_pipelined_requests_on_one_connection_are_all_answered,
+    test_every_hostile_class_gets_its_status_while_valid_traffic_flows,
+    test_generated_bodies_get_their_status_class,
+    test_generated_heads_are_served_or_refused_by_size_and_count,
+    test_generated_pipelines_are_answered_in_order,
+    test_generated_slow_clients_are_closed_within_their_timeout,
+)
 from tests.contract.conftest import Driver, RayFactory, collect_on
 
 collect_on("ray", globals())
@@ -572,6 +584,10 @@ def test_a_ray_endpoint_switches_traffic_before_set_traffic_returns_refuses_a_mi
             endpoints.set_traffic("ray-ep", {live: 100})
             answers = {json.loads(endpoints.invoke("ray-ep", payload={"data": k}))["weights"] for k in range(10)}
             assert answers == {f"{live} weights"}
+        # Another Airflow process (a fresh backend from the same connection) finds it all on the storage.
+        elsewhere = RayBackend.from_connection(backend.connection.fields(), backend.connection.token).endpoints
+        assert elsewhere.get("ray-ep").traffic == {"blue": 100}
+        assert json.loads(elsewhere.invoke("ray-ep", payload={"data": 0}))["weights"] == "blue weights"
         uri = endpoints.get("ray-ep").scoring_uri
         assert requests.post(uri, json={"data": 1}, timeout=10).status_code == 401
         assert requests.post(uri, json={"data": 1}, timeout=10,
@@ -585,3 +601,23 @@ def test_a_ray_endpoint_switches_traffic_before_set_traffic_returns_refuses_a_mi
         endpoints.set_traffic("ray-ep", {})
         assert endpoints.delete("ray-ep") is True
     assert all(job.status.is_terminal() for job in endpoints.serving.list("ray-ep-"))
+
+
+@pytest.fixture(scope="module")
+def endpoint(costly_set_up: RayFactory, onnx_model: Path) -> Any:
+    """The fuzz suite's endpoint (tests/chaos/test_endpoint_fuzz.py), on Ray: 2 workers, its limits' timeouts 1 s,
+    the example model as ``blue`` at 100%, served by a Ray job on the worker node."""
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+    from tests.conftest import REPO
+
+    backend = RayBackend.from_connection(costly_set_up.connection("fuzz"), costly_set_up.cluster.token)
+    endpoints = backend.endpoints
+    endpoints.create_or_update("fuzz", EndpointSettings(workers=2), header_timeout_s=TIMEOUT_S,
+                               body_timeout_s=TIMEOUT_S, send_timeout_s=TIMEOUT_S)
+    digits_model = backend.models.register("digits", onnx_model)
+    endpoints.create_or_update_deployment("fuzz", "blue", DeploymentSettings(
+        model=f"digits:{digits_model.version}", code_dir=str(REPO / "training")), timeout_s=120)
+    endpoints.set_traffic("fuzz", {"blue": 100})
+    yield endpoints, endpoints.served_state("fuzz")
+    endpoints.set_traffic("fuzz", {})
+    endpoints.delete("fuzz")

@@ -40,7 +40,6 @@ from mlrunway.local.processes import wait_port_free
 from mlrunway.local.registry import LocalModels
 from mlrunway.local.serving import master, provision
 from mlrunway.local.serving.state import (
-    SERVER_LIMITS,
     DeploymentState,
     EndpointState,
     check_traffic,
@@ -49,6 +48,7 @@ from mlrunway.local.serving.state import (
 from mlrunway.local.workspace import Workspace
 from mlrunway.locks import locked
 from mlrunway.serving import capture, metrics
+from mlrunway.serving.state import check_limits
 
 LEASE_FIX = "delete it once no rollout of the endpoint is running"
 
@@ -82,16 +82,7 @@ class LocalEndpoints(Endpoints):
         """Create the endpoint and start its server, or return the running one (settings updated). ``limits``
         are the server's (``max_header_bytes``, ``max_headers``, ``header_timeout_s``, ``body_timeout_s``,
         ``send_timeout_s``; see :mod:`mlrunway.serving.guard`), set when the endpoint is created."""
-        unknown = sorted(set(limits) - set(SERVER_LIMITS))
-        if unknown:
-            raise check.fail(f"endpoint.{unknown[0]}", "is not a server limit", f"use one of {', '.join(SERVER_LIMITS)}")
-        for field, value in limits.items():  # counts are whole numbers, timeouts any positive number of seconds
-            if field.endswith("_s"):
-                if check.number(f"endpoint.{field}", value) <= 0:
-                    raise check.fail(f"endpoint.{field}", f"{value!r} is not a positive number of seconds",
-                                     "pass seconds > 0")
-            else:
-                check.positive_int(f"endpoint.{field}", value)
+        check_limits(limits)
         return self._info(self._create_or_update(name, settings or EndpointSettings(), request_timeout_ms,
                                                 max_concurrent_requests_per_worker, limits))
 
@@ -397,6 +388,11 @@ class LocalEndpoints(Endpoints):
         with locked(folder / ".lease.lock"), contextlib.suppress(records.DamagedRecord):  # kept: named by lease()
             if records.read(folder / "lease.json", LEASE_FIX)["holder"] == holder:
                 (folder / "lease.json").unlink()
+
+    def server_log(self, endpoint: str, lines: int = 200) -> str:
+        """The endpoint's server's own log (its master's and workers' errors), its last ``lines``."""
+        self.get(endpoint)
+        return tail(self._dir(endpoint) / "logs" / "server.log", lines)
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         self.get(endpoint)
