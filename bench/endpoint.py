@@ -20,7 +20,10 @@ runs the same ONNX model with 2 workers on 127.0.0.1 and takes the same single-i
   setting) and gunicorn's own ``GUNICORN_CMD_ARGS`` (the server defers to gunicorn's configuration for what its
   command line leaves out): gthread workers with 4 threads each, which keep connections alive;
 - **fastapi**: bench/peers/fastapi_app.py, what a user would write over the same model;
-- **in-process**: ONNX Runtime called directly from as many threads as there are clients (the limit).
+- **in-process**: ONNX Runtime called directly from as many threads as there are clients (the limit);
+- **ray** (only when named, and then recorded as ``endpoint_ray``): the same endpoint on the Ray backend, its server
+  a Ray job on the worker node of tests/ray_cluster.py's cluster (two nodes and an MLflow server on this machine),
+  scored through its node's address like any client of the cluster.
 
 Every server is started at once and warmed up; then, at each client count, every server is measured once per
 repeat, the servers' order rotated each repeat, so a drift of the host falls on all of them alike. Ratios (the
@@ -62,7 +65,10 @@ LABELS = {
     "azureml-tuned": "azureml-inference-server-http 1.5.1, tuned",
     "fastapi": "FastAPI + uvicorn",
     "in-process": "in-process ONNX Runtime (the limit)",
+    "ray": "the endpoint served by a Ray job (the tests' 2-node cluster, this machine)",
 }
+# The default run: every server but Ray's; "--servers mlrunway ray bare" records bench/results/endpoint_ray.json.
+DEFAULT_SERVERS = [server for server in LABELS if server != "ray"]
 
 
 def in_process(onnx_dir: Path, image: Any, clients: int, duration: float) -> dict[str, Any]:
@@ -180,6 +186,27 @@ def start_unguarded(endpoint_dir: Path, protocol: str, log: Path) -> tuple[subpr
     return proc, f"http://127.0.0.1:{port}/score"
 
 
+def ray_endpoint(running: contextlib.ExitStack, tmp: Path, onnx_dir: Path, workers: int) -> tuple[str, str]:
+    """The same endpoint on the Ray backend, on tests/ray_cluster.py's cluster (stopped with the run): its scoring
+    URI and key."""
+    sys.path.insert(0, str(REPO))
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+    from mlrunway.ray.backend import RayBackend
+    from tests.ray_cluster import ray_cluster
+
+    cluster = running.enter_context(ray_cluster(tmp / "cluster", worker_cpus=2))
+    backend = RayBackend.from_connection({
+        "address": cluster.address, "storage": str(cluster.storage), "tracking_uri": cluster.tracking_uri,
+        "namespace": "bench", "profiles": {"cpu": {"num_cpus": 1}}}, cluster.token)
+    running.callback(backend.endpoints.delete, "bench-ray")
+    model = backend.models.register("digits", onnx_dir)
+    backend.endpoints.create_or_update("bench-ray", EndpointSettings(workers=workers))
+    backend.endpoints.create_or_update_deployment("bench-ray", "blue", DeploymentSettings(
+        model=f"digits:{model.version}", code_dir=str(REPO / "training")), timeout_s=300)
+    backend.endpoints.set_traffic("bench-ray", {"blue": 100})
+    return backend.endpoints.get("bench-ray").scoring_uri, backend.endpoints.get_keys("bench-ray")["primary"]
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     from mlrunway.local.processes import terminate_group
 
@@ -195,6 +222,10 @@ def ratios(bench: Bench, measured: dict[str, dict[str, Any]], clients: int) -> N
         bench.add(f"mlrunway / bare scoring, req/s at {clients}", rps["mlrunway"] / rps["bare"], "fraction")
         bench.add(f"mlrunway / bare scoring, p99 at {clients}",
                   measured["mlrunway"]["p99_ms"] / measured["bare"]["p99_ms"], "ratio")
+    if "ray" in rps:
+        bench.add(f"ray / mlrunway, req/s at {clients}", rps["ray"] / rps["mlrunway"], "fraction")
+        bench.add(f"ray / mlrunway, p99 at {clients}", measured["ray"]["p99_ms"] / measured["mlrunway"]["p99_ms"],
+                  "ratio")
     for peer in ("azureml", "azureml-tuned"):
         if peer in rps:
             bench.add(f"mlrunway / {peer}, req/s at {clients}", rps["mlrunway"] / rps[peer], "ratio")
@@ -216,6 +247,11 @@ def targets(args: argparse.Namespace) -> list[Target]:
                                 f"at least 85% of the bare app's req/s at {count} clients"))
             found.append(Target(f"mlrunway / bare scoring, p99 at {count}", "<=", 1.5,
                                 f"a p99 at most 1.5x the bare app's at {count} clients"))
+    if {"mlrunway", "ray"} <= servers and 64 in clients:  # issue 81's
+        found.append(Target("ray / mlrunway, req/s at 64", ">=", 0.5,
+                            "the Ray endpoint at least 50% of the local endpoint's req/s at 64 clients"))
+        found.append(Target("ray / mlrunway, p99 at 64", "<=", 2.0,
+                            "the Ray endpoint's p99 at most 2x the local endpoint's at 64 clients"))
     if "mlrunway" in servers and 16 in clients:
         found.append(Target("mlrunway p99 ms at 16", "<=", 20.0, "p99 under 20 ms at 16 clients"))
         for peer in ("azureml", "azureml-tuned"):
@@ -236,12 +272,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--peer-venv", type=Path, default=REPO / ".bench" / "azureml-venv")
-    parser.add_argument("--servers", nargs="+", default=list(LABELS), choices=list(LABELS))
+    parser.add_argument("--servers", nargs="+", default=DEFAULT_SERVERS, choices=list(LABELS))
     harness_args(parser, repeats=5)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed as the load generator: apt-get install wrk")
-    bench = Bench("endpoint", args)
+    bench = Bench("endpoint_ray" if "ray" in args.servers else "endpoint", args)
     from mlrunway.backend.types import DeploymentSettings, EndpointSettings
     from mlrunway.local.registry import LocalModels
     from mlrunway.local.serving.endpoints import LocalEndpoints
@@ -272,6 +308,8 @@ def main() -> None:
             state = endpoints.state("bench-ep")
             if "mlrunway" in args.servers:
                 servers["mlrunway"] = (state.scoring_uri, state.keys["primary"])
+        if "ray" in args.servers:
+            servers["ray"] = ray_endpoint(running, tmp, onnx_dir, args.workers)
         starters: dict[str, Callable[[], tuple[subprocess.Popen[bytes], str]]] = {
             "httptools": lambda: start_unguarded(endpoint_dir, "httptools", tmp / "httptools.log"),
             "h11": lambda: start_unguarded(endpoint_dir, "h11", tmp / "h11.log"),
