@@ -144,6 +144,7 @@ bench: $(STAMP)
 	$(PY) bench/report_page.py        # 1 min
 	$(PY) bench/ray_vs_local.py       # 10 min
 	$(PY) bench/ddp_ray_vs_local.py   # 1 min
+	$(PY) bench/endpoint.py --servers mlrunway ray bare --clients 16 64  # 4 min
 	$(PY) bench/readme.py
 
 # The long record: a sweep's cost over its scripts at 8 and 200 trials (1 h 45 on 2 cores), in chunks: each whole

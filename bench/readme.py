@@ -273,6 +273,19 @@ def ray_vs_local(doc: Doc) -> str:
                         provenance(doc, "python bench/ray_vs_local.py")])
 
 
+def endpoint_ray(doc: Doc) -> str:
+    clients = doc["args"]["clients"]
+    rows = [[doc["labels"][s]] + [cell for c in clients for cell in (of(doc, f"{s} req/s at {c}"),
+                                                                       of(doc, f"{s} p99 ms at {c}"))]
+            for s in ("ray", "mlrunway", "bare") if f"{s} req/s at {clients[0]}" in doc["figures"]]
+    header = ["server"] + [cell for c in clients for cell in (f"req/s at {c}", f"p99 ms at {c}")]
+    ratios = ", ".join(f"{of(doc, f'ray / mlrunway, req/s at {c}')} of its requests and "
+                       f"{of(doc, f'ray / mlrunway, p99 at {c}')} its p99 at {c} clients" for c in clients)
+    return "\n\n".join([md_table(header, rows), f"Against the local endpoint, within each repeat: {ratios}.",
+                        targets(doc), provenance(doc, "python bench/endpoint.py --servers mlrunway ray bare "
+                                                      "--clients 16 64")])
+
+
 def ddp_ray_vs_local(doc: Doc) -> str:
     rows = [[f"{kind}, {shape}", of(doc, f"submit to ended: {kind}"), of(doc, f"placed to ended: {kind}")]
             for kind, shape in (("local", "1 instance x 2 processes"), ("ray", "2 instances x 1 process"))]
@@ -285,7 +298,7 @@ RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime":
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
                                            "report_page": report_page, "samplers": samplers, "gate": gate,
                                            "capture": capture, "ray_vs_local": ray_vs_local,
-                                           "ddp_ray_vs_local": ddp_ray_vs_local}
+                                           "ddp_ray_vs_local": ddp_ray_vs_local, "endpoint_ray": endpoint_ray}
 
 
 def render(text: str, results: Path = RESULTS) -> str:
