@@ -621,3 +621,25 @@ def endpoint(costly_set_up: RayFactory, onnx_model: Path) -> Any:
     yield endpoints, endpoints.served_state("fuzz")
     endpoints.set_traffic("fuzz", {})
     endpoints.delete("fuzz")
+
+
+@pytest.mark.long  # the demo DAG's six tasks on Ray are in make test; this team DAG adds a minute
+def test_the_readme_team_dag_runs_all_six_tasks_on_ray_with_ddp_on_one_instance(
+        costly_set_up: RayFactory, airflow_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dags/demand_forecast.py, built by ``lifecycle(...)``: its DDP training (two processes on one instance: one
+    bundle), a minimizing sweep, export, a deployment whose smoke answer is checked against score.py's own, cleanup;
+    all on the cluster."""
+    from tests.e2e.stack import run_shipped_dag
+
+    fields = costly_set_up.connection("team", profiles={"cpu": {"num_cpus": 1}})
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps(
+        {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields}))
+    run, results = run_shipped_dag("demand_forecast", {"epochs": 6, "max_trials": 2})
+    assert str(run.state) == "success", results
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    train = results["train"]["job_name"]
+    assert int(backend.jobs.params(train)["world_size"]) == 2
+    assert len(_ranks(backend, train)) == 2
+    assert results["deploy_blue"]["smoke_matched"].startswith("as expected")
+    assert results["cleanup"]["endpoint_deleted"] is True and backend.endpoints.list() == []
+    assert all(job.status.is_terminal() for job in backend.endpoints.serving.list())
