@@ -319,12 +319,7 @@ class RayEndpoints(Endpoints):
             if last:
                 state.retired[name] = max(state.retired.get(name, 0), last)
             if name in state.deployments:
-                if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
-                    raise check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
-                                     "set its traffic and mirror traffic to 0 first")
-                del state.deployments[name]
-                state.traffic.pop(name, None)
-                state.mirror_traffic.pop(name, None)
+                state.remove(name)
                 stopped = True
             state.save(folder)
         shutil.rmtree(home, ignore_errors=True)

@@ -72,6 +72,18 @@ class EndpointState:
     body_timeout_s: float = 30.0
     send_timeout_s: float = 30.0
 
+    def remove(self, deployment: str) -> None:
+        """Take ``deployment`` out of the endpoint (saved by the caller); one with traffic or mirror traffic is
+        refused, naming it: its requests would have nowhere to go."""
+        from mlrunway import check
+
+        if self.traffic.get(deployment, 0) or self.mirror_traffic.get(deployment, 0):
+            raise check.fail(f"endpoint.traffic.{deployment}", f"deployment {deployment} still has traffic",
+                             "set its traffic and mirror traffic to 0 first")
+        del self.deployments[deployment]
+        self.traffic.pop(deployment, None)
+        self.mirror_traffic.pop(deployment, None)
+
     def save(self, folder: Path) -> None:
         """Write the state (mode 0600: it holds the keys), then tell the workers (:func:`bump_generation`)."""
         folder.mkdir(parents=True, exist_ok=True)

@@ -303,12 +303,7 @@ class LocalEndpoints(Endpoints):
             if name not in state.deployments:
                 shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
                 return stopped
-            if state.traffic.get(name, 0) or state.mirror_traffic.get(name, 0):
-                raise check.fail(f"endpoint.traffic.{name}", f"deployment {name} still has traffic",
-                                  "set its traffic and mirror traffic to 0 first")
-            del state.deployments[name]
-            state.traffic.pop(name, None)
-            state.mirror_traffic.pop(name, None)
+            state.remove(name)
             state.save(folder)
         shutil.rmtree(folder / "deployments" / name, ignore_errors=True)
         return True

@@ -12,19 +12,23 @@ from mlrunway.ray.client import zip_folder
 from mlrunway.ray.closure import CONTROLLER, package
 
 
-def test_the_controller_imports_from_only_the_shipped_files(tmp_path: Path) -> None:
-    base, files = package()
+def imports_from_only_the_shipped_files(roots: tuple[str, ...], tmp_path: Path) -> None:
+    """A fresh interpreter imports ``roots`` with only their closure's files first on the path (``-I``: no user site,
+    no PYTHONPATH, no script folder, as py_modules are): every mlrunway module comes from those files."""
+    base, files = package(roots)
     zipfile.ZipFile(__import__("io").BytesIO(zip_folder(base, files))).extractall(tmp_path / "shipped")
     probe = ("import sys, importlib\n"
-             f"for name in {list(CONTROLLER)!r}: importlib.import_module(name)\n"
-             "import mlrunway.ray.sweep_controller as c\n"
+             f"for name in {list(roots)!r}: importlib.import_module(name)\n"
              "outside = [m.__file__ for n, m in sys.modules.items() if n.startswith('mlrunway') and m.__file__ "
              f"and not m.__file__.startswith({str(tmp_path / 'shipped')!r})]\n"
              "assert not outside, outside\n")
-    # -I: no user site, no PYTHONPATH, no script folder: the shipped files come first on the path, as py_modules are.
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path / 'shipped')!r})"
                            f"\n{probe}"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_controller_imports_from_only_the_shipped_files(tmp_path: Path) -> None:
+    imports_from_only_the_shipped_files(CONTROLLER, tmp_path)
 
 
 def test_the_closure_is_not_the_whole_package_nor_the_operators() -> None:
@@ -53,13 +57,4 @@ def test_an_endpoints_server_and_provisioning_import_from_only_their_shipped_fil
     assert {"mlrunway/serving/app.py", "mlrunway/serving/guard.py", "mlrunway/ray/server.py"} <= shipped
     assert not any(name.startswith(("mlrunway/operators/", "mlrunway/airflow/", "mlrunway/local/",
                                     "mlrunway/azure/", "mlrunway/deploy/")) for name in shipped)
-    zipfile.ZipFile(__import__("io").BytesIO(zip_folder(base, files))).extractall(tmp_path / "shipped")
-    probe = ("import sys, importlib\n"
-             f"for name in {list(roots)!r}: importlib.import_module(name)\n"
-             "import mlrunway.serving.app, mlrunway.serving.guard\n"
-             "outside = [m.__file__ for n, m in sys.modules.items() if n.startswith('mlrunway') and m.__file__ "
-             f"and not m.__file__.startswith({str(tmp_path / 'shipped')!r})]\n"
-             "assert not outside, outside\n")
-    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path / 'shipped')!r})"
-                           f"\n{probe}"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    imports_from_only_the_shipped_files(roots, tmp_path)
