@@ -57,6 +57,7 @@ SERVER_FILE = "server.json"  # mlrunway.ray.server's: where the server serves
 RECORD = "provision.json"  # mlrunway.ray.provision's: deployments/<name>/provision.json
 DEPLOYMENT_FILE = "deployment.json"  # deployments/<name>/v<version>/: what the provisioning job loads
 RAY_FILE = "ray.json"  # the endpoint's server jobs: {"server": <job>, "servers": <count>, "profile": <name>}
+# Its jobs are named <endpoint>-<the first 8 characters of its state's token>-server-<k> and -<deployment>-v<k>.
 SERVER_ENV = "MLRUNWAY_SERVER_JOB"  # the server job's name, which it writes into server.json
 START_TIMEOUT_S = 180.0  # a server job's start: the runtime environment, then uvicorn
 
@@ -140,11 +141,18 @@ class RayEndpoints(Endpoints):
         """Submit a new server job (``<endpoint>-server-<k>``): a server that ended is never resubmitted under its
         name (Ray refuses an id it holds)."""
         known = self._read(folder / RAY_FILE)
-        job = f"{folder.name}-server-{int(known.get('servers', 0)) + 1}"
+        job = f"{self._prefix(folder)}server-{int(known.get('servers', 0)) + 1}"
         (folder / SERVER_FILE).unlink(missing_ok=True)
         write_json(folder / RAY_FILE, {**known, "server": job, "servers": int(known.get("servers", 0)) + 1,
                                        "profile": profile})
         self._submit(job, [SERVER, str(folder)], profile, {SERVER_ENV: job})
+
+    @staticmethod
+    def _prefix(folder: Path) -> str:
+        """What the names of this endpoint's jobs start with: its name and its incarnation (the token its state was
+        made with), so an endpoint deleted and made again never meets its predecessor's job ids (Ray refuses an id
+        it holds), and a delete stops no other endpoint's jobs (``ep`` beside ``ep-2``)."""
+        return f"{folder.name}-{EndpointState.load(folder).token[:8]}-"
 
     def _submit(self, job: str, argv: builtins.list[str], profile: str, env: dict[str, str] | None = None) -> None:
         """A Ray job of mlrunway's own code (the closure of the server and the provisioning), with ``profile``."""
@@ -200,7 +208,8 @@ class RayEndpoints(Endpoints):
         with locked(self.root / f".{name}.delete.lock"):
             if not folder.exists():
                 return False
-            for job in self.serving.list(f"{name}-"):
+            prefix = self._prefix(folder) if (folder / STATE_FILE).exists() else f"{name}-"
+            for job in self.serving.list(prefix):
                 if not job.status.is_terminal():
                     self.serving.cancel(job.name, reason=f"endpoint {name} deleted")
             shutil.rmtree(folder)
@@ -239,7 +248,7 @@ class RayEndpoints(Endpoints):
                 data_collector=settings.data_collector.to_dict() if settings.data_collector else None,
                 created=(old.created if old is not None else None) or time.time())
             write_json(home / f"v{version}" / DEPLOYMENT_FILE, vars(deployment), mode=0o600)
-            job = f"{endpoint}-{name}-v{version}"
+            job = f"{self._prefix(folder)}{name}-v{version}"
             creating = ProvisioningState.CREATING if old is None else ProvisioningState.UPDATING
             write_json(home / RECORD, {"version": version, "state": creating.value, "error": None, "job": job})
         self._submit(job, [PROVISION, str(folder), name, str(version)], profile)

@@ -601,6 +601,15 @@ def test_a_ray_endpoint_switches_traffic_before_set_traffic_returns_refuses_a_mi
         endpoints.set_traffic("ray-ep", {})
         assert endpoints.delete("ray-ep") is True
     assert all(job.status.is_terminal() for job in endpoints.serving.list("ray-ep-"))
+    # Made again under its name: new jobs (Ray refuses an id it holds), and deleting a neighbour named with its
+    # name as a prefix leaves it serving.
+    endpoints.create_or_update("ray-ep", EndpointSettings(workers=1))
+    endpoints.create_or_update("ray-ep-2", EndpointSettings(workers=1))
+    try:
+        assert endpoints.delete("ray-ep-2") is True
+        assert endpoints.get("ray-ep").provisioning_state.value == "Succeeded"
+    finally:
+        endpoints.delete("ray-ep")
 
 
 @pytest.fixture(scope="module")
