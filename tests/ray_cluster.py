@@ -165,9 +165,12 @@ def ray_cluster(root: Path, *, head_cpus: int = 0, worker_cpus: int = 4) -> Iter
         def add_node(role: str, cpus: int, resources: dict[str, float]) -> subprocess.Popen[bytes]:
             """Start one more worker node offering ``resources`` (a test's own, to kill); wait until it is alive.
             The teardown stops it with the others (its command line names the shared temp dir)."""
-            alive = _alive_nodes(address, auth)
+            before = _alive_ids(address, auth)
             spawn(role, [*_worker_args(gcs_address, temp_dir, cpus, ports), f"--resources={json.dumps(resources)}"])
-            wait(f"node {role}", lambda: _alive_nodes(address, auth) == alive + 1)
+            # A new node id alive (not a count: a node a test killed may be marked dead meanwhile); only the new
+            # node and the head are watched, as a node a test killed on purpose stays dead.
+            watched = {name: popens[name] for name in (role, "ray-head")}
+            _wait(f"node {role}", lambda: bool(_alive_ids(address, auth) - before), watched, root)
             return popens[role]
 
         yield RayCluster(address, token, root / "storage", tracking_uri, gcs_address, started_s, rss_mb, started,
@@ -292,6 +295,15 @@ def _answers(url: str, headers: dict[str, str]) -> bool:
     with contextlib.suppress(requests.RequestException):
         return requests.get(url, headers=headers, timeout=2).status_code == 200
     return False
+
+
+def _alive_ids(address: str, headers: dict[str, str]) -> set[str]:
+    """Return the ids of the nodes Ray's state API reports ALIVE (none while the dashboard is not up)."""
+    try:
+        reply = requests.get(f"{address}/api/v0/nodes", headers=headers, timeout=5)
+        return {node["node_id"] for node in reply.json()["data"]["result"]["result"] if node["state"] == "ALIVE"}
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        return set()
 
 
 def _alive_nodes(address: str, headers: dict[str, str]) -> int:

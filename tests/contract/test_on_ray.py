@@ -130,6 +130,16 @@ def test_the_demo_dag_runs_all_six_tasks_on_ray_its_endpoint_served_from_a_worke
     fields = costly_set_up.connection("dag", profiles={"cpu": {"num_cpus": 1}})
     monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps(
         {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields}))
+    import mlrunway.ray.endpoints as ray_endpoints
+
+    made: list[str] = []  # every endpoint key the run makes, to look for where it must never be
+    real_key = ray_endpoints.new_key
+
+    def recorded_key() -> str:
+        made.append(real_key())
+        return made[-1]
+
+    monkeypatch.setattr(ray_endpoints, "new_key", recorded_key)
     started = time.monotonic()
     small = {**SMALL, "epochs": 6, "max_trials": 2, "delay_evaluation": 2}
     run, results, states = run_dag({**small, "data_dir": str(digits)}, tmp_path / "ws", monkeypatch)
@@ -148,6 +158,9 @@ def test_the_demo_dag_runs_all_six_tasks_on_ray_its_endpoint_served_from_a_worke
         assert backend.jobs.api.job(server.properties["submission_id"])["driver_node_id"] != head
     assert backend.endpoints.list() == []  # cleanup deleted the endpoint
     assert [job.name for job in backend.jobs.list() if not job.status.is_terminal()] == []
+    shown = json.dumps(results, default=str) + json.dumps(backend.jobs.api.jobs()) + "".join(
+        "\n".join(backend.endpoints.serving.logs(job.name)) for job in backend.endpoints.serving.list())
+    assert len(made) == 2 and not [key for key in made if key in shown]  # no key in an XCom, a Ray job or a log
     print(f"the DAG on Ray: {took:.1f} s")
 
 
