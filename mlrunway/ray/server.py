@@ -28,9 +28,10 @@ from mlrunway.serving.app import DRAIN_CAP_BYTES, ENDPOINT_DIR_ENV
 from mlrunway.serving.guard import LIMITS_ENV, Limits
 from mlrunway.serving.state import EndpointState
 
-__all__ = ["SERVER_FILE", "create_app", "main", "node_address"]
+__all__ = ["SCORING_PORTS_ENV", "SERVER_FILE", "create_app", "main", "node_address", "scoring_socket"]
 
 SERVER_FILE = "server.json"  # where the server serves, for the control plane
+SCORING_PORTS_ENV = "MLRUNWAY_SCORING_PORTS"  # "low-high" on a node: the ports its servers may bind (those published)
 SERVER_ENV = "MLRUNWAY_SERVER_JOB"  # the server job's name (mlrunway.ray.endpoints sets it), written beside
 
 
@@ -44,13 +45,37 @@ def node_address() -> str:
         return str(probe.getsockname()[0])
 
 
+def scoring_socket(host: str) -> socket.socket:
+    """A socket bound on ``host``: the first free port of the node's ``MLRUNWAY_SCORING_PORTS`` range where it sets
+    one (the ports its compose file or Kubernetes Service publishes), else any free port."""
+    ports = os.environ.get(SCORING_PORTS_ENV, "").strip()
+    candidates = [0]
+    if ports:
+        low, _, high = ports.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise SystemExit(f"{SCORING_PORTS_ENV}={ports!r} is not a range of ports: set it as low-high on the "
+                             "node, e.g. 30000-30009") from None
+        candidates = list(range(first, last + 1))
+    for port in candidates:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            continue
+        sock.set_inheritable(True)
+        return sock
+    raise SystemExit(f"every port of {SCORING_PORTS_ENV}={ports} is taken on this node: widen the range (and what "
+                     "publishes it), or serve fewer endpoints per node")
+
+
 def main(folder: Path) -> None:
     state = EndpointState.load(folder)
     host = node_address()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    sock.set_inheritable(True)
+    sock = scoring_socket(host)
     port = int(sock.getsockname()[1])
     os.environ[ENDPOINT_DIR_ENV] = str(folder)
     # The workers read their limits from the environment when the guard's protocol module is imported.

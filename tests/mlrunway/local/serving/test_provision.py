@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -134,7 +135,10 @@ def test_a_deployments_environment_never_reaches_a_command_line_or_a_repr(endpoi
     process's command line, which any local user reads with ps, does not hold them; nor does a state's repr."""
     endpoints.create_or_update("secret", EndpointSettings(workers=1))
     endpoints.begin_create_or_update_deployment("secret", "blue", settings(endpoints, gated, "tag-s3cr3t-value"))
-    command = " ".join(psutil.Process(provisioning_pid(endpoints, "secret")).cmdline())
+    process = psutil.Process(provisioning_pid(endpoints, "secret"))
+    deadline = time.monotonic() + 10  # once (run 38 of make test) it read empty right after the start: read it again
+    while not (command := " ".join(process.cmdline())) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "tag-s3cr3t-value" not in command and "mlrunway.local.serving.provision" in command
     gated["gate"].touch()
     wait_until(lambda: state_of(endpoints, "secret") is ProvisioningState.SUCCEEDED)
