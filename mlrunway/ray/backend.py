@@ -18,7 +18,9 @@ from mlrunway.backend.protocol import (
     Metered,
     MeteredEndpoints,
     Priced,
+    Rollout,
     RunMetrics,
+    Shadow,
 )
 from mlrunway.backend.rates import RateCard
 from mlrunway.ray.connection import RayConnection
@@ -38,7 +40,11 @@ class RayBackend:
     models: RayModels = field(init=False)
     endpoints: RayEndpoints = field(init=False)
     kind: str = "ray"
-    capabilities: Capabilities = Capabilities(poll_interval_s=2.0, transient_outage_s=120.0, job_environments=False)
+    # metrics_lag_s: the server's workers append their counts every 0.25 s to the shared storage, read as they land
+    # on one machine; an NFS mount's attribute cache can hold a change back by its actimeo (mount the storage with
+    # actimeo=1 or less for rollouts: docs/how-to/ray.md).
+    capabilities: Capabilities = Capabilities(poll_interval_s=2.0, transient_outage_s=120.0, job_environments=False,
+                                              metrics_lag_s=2.0)
     endpoint_salt: str = ""
 
     def __post_init__(self) -> None:
@@ -76,8 +82,10 @@ class RayBackend:
 
 
 def _satisfies_protocol(backend: RayBackend) -> tuple[Backend, Lineage, Artifacts, Metered, Priced, RunMetrics,
-                                                      MeteredEndpoints]:
+                                                      MeteredEndpoints, Rollout, Shadow]:
     """mypy proves here that RayBackend is a ``Backend`` with ``Lineage``, that its jobs keep artifacts, take
-    metrics and are ``Metered``, that it prices its jobs (``Priced``) and its endpoints say what they serve on."""
-    return backend, backend, backend.jobs, backend.jobs, backend, backend.jobs, backend.endpoints
+    metrics and are ``Metered``, that it prices its jobs (``Priced``) and its endpoints say what they serve on, report
+    per-second metrics with a lease (``Rollout``) and keep mirrored answers (``Shadow``)."""
+    return (backend, backend, backend.jobs, backend.jobs, backend, backend.jobs, backend.endpoints, backend.endpoints,
+            backend.endpoints)
 

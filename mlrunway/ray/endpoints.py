@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import shlex
 import shutil
 import time
 import urllib.error
@@ -33,19 +34,22 @@ from mlrunway import check
 from mlrunway.backend.protocol import Endpoints
 from mlrunway.backend.types import (
     DeploymentInfo,
+    DeploymentMetrics,
     DeploymentSettings,
     EndpointInfo,
     EndpointSettings,
     JobStatus,
+    MirroredAnswer,
     ProvisioningState,
     Usage,
 )
 from mlrunway.errors import EndpointError, NotFound
 from mlrunway.locks import locked
-from mlrunway.ray import closure
+from mlrunway.ray import closure, lease
 from mlrunway.ray.client import zip_folder
 from mlrunway.ray.connection import RayConnection
 from mlrunway.ray.jobs import MODEL_URI, RayJobs
+from mlrunway.serving import capture, metrics
 from mlrunway.serving.state import STATE_FILE, DeploymentState, EndpointState, check_limits, new_key, write_json
 from mlrunway.specs.job import CommandJobSpec, Input
 
@@ -72,6 +76,7 @@ class RayEndpoints(Endpoints):
         self.jobs = jobs  # the team's jobs: registered models are staged on the storage through it
         self.serving = RayJobs(connection, jobs.api, models=jobs.models, folder="serving")
         self.root = Path(connection.storage) / connection.namespace / "endpoints"
+        self._readers: dict[str, metrics.Reader] = {}  # per endpoint: its metrics, read incrementally
 
     def _dir(self, name: str) -> Path:
         return self.root / check.endpoint_name(name)
@@ -138,8 +143,8 @@ class RayEndpoints(Endpoints):
         return False
 
     def _start_server(self, folder: Path, profile: str) -> None:
-        """Submit a new server job (``<endpoint>-server-<k>``): a server that ended is never resubmitted under its
-        name (Ray refuses an id it holds)."""
+        """Submit a new server job (``<endpoint>-<token>-server-<k>``): a server that ended is never resubmitted
+        under its name (Ray refuses an id it holds)."""
         known = self._read(folder / RAY_FILE)
         job = f"{self._prefix(folder)}server-{int(known.get('servers', 0)) + 1}"
         (folder / SERVER_FILE).unlink(missing_ok=True)
@@ -158,7 +163,7 @@ class RayEndpoints(Endpoints):
         """A Ray job of mlrunway's own code (the closure of the server and the provisioning), with ``profile``."""
         empty = Path(self.connection.storage) / self.connection.namespace / "controller-code"
         empty.mkdir(parents=True, exist_ok=True)
-        spec = CommandJobSpec(code=str(empty), command=" ".join(["python", "-m", *argv]), compute=profile,
+        spec = CommandJobSpec(code=str(empty), command=shlex.join(["python", "-m", *argv]), compute=profile,
                               experiment_name="endpoints", environment_variables=env or {})
         base, files = closure.package((SERVER, PROVISION))
         modules = self.serving.api.upload(zip_folder(base, files))
@@ -208,8 +213,9 @@ class RayEndpoints(Endpoints):
         with locked(self.root / f".{name}.delete.lock"):
             if not folder.exists():
                 return False
-            prefix = self._prefix(folder) if (folder / STATE_FILE).exists() else f"{name}-"
-            for job in self.serving.list(prefix):
+            # No state: it was never made whole, and a server job is submitted only after the state is saved.
+            jobs = self.serving.list(self._prefix(folder)) if (folder / STATE_FILE).exists() else []
+            for job in jobs:
                 if not job.status.is_terminal():
                     self.serving.cancel(job.name, reason=f"endpoint {name} deleted")
             shutil.rmtree(folder)
@@ -359,6 +365,37 @@ class RayEndpoints(Endpoints):
         if job is None:
             return ""
         return "\n".join(list(self.serving.logs(job))[-lines:])
+
+    # -- Rollout and Shadow: the server's workers write their counts and mirrored answers to the endpoint's folder,
+    # each to files of its own (no locks): read here as the local endpoint's are (mlrunway.serving.metrics).
+    def deployment_metrics(self, endpoint: str, deployment: str, start: float, end: float) -> DeploymentMetrics:
+        """What ``deployment`` served over [start, end), from every server worker's per-second counts."""
+        self._state(endpoint)
+        reader = self._readers.get(endpoint)
+        if reader is None:
+            reader = self._readers[endpoint] = metrics.Reader(self._dir(endpoint), horizon_s=3600.0)
+        return reader.read(deployment, start, end)
+
+    def mirrored_answers(self, endpoint: str, deployment: str, start: float,
+                         end: float) -> builtins.list[MirroredAnswer]:
+        """The requests mirrored to ``deployment`` over [start, end), the champion's answer beside the shadow's."""
+        self._state(endpoint)
+        return metrics.mirrored_answers(self._dir(endpoint), deployment, start, end)
+
+    def captured(self, endpoint: str, deployment: str, collection: str, start: float,
+                 end: float) -> builtins.list[dict[str, Any]]:
+        """What ``deployment``'s data collector wrote to ``collection`` over [start, end), oldest first, from the
+        files the server's workers keep on the storage (:mod:`mlrunway.serving.capture`)."""
+        check.endpoint_name(endpoint)
+        return capture.read(capture.capture_root(self._dir(endpoint)), deployment, collection.lower(), start, end)
+
+    def lease(self, endpoint: str, holder: str, ttl_s: float) -> str | None:
+        """Hold the endpoint's rollout lease for ``ttl_s``, without file locks (:mod:`mlrunway.ray.lease`): None; else
+        who holds it and until when. The endpoint need not exist yet."""
+        return lease.take(self._dir(endpoint), holder, ttl_s)
+
+    def release(self, endpoint: str, holder: str) -> None:
+        lease.release(self._dir(endpoint), holder)
 
     def get_logs(self, endpoint: str, deployment: str, lines: int = 100) -> str:
         """The deployment's scoring log (score.py's output and the server's errors), its last ``lines``."""

@@ -665,3 +665,4 @@ def test_the_readme_team_dag_runs_all_six_tasks_on_ray_with_ddp_on_one_instance(
     assert results["deploy_blue"]["smoke_matched"].startswith("as expected")
     assert results["cleanup"]["endpoint_deleted"] is True and backend.endpoints.list() == []
     assert all(job.status.is_terminal() for job in backend.endpoints.serving.list())
+
