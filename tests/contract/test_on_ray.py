@@ -444,6 +444,16 @@ def _running_ranks(run_id: str | None) -> list[int]:
     return found
 
 
+def _both_ranks_running(backend: RayBackend, name: str) -> str | None:
+    """Wait (at most 120 s) until both processes of the two-rank job ``name`` run; its MLflow run's id."""
+    run_id = backend.jobs.get(name).mlflow_run_id
+    deadline = time.monotonic() + 120
+    while len(_running_ranks(run_id)) < 2:
+        assert time.monotonic() < deadline, backend.jobs.get(name)
+        time.sleep(0.3)
+    return run_id
+
+
 @pytest.mark.long  # make test passes 22 minutes on 2 cores already (issue 80)
 def test_a_rank_killed_mid_run_fails_the_job_truthfully_and_leaves_no_rank_or_placement_group(
         backend: RayBackend, driver: Driver, second_node: str) -> None:
@@ -454,11 +464,7 @@ def test_a_rank_killed_mid_run_fails_the_job_truthfully_and_leaves_no_rank_or_pl
     spec = driver._script_spec("ctr-killed", RANK_SCRIPT, "300",
                                distribution=PyTorchDistribution(process_count_per_instance=1), instance_count=2)
     backend.jobs.submit("ctr-killed", spec)
-    run_id = backend.jobs.get("ctr-killed").mlflow_run_id
-    deadline = time.monotonic() + 120
-    while len(_running_ranks(run_id)) < 2:
-        assert time.monotonic() < deadline, backend.jobs.get("ctr-killed")
-        time.sleep(0.3)
+    run_id = _both_ranks_running(backend, "ctr-killed")
     victim = next(p for p in map(psutil.Process, _running_ranks(run_id)) if p.environ()["RANK"] == "1")
     victim.kill()
     info = backend.jobs.wait("ctr-killed", timeout=60)
@@ -522,11 +528,7 @@ def test_a_canceled_distributed_job_stops_every_rank_and_frees_its_placement_gro
     spec = driver._script_spec("ctr-cancel-ddp", RANK_SCRIPT, "300", instance_count=2,
                                distribution=PyTorchDistribution(process_count_per_instance=1))
     backend.jobs.submit("ctr-cancel-ddp", spec)
-    run_id = backend.jobs.get("ctr-cancel-ddp").mlflow_run_id
-    deadline = time.monotonic() + 120
-    while len(_running_ranks(run_id)) < 2:
-        assert time.monotonic() < deadline, backend.jobs.get("ctr-cancel-ddp")
-        time.sleep(0.3)
+    run_id = _both_ranks_running(backend, "ctr-cancel-ddp")
     info = backend.jobs.cancel("ctr-cancel-ddp", reason="the test cancels it")
     assert info.status is JobStatus.CANCELED and info.error == "the test cancels it"
     assert not _running_ranks(run_id)
