@@ -49,7 +49,7 @@ from mlrunway.ray import closure, lease
 from mlrunway.ray.client import zip_folder
 from mlrunway.ray.connection import RayConnection
 from mlrunway.ray.jobs import MODEL_URI, RayJobs
-from mlrunway.serving import capture, metrics
+from mlrunway.serving import capture, client, metrics
 from mlrunway.serving.state import STATE_FILE, DeploymentState, EndpointState, check_limits, new_key, write_json
 from mlrunway.specs.job import CommandJobSpec, Input
 
@@ -193,7 +193,7 @@ class RayEndpoints(Endpoints):
             return ProvisioningState.FAILED, (f"its server job {job} ended {info.status.value}: {info.error}; "
                                               "create_or_update starts it again (the same keys, deployments and traffic)")
         where = self._read(folder / SERVER_FILE)
-        if where.get("job") != job or not _answers(f"http://{where['host']}:{where['port']}/healthz/live"):
+        if where.get("job") != job or not client.answers(f"http://{where['host']}:{where['port']}/healthz/live", 2.0):
             return ProvisioningState.CREATING, None
         return ProvisioningState.SUCCEEDED, None
 
@@ -415,28 +415,10 @@ class RayEndpoints(Endpoints):
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None, timeout_s: float = 30.0) -> str:
         """POST to the scoring URI with the primary key; the body, as ``online_endpoints.invoke`` returns it."""
-        if (request_file is None) == (payload is None):
-            raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
-        body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
+        body = client.request_body(request_file, payload)
         state = self._state(endpoint)
         uri = self.get(endpoint).scoring_uri
         if not uri:
             raise EndpointError(f"endpoint {endpoint}: its server has not started yet")
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"}
-        if deployment:
-            headers["azureml-model-deployment"] = deployment
-        request = urllib.request.Request(uri, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                return str(response.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise EndpointError(f"endpoint {endpoint}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
+        return client.score(endpoint, uri, state.keys["primary"], body, deployment, timeout_s)
 

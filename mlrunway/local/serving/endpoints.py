@@ -15,8 +15,6 @@ import json
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,7 +45,7 @@ from mlrunway.local.serving.state import (
 )
 from mlrunway.local.workspace import Workspace
 from mlrunway.locks import locked
-from mlrunway.serving import capture, metrics
+from mlrunway.serving import capture, client, metrics
 from mlrunway.serving.state import check_limits
 
 LEASE_FIX = "delete it once no rollout of the endpoint is running"
@@ -397,17 +395,7 @@ class LocalEndpoints(Endpoints):
     def invoke(self, endpoint: str, request_file: str | Path | None = None, *, payload: Any = None,
                deployment: str | None = None, timeout_s: float = 30.0) -> str:
         """POST to the scoring URI with the primary key; return the body, as ``online_endpoints.invoke`` does."""
-        if (request_file is None) == (payload is None):
-            raise check.fail("invoke", "needs exactly one of request_file and payload", "pass one")
-        body = Path(request_file).read_bytes() if request_file is not None else json.dumps(payload).encode()
+        body = client.request_body(request_file, payload)
         state = self.state(endpoint)
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {state.keys['primary']}"}
-        if deployment:
-            headers["azureml-model-deployment"] = deployment
-        request = urllib.request.Request(state.scoring_uri, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                return response.read().decode()
-        except urllib.error.HTTPError as exc:
-            raise EndpointError(f"endpoint {endpoint}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
+        return client.score(endpoint, state.scoring_uri, state.keys["primary"], body, deployment, timeout_s)
 

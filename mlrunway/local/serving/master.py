@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -30,6 +29,7 @@ from mlrunway.errors import EndpointError
 from mlrunway.local.files import tail
 from mlrunway.local.processes import JOB_TOKEN_ENV, Identity, free_port, marked, reap, wait_gone
 from mlrunway.local.serving.state import EndpointState
+from mlrunway.serving import client
 
 START_TIMEOUT_S = 60.0
 READY_DIR = "ready"  # each worker writes its PID here once it serves
@@ -183,7 +183,7 @@ def _serving(state: EndpointState, ready: Path, master: Identity) -> bool:
     except psutil.Error:
         return False
     up = {int(p.name) for p in ready.iterdir() if p.name.isdigit()} & children
-    return len(up) >= state.workers and _answers(f"http://{state.host}:{state.port}/healthz/live")
+    return len(up) >= state.workers and client.answers(f"http://{state.host}:{state.port}/healthz/live", 1.0)
 
 
 def processes_of(folder: Path) -> list[psutil.Process]:
@@ -237,12 +237,3 @@ def stop(state: EndpointState, grace_s: float = 10.0) -> None:
     stop_processes(marked(state.token) if state.token else [], grace_s)
     if state.pid:
         reap(state.pid)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
