@@ -30,7 +30,7 @@ from mlrunway.ray.connection import Profile
 from mlrunway.specs.command import process_count
 from mlrunway.specs.job import CommandJobSpec, MpiDistribution, PyTorchDistribution
 
-__all__ = ["LAUNCH", "fits", "plan", "processes"]
+__all__ = ["LAUNCH", "fits", "kept", "plan", "processes"]
 
 LAUNCH = "launch.json"  # in a distributed job's record: the plan its driver carries out
 
@@ -88,6 +88,13 @@ def plan(spec: CommandJobSpec, profile_name: str, profile: Profile, name: str) -
         "bundles": [{key: value * count for key, value in per_process.items()} for count in held],
         "processes": [{"options": _actor_options(profile), **p} for p in listed],
     }
+
+
+def kept(profile: Profile, name: str) -> dict[str, Any]:
+    """The launch of a job the cluster keeps running (an endpoint's server): one process on an actor holding the
+    profile's resources, which Ray starts again on another node when its node is lost, the command run again there
+    (:func:`mlrunway.ray.ranks.keep`); its driver asks for none (on the head, which outlives a worker node)."""
+    return {"type": "keep", "name": name, "options": _actor_options(profile)}
 
 
 def fits(launch: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:

@@ -150,7 +150,7 @@ class RayEndpoints(Endpoints):
         (folder / SERVER_FILE).unlink(missing_ok=True)
         write_json(folder / RAY_FILE, {**known, "server": job, "servers": int(known.get("servers", 0)) + 1,
                                        "profile": profile})
-        self._submit(job, [SERVER, str(folder)], profile, {SERVER_ENV: job})
+        self._submit(job, [SERVER, str(folder)], profile, {SERVER_ENV: job}, kept=True)
 
     @staticmethod
     def _prefix(folder: Path) -> str:
@@ -159,15 +159,17 @@ class RayEndpoints(Endpoints):
         it holds), and a delete stops no other endpoint's jobs (``ep`` beside ``ep-2``)."""
         return f"{folder.name}-{EndpointState.load(folder).token[:8]}-"
 
-    def _submit(self, job: str, argv: builtins.list[str], profile: str, env: dict[str, str] | None = None) -> None:
-        """A Ray job of mlrunway's own code (the closure of the server and the provisioning), with ``profile``."""
+    def _submit(self, job: str, argv: builtins.list[str], profile: str, env: dict[str, str] | None = None, *,
+                kept: bool = False) -> None:
+        """A Ray job of mlrunway's own code (the closure of the server and the provisioning), with ``profile``;
+        ``kept``: run again on another node when its node is lost (the server)."""
         empty = Path(self.connection.storage) / self.connection.namespace / "controller-code"
         empty.mkdir(parents=True, exist_ok=True)
         spec = CommandJobSpec(code=str(empty), command=shlex.join(["python", "-m", *argv]), compute=profile,
                               experiment_name="endpoints", environment_variables=env or {})
         base, files = closure.package((SERVER, PROVISION))
         modules = self.serving.api.upload(zip_folder(base, files))
-        self.serving.submit_internal(job, spec, py_modules=[modules])
+        self.serving.submit_internal(job, spec, py_modules=[modules], kept=kept)
 
     def get(self, name: str) -> EndpointInfo:
         """The endpoint now: Succeeded once its server answers where it recorded it serves; Failed, with the server

@@ -163,18 +163,21 @@ class RayJobs(Jobs):
         return info.status is JobStatus.FAILED and (bool(outcome.get("lost")) or "exit_code" not in outcome) \
             and not (self.record(name) / "cancel.json").exists()
 
-    def submit_internal(self, name: str, spec: CommandJobSpec, *, py_modules: list[str]) -> JobInfo:
+    def submit_internal(self, name: str, spec: CommandJobSpec, *, py_modules: list[str],
+                        kept: bool = False) -> JobInfo:
         """Submit mlrunway's own job ``name`` (an endpoint's server or provisioning: its code is ``py_modules``),
-        with its profile's resources and no MLflow run; or return the job already under that name."""
+        with its profile's resources and no MLflow run; or return the job already under that name. A ``kept`` job
+        (an endpoint's server) is run again on another node when its node is lost
+        (:func:`mlrunway.ray.distribution.kept`)."""
         check.job_name("job.name", name)
         with contextlib.suppress(NotFound):
             return self.get(name)
-        return self._submit(name, "serving", spec, None, py_modules=py_modules, tracked=False)
+        return self._submit(name, "serving", spec, None, py_modules=py_modules, tracked=False, kept=kept)
 
     def _submit(self, name: str, kind: str, spec: CommandJobSpec, parent_run_id: str | None,
                 extra: dict[str, Any] | None = None, *, py_modules: list[str] | None = None,
                 resources: dict[str, Any] | None = None, files: dict[str, dict[str, Any]] | None = None,
-                tracked: bool = True) -> JobInfo:
+                tracked: bool = True, kept: bool = False) -> JobInfo:
         record = self.record(name)
         profile_name, profile = self.connection.profile(spec.compute)
         environment = self.connection.environment(spec.environment)
@@ -193,7 +196,8 @@ class RayJobs(Jobs):
                     "MLFLOW_TRACKING_URI": self.connection.tracking_uri}
         if run_id is not None:
             env_vars |= {"MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": str(experiment_id)}
-        launch = distribution.plan(spec, profile_name, profile, job["submission_id"])
+        launch = distribution.kept(profile, job["submission_id"]) if kept \
+            else distribution.plan(spec, profile_name, profile, job["submission_id"])
         shipped = {entry.NAME: Path(entry.__file__).read_bytes()}
         if launch is not None:  # its ranks hold the resources; the driver (the entry) asks for none
             resources, files = {"entrypoint_num_cpus": 0}, {**(files or {}), distribution.LAUNCH: launch}

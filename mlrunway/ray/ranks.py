@@ -14,6 +14,10 @@ imported by it only for a distributed job: the one module of ``mlrunway.ray`` th
   last lines; the other ranks are stopped (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`), their actors killed, the
   placement group removed. A stop (cancel) or the time limit does the same. Each rank's process dies with its actor
   (``PR_SET_PDEATHSIG``), and Ray removes a job's actors and placement group when its driver ends however it ends.
+- A kept job (an endpoint's server, :func:`mlrunway.ray.distribution.kept`) is one process on an actor Ray starts
+  again on another node with room when its node is lost (``max_restarts=-1``); the command is run again there, its
+  node's address in ``MLRUNWAY_NODE_ADDRESS``, and each start is added to ``started.json``. The command's own exit
+  ends the job, as any job's.
 """
 
 from __future__ import annotations
@@ -42,13 +46,14 @@ else:
     except ImportError:  # in the package (its tests)
         from mlrunway.ray import entry
 
-__all__ = ["Rank", "run"]
+__all__ = ["NODE_ADDRESS_ENV", "Rank", "keep", "run"]
 
 SAY_S = 30.0  # how often a job waiting for its placement says so
 STOP_GRACE_S = 2.0  # Ray's stop SIGKILLs the driver 3 s after its SIGTERM: the ranks are stopped within that
 POLL_S = 0.5
 RANK_LOGS = "ranks"  # the record's folder of the other ranks' logs
 TAIL = 20
+NODE_ADDRESS_ENV = "MLRUNWAY_NODE_ADDRESS"  # a kept job's process: the address Ray knows its node by
 
 
 def _die_with_parent() -> None:
@@ -113,6 +118,8 @@ def run(launch: dict[str, Any], command: list[str], record: Path, timeout: float
     """Carry out ``launch`` for ``command``: its exit code, the error naming the rank that failed (None), and whether
     the time limit ended it. ``stopped`` fills when the driver is asked to stop."""
     ray.init(log_to_driver=True)  # the cluster this job runs on
+    if launch["type"] == "keep":
+        return keep(launch, command, record, stopped)
     group = placement_group(launch["bundles"], strategy=launch["strategy"], name=launch["name"])
     actors: list[Any] = []
     try:
@@ -140,6 +147,63 @@ def run(launch: dict[str, Any], command: list[str], record: Path, timeout: float
         return _watch(runs, actors, where, logs, record, timeout, stopped)
     finally:
         _end(actors, group)
+
+
+def keep(launch: dict[str, Any], command: list[str], record: Path,
+         stopped: list[str]) -> tuple[int, str | None, bool]:
+    """Run ``command`` on one actor with the launch's resources, and again wherever Ray starts the actor again after
+    its node was lost, until the command ends (its exit code) or a stop."""
+    actor = Rank.options(max_restarts=-1, **launch["options"]).remote()  # type: ignore[attr-defined]
+    starts: list[dict[str, Any]] = []
+    try:
+        while True:
+            where = _wait(lambda: actor.where.remote(), launch, stopped)
+            if where is None:
+                return 128 + signal.SIGTERM, None, False
+            starts.append({"started": time.time(), **where})
+            entry.write_json(record / "started.json", {"started": starts[0]["started"], "node": where["node_id"],
+                                                       "starts": starts})
+            run = actor.run.remote(command, {NODE_ADDRESS_ENV: where["ip"]}, str(record), entry.LOG, True)
+            while not ray.wait([run], timeout=POLL_S)[0]:
+                if stopped:
+                    return 128 + signal.SIGTERM, None, False
+            try:
+                code = int(ray.get(run))
+            except ray.exceptions.RayError as exc:  # its actor or node lost: Ray starts the actor again elsewhere
+                _say(record, f"mlrunway: the process on node {where['node_id'][:12]} ({where['ip']}) was lost "
+                             f"({type(exc).__name__}); it runs again where the cluster starts its actor again")
+                continue
+            return code, None if code == 0 else f"exit code {code} on node {where['node_id'][:12]} ({where['ip']})", \
+                False
+    finally:
+        _end([actor], None)
+
+
+def _say(record: Path, line: str) -> None:
+    """A line of the driver's in the job's log on the storage (which outlives the cluster's copy) and in Ray's."""
+    print(line, flush=True)
+    with open(record / entry.LOG, "a") as log:
+        log.write(line + "\n")
+
+
+def _wait(ask: Any, launch: dict[str, Any], stopped: list[str]) -> dict[str, Any] | None:
+    """The actor's answer to ``ask()`` once it is placed (asked again if it was lost meanwhile), or None on a stop;
+    saying every SAY_S what it waits for."""
+    since = said = time.monotonic()
+    ref = ask()
+    while True:
+        if ray.wait([ref], timeout=POLL_S)[0]:
+            try:
+                return dict(ray.get(ref))
+            except ray.exceptions.RayError:
+                ref = ask()
+                continue
+        if stopped:
+            return None
+        if time.monotonic() - said >= SAY_S:
+            said = time.monotonic()
+            print(f"mlrunway: waiting {said - since:.0f} s for the cluster to place its process: "
+                  f"{json.dumps(launch['options'])}", flush=True)
 
 
 def _placed(group: Any, launch: dict[str, Any], stopped: list[str]) -> bool:
@@ -222,10 +286,11 @@ def _failed(k: int, where: list[dict[str, Any]], logs: list[str], record: Path, 
 
 
 def _end(actors: list[Any], group: Any) -> None:
-    """Stop every rank still running, kill the actors, remove the placement group."""
+    """Stop every rank still running, kill the actors, remove the placement group (where there is one)."""
     if actors:
         stops = [actor.stop.remote(STOP_GRACE_S) for actor in actors]
         ray.wait(stops, num_returns=len(stops), timeout=STOP_GRACE_S + 1.5)
         for actor in actors:
-            ray.kill(actor)
-    remove_placement_group(group)
+            ray.kill(actor, no_restart=True)
+    if group is not None:
+        remove_placement_group(group)

@@ -33,11 +33,15 @@ __all__ = ["SCORING_PORTS_ENV", "SERVER_FILE", "create_app", "main", "node_addre
 SERVER_FILE = "server.json"  # where the server serves, for the control plane
 SCORING_PORTS_ENV = "MLRUNWAY_SCORING_PORTS"  # "low-high" on a node: the ports its servers may bind (those published)
 SERVER_ENV = "MLRUNWAY_SERVER_JOB"  # the server job's name (mlrunway.ray.endpoints sets it), written beside
+NODE_ADDRESS_ENV = "MLRUNWAY_NODE_ADDRESS"  # mlrunway.ray.ranks's: the address Ray knows the server's node by
 
 
 def node_address() -> str:
-    """The address this node reaches the cluster's head by (the job's ``RAY_ADDRESS`` names the head's GCS): the
-    one other machines reach it by, where the scoring port is meant to be reached."""
+    """The address Ray knows this node by (``MLRUNWAY_NODE_ADDRESS``, which the server's actor sets:
+    :func:`mlrunway.ray.ranks.keep`), else the one it reaches the cluster's head by (the job's ``RAY_ADDRESS`` names
+    the head's GCS): the one other machines reach it by, where the scoring port is meant to be reached."""
+    if os.environ.get(NODE_ADDRESS_ENV):
+        return os.environ[NODE_ADDRESS_ENV]
     head = os.environ.get("RAY_ADDRESS", "")
     host = urlsplit(head if "://" in head else f"//{head}").hostname or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # no packet is sent: a route is chosen

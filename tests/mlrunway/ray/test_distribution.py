@@ -11,7 +11,7 @@ import pytest
 
 from mlrunway.errors import SpecError
 from mlrunway.ray.connection import Profile
-from mlrunway.ray.distribution import fits, plan, processes
+from mlrunway.ray.distribution import fits, kept, plan, processes
 from mlrunway.specs.job import (
     CommandJobSpec,
     Distribution,
@@ -192,3 +192,12 @@ def test_each_process_of_an_instance_sees_the_gpus_of_every_process_there_in_loc
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("10.0.0.1", "29500")}
     cpu_only = ranks._environments(launch, [{**w, "gpus": []} for w in where], [29500, 1, 2, 3])
     assert all("CUDA_VISIBLE_DEVICES" not in e for e in cpu_only)
+
+
+def test_a_kept_job_is_one_process_holding_the_profile_once_on_no_placement_group() -> None:
+    """An endpoint's server: its actor holds the profile (Ray starts it again elsewhere when its node is lost), with
+    no bundle that would pin it to a node."""
+    profile = Profile(num_cpus=0.5, memory=2**30, resources={"serve": 0.5})
+    assert kept(profile, "ns.serving.ep-1234abcd-server-1") == {
+        "type": "keep", "name": "ns.serving.ep-1234abcd-server-1",
+        "options": {"num_cpus": 0.5, "num_gpus": 0.0, "memory": 2**30, "resources": {"serve": 0.5}}}
