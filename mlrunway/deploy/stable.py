@@ -119,6 +119,9 @@ def begin(backend: Backend, endpoint: str, holder: str, settings: DeploymentSett
                             "rollout has ended")
     backend.endpoints.create_or_update(endpoint)  # a local endpoint whose server died is restarted here
     rollout_of(backend).lease(endpoint, holder, lease_s)  # recorded on the endpoint now that it exists (Azure)
+    # A try killed mid-rollout (its worker lost between two steps) left traffic split with no decision: its retry,
+    # holding the same lease, puts production back first and rolls out again from the start.
+    restore_production(backend, endpoint)
     champion = serving(backend, endpoint)
     slot = SLOTS[0] if champion is None or champion["deployment"] == SLOTS[1] else SLOTS[1]
     backend.endpoints.begin_create_or_update_deployment(endpoint, slot, settings)
@@ -406,17 +409,20 @@ def skip_creation(backend: Backend, endpoint: str, model: str, why: str) -> dict
 
 
 def restore_production(backend: Backend, endpoint: str) -> str | None:
-    """Traffic follows the record: when the model serving is not the one ``production`` names (a rollout cut short
-    after its last step, before its decision was recorded: the disk full, the task killed), the version
-    ``production`` names goes back to 100% if a slot still holds it, and the unrecorded one to 0% (cleanup then
-    deletes it). No decision, no promotion. Returns the model restored, or None."""
+    """Traffic follows the record: when the model serving is not the one ``production`` names, or it serves beside
+    another slot's share or mirror (a rollout cut short between its steps or after its last, before its decision
+    was recorded: the disk full, the task killed), the version ``production`` names goes back to 100% if a slot
+    still holds it, the others to 0% and the mirror off (cleanup then deletes them). No decision, no promotion.
+    Returns the model restored, or None."""
     live = serving(backend, endpoint)
     if live is None:
         return None
     name = live["model"].partition(":")[0]
     holder = backend.models.alias(name, "production")
     recorded = f"{holder.name}:{holder.version}" if holder else None
-    if recorded is None or live["model"] == recorded:
+    info = backend.endpoints.get(endpoint)
+    split = sum(1 for share in info.traffic.values() if share) > 1 or any(info.mirror_traffic.values())
+    if recorded is None or (live["model"] == recorded and not split):
         return None
     slots = {d.name: d.model for d in backend.endpoints.list_deployments(endpoint) if d.name in SLOTS}
     slot = next((s for s, model in slots.items() if model == recorded), None)
@@ -424,8 +430,8 @@ def restore_production(backend: Backend, endpoint: str) -> str | None:
         log.warning("endpoint %s: %s serves but production names %s, which no slot holds: left as it is", endpoint,
                     live["model"], recorded)
         return None
-    log.warning("endpoint %s: %s serves, but no decision recorded it (a rollout cut short); %s, the production "
-                "model, goes back to 100%%", endpoint, live["model"], recorded)
+    log.warning("endpoint %s: traffic %s, mirror %s, but no decision recorded it (a rollout cut short); %s, the "
+                "production model, goes back to 100%%", endpoint, info.traffic, info.mirror_traffic, recorded)
     rollout.apply(backend, endpoint, {s: 100 if s == slot else 0 for s in slots}, {}, slots)
     return recorded
 

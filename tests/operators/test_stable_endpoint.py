@@ -501,3 +501,30 @@ def test_a_task_deferred_by_0_2_resumes_from_its_recorded_carries(registered, te
     done = getattr(blue, recorded["method"])(per_run, first_event(old))
     assert done["endpoint"] == recorded["kwargs"]["endpoint"] and fake.endpoints.get(done["endpoint"]).traffic == {
         "blue": 100}
+
+
+@pytest.mark.parametrize("left", [{"blue": 50, "green": 50}, {"blue": 90, "green": 10}, {"blue": 0, "green": 100}])
+def test_a_retry_of_a_try_killed_mid_rollout_puts_production_back_then_rolls_out_again_from_the_start(
+        registered, team, left, caplog):
+    """The try's worker died between two steps: traffic left split (or at the last step) with no decision, and the
+    lease still the run's. Its retry (the same run) gives production back its 100% before anything else, never
+    provisions into the slot production serves from, and rolls the challenger out from the first step."""
+    fake = registered
+    run(fake, team, 1, "manual__1")
+    holder = RunNames.of("prod", "manual__2", "fk").run_key
+    assert fake.endpoints.lease(ENDPOINT, holder, 600) is None  # the killed try's lease
+    fake.endpoints.create_or_update_deployment(ENDPOINT, "green", DeploymentSettings(model="m:2", code_dir=str(team)))
+    fake.endpoints.set_traffic(ENDPOINT, left)
+    provisioned: list[tuple[str, str, dict[str, int]]] = []
+    real = fake.endpoints.begin_create_or_update_deployment
+
+    def provision(endpoint: str, name: str, settings: DeploymentSettings) -> Any:
+        provisioned.append((name, settings.model, dict(fake.endpoints.get(endpoint).traffic)))
+        return real(endpoint, name, settings)
+
+    fake.endpoints.begin_create_or_update_deployment = provision
+    result, _, _ = run(fake, team, 2, "manual__2")
+    assert provisioned[0] == ("green", "m:2", {"blue": 100, "green": 0})  # production whole before anything moved
+    assert "no decision recorded it (a rollout cut short); m:1, the production model, goes back to 100%" in caplog.text
+    assert result["decision"] == "promoted" and [w["phase"] for w in result["windows"]] == ["10%", "50%", "100%"]
+    assert fake.endpoints.get(ENDPOINT).traffic == {"green": 100} and deployments(fake) == ["green"]
