@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import requests
@@ -106,6 +107,7 @@ class RayCluster:
     rss_mb: float
     _started: _Started = field(repr=False)
     add_node: Callable[[str, int, dict[str, float]], subprocess.Popen[bytes]] = field(repr=False, compare=False)
+    restart_head: Callable[[], dict[str, Any]] = field(repr=False, compare=False)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -138,11 +140,15 @@ def ray_cluster(root: Path, *, head_cpus: int = 0, worker_cpus: int = 4) -> Iter
     # Ray's own test clusters: 2.60 numbers the second node's sockets and logs, nothing collides.
     temp_dir = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
     popens: dict[str, subprocess.Popen[bytes]] = {}
+    commands: dict[str, list[str]] = {}  # each role's command line, to start it again
     gcs_port, dash_port, mlflow_port = ports.one(), ports.one(), ports.one()
     address, gcs_address = f"http://127.0.0.1:{dash_port}", f"127.0.0.1:{gcs_port}"
     tracking_uri = f"http://127.0.0.1:{mlflow_port}"
 
     def spawn(role: str, args: list[str]) -> None:
+        commands[role] = args
+        with open(root / f"{role}.out", "ab") as out:  # a role started again: its console output follows on
+            out.write(f"--- started at {time.time():.3f}\n".encode())
         popens[role] = _spawn(root / role, args, {**env, _MARKER: f"{cluster_id}/{role}"})
 
     def wait(what: str, ready: Callable[[], bool]) -> None:
@@ -173,8 +179,40 @@ def ray_cluster(root: Path, *, head_cpus: int = 0, worker_cpus: int = 4) -> Iter
             _wait(f"node {role}", lambda: bool(_alive_ids(address, auth) - before), watched, root)
             return popens[role]
 
+        def restart_head() -> dict[str, Any]:
+            """Kill every process of the head (SIGKILL, as a machine's crash) and start it again on its GCS and
+            Jobs API ports. A worker node whose ``ray start`` then ends (a head without GCS fault tolerance is a
+            new cluster to its raylet) is started again, as Kubernetes restarts a pod or Compose a service; those
+            still running are left. Returns once every node is alive: when the head was gone (``killed``), when its
+            Jobs API answered again (``api``), when every node was alive (``alive``; ``time.monotonic()``'s) and the
+            worker roles started again (``again``)."""
+            _kill_role(popens, "ray-head", cluster_id)
+            killed = time.monotonic()
+            nodes = [role for role in popens if role not in ("ray-head", "mlflow") and popens[role].poll() is None]
+            # The head's own machine would hold no worker's raylet: `ray start --head` takes those (their
+            # --gcs-address) for a GCS still running at its address when the temp dir names it as the last.
+            (temp_dir / "ray_current_cluster").unlink(missing_ok=True)
+            spawn("ray-head", commands["ray-head"])
+            head = {"ray-head": popens["ray-head"]}  # the nodes' own ends are expected meanwhile
+            _wait("the GCS again", lambda: _accepts(gcs_port), head, root)
+            _wait("the Jobs API again", lambda: _answers(jobs_api, auth), head, root)
+            api = time.monotonic()
+            again, deadline = [], time.monotonic() + READY_TIMEOUT_S
+            while len(again) < len(nodes) and time.monotonic() < deadline:  # a node joins, or its raylet ends
+                for role in nodes:
+                    if role not in again and popens[role].poll() is not None:
+                        _kill_role(popens, role, cluster_id)  # its agents, which outlive the raylet
+                        spawn(role, commands[role])
+                        again.append(role)
+                if _alive_nodes(address, auth) == len(nodes) + 1:
+                    break
+                time.sleep(0.5)
+            _wait("every node alive again", lambda: _alive_nodes(address, auth) >= len(nodes) + 1,
+                  {role: popens[role] for role in ("ray-head", *again)}, root)
+            return {"killed": killed, "api": api, "alive": time.monotonic(), "again": again}
+
         yield RayCluster(address, token, root / "storage", tracking_uri, gcs_address, started_s, rss_mb, started,
-                         add_node)
+                         add_node, restart_head)
     finally:
         with _adopting_orphans():
             _stop(popens, cluster_id, temp_dir)
@@ -407,6 +445,18 @@ def _stop(popens: dict[str, subprocess.Popen[bytes]], cluster_id: str, temp_dir:
     _reap(seen, {p.pid for p in popens.values()})
     if left := leftovers.find():
         raise AssertionError(f"test cluster: processes outlived it: {[(p.pid, p.name()) for p in left]}")
+
+
+def _kill_role(popens: dict[str, subprocess.Popen[bytes]], role: str, cluster_id: str) -> None:
+    """SIGKILL every process of ``role`` (its group, and what carries its marker); wait until they are gone."""
+    found = _started(popens, [role], cluster_id, None).find()
+    _signal_groups([popens[role]], signal.SIGKILL)
+    for p in found:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(found, timeout=10)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popens[role].wait(timeout=5)
 
 
 def _reap(pids: set[int], sessions: set[int]) -> None:

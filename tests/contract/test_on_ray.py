@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def test_the_demo_dag_runs_all_six_tasks_on_ray_its_endpoint_served_from_a_worke
         costly_set_up: RayFactory, airflow_db: str, digits: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Train, sweep, pick the best, export, the blue deployment (smoke-tested through the endpoint's server, a Ray job
-    on the worker node: the head offers no CPU) and cleanup, all on the cluster; nothing of the run left running."""
+    whose process runs on the worker node: the head offers no CPU) and cleanup, all on the cluster; nothing of the run left running."""
     from tests.e2e.test_dag_local import SMALL, run_dag
 
     fields = costly_set_up.connection("dag", profiles={"cpu": {"num_cpus": 1}})
@@ -154,8 +155,8 @@ def test_the_demo_dag_runs_all_six_tasks_on_ray_its_endpoint_served_from_a_worke
     servers = [job for job in backend.endpoints.serving.list() if "-server-" in job.name]
     assert servers and all(job.status.is_terminal() for job in backend.endpoints.serving.list())  # cleanup stopped them
     head = _head_node(backend)
-    for server in servers:
-        assert backend.jobs.api.job(server.properties["submission_id"])["driver_node_id"] != head
+    for server in servers:  # its driver (asking for nothing) keeps it; its process runs on an actor with the profile
+        assert json.loads((backend.endpoints.serving.record(server.name) / "started.json").read_text())["node"] != head
     assert backend.endpoints.list() == []  # cleanup deleted the endpoint
     assert [job.name for job in backend.jobs.list() if not job.status.is_terminal()] == []
     shown = json.dumps(results, default=str) + json.dumps(backend.jobs.api.jobs()) + "".join(
@@ -668,3 +669,241 @@ def test_the_readme_team_dag_runs_all_six_tasks_on_ray_with_ddp_on_one_instance(
     assert results["cleanup"]["endpoint_deleted"] is True and backend.endpoints.list() == []
     assert all(job.status.is_terminal() for job in backend.endpoints.serving.list())
 
+
+
+# -- the production endpoint (issue 82) -----------------------------------------------------------------------------
+@pytest.mark.long  # four deploy runs with rollout windows: about two minutes
+def test_a_stable_endpoints_rounds_on_ray_create_roll_back_a_faulty_one_promote_a_better_one_and_hold_a_worse(
+        costly_set_up: RayFactory, digits: Path, onnx_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy task (DeployBlueOperator, as dags/deploy_model.py runs it) four times on one endpoint served on the
+    cluster, a client sending steady load through the last three: version 1 (fair) created; version 2 (better) with
+    a scoring script failing a third of single-image requests, rolled back at its first traffic step by the watch;
+    version 2 as it is, promoted; version 3 (clearly worse) held by the gate. Every failed client request is the
+    challenger's own; production ends as version 2 at 100%, its predecessor the ``previous`` alias."""
+    from mlrunway.errors import EndpointError
+    from mlrunway.ray.tracking import client
+    from tests.conftest import REPO
+    from tests.production.test_stable_endpoint_local import FAULTY, deploy, perturbed, steady_load
+
+    fields = costly_set_up.connection("prod")
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", json.dumps(
+        {"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields}))
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    for noise in (0.6, 0.0, 3.0):  # versions 1 (fair), 2 (the trained model, better), 3 (clearly worse)
+        backend.models.register("prod-digits", perturbed(onnx_model, tmp_path / f"noise-{noise}", noise))
+    faulty = shutil.copytree(REPO / "training", tmp_path / "faulty")
+    (faulty / "faulty_score.py").write_text(FAULTY)
+    quick = {"endpoint": "prod", "model": "prod-digits", "rollout": {"steps": [50, 100], "window_s": 4}}
+    try:
+        results = [deploy(digits, 1, "manual__1", **quick)]
+        with steady_load(backend, limit_s=600, endpoint="prod") as answers:
+            time.sleep(2)  # the champion's baseline
+            with pytest.raises(EndpointError, match=r"rolled_back: .*watched: \d+ errors in \d+ requests"):
+                deploy(digits, 2, "manual__2", code_dir=str(faulty), scoring_script="faulty_score.py",
+                       **{**quick, "rollout": {"steps": [25, 50, 100], "window_s": 5}})
+            during_the_faulty_one = len(answers)
+            time.sleep(1)
+            results += [deploy(digits, version, f"manual__{version + 1}", **quick) for version in (2, 3)]
+        failed = [(status, slot) for status, slot in answers if status != 200]
+        assert len(answers) > 100 and failed, answers[-5:]
+        assert {slot for _, slot in failed} == {"green"}, failed  # only the faulty challenger's share failed
+        assert all(status == 200 for status, _ in answers[during_the_faulty_one:]), "failures after its rollback"
+        assert [r["decision"] for r in results] == ["created", "promoted", "held"], [r["reason"] for r in results]
+        assert results[1]["gate"]["challenger"] > results[1]["gate"]["champion"]
+        assert results[2]["gate"]["challenger"] < results[2]["gate"]["champion"] - 0.2
+        assert [r["live"] for r in results] == [{"deployment": "blue", "model": "prod-digits:1"},
+                                                {"deployment": "green", "model": "prod-digits:2"},
+                                                {"deployment": "green", "model": "prod-digits:2"}]
+        assert [d.name for d in backend.endpoints.list_deployments("prod")] == ["green"]
+        assert backend.endpoints.get("prod").traffic == {"green": 100}
+        assert answers[-1] == (200, "green")
+        assert backend.models.alias("prod-digits", "production").version == 2  # type: ignore[union-attr]
+        assert backend.models.alias("prod-digits", "previous").version == 1  # type: ignore[union-attr]
+    finally:
+        backend.endpoints.delete("prod")
+        client(costly_set_up.cluster.tracking_uri).delete_registered_model("prod-digits")
+    assert all(job.status.is_terminal() for job in backend.endpoints.serving.list())
+
+
+@pytest.mark.long  # two nodes of its own, and Ray's wait before it declares a node dead
+def test_an_endpoint_whose_servers_node_is_lost_answers_again_from_another_node_with_its_keys_and_traffic(
+        costly_set_up: RayFactory, onnx_model: Path) -> None:
+    """Two nodes of the test's own offer the endpoint's profile (a custom resource only they have); the raylet of
+    the one its server runs on is killed, as a machine's loss: Ray starts the server's actor again on the other node
+    and the endpoint answers there, with the same keys, deployment and traffic, and nothing of it was deployed again.
+    How long it took is printed (the reliability page's figure: bench/faults.py); the wait is bounded generously."""
+    import psutil
+
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+    from mlrunway.ray.tracking import client
+    from tests.conftest import REPO
+
+    for name in ("ray-serve-a", "ray-serve-b"):
+        costly_set_up.cluster.add_node(name, 1, {"serve": 1.0})
+    fields = costly_set_up.connection("moves", profiles={"cpu": {"num_cpus": 1},
+                                                         "serve": {"num_cpus": 0.5, "resources": {"serve": 0.5}}})
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    endpoints = backend.endpoints
+    endpoints.create_or_update("moves", EndpointSettings(workers=1), compute="serve")
+    try:
+        model = backend.models.register("moves-digits", onnx_model)
+        endpoints.create_or_update_deployment("moves", "blue", DeploymentSettings(
+            model=f"moves-digits:{model.version}", code_dir=str(REPO / "training")), timeout_s=180)
+        endpoints.set_traffic("moves", {"blue": 100})
+        request = {"data": [[[[0.0] * 8] * 8]]}
+        before, keys = endpoints.invoke("moves", payload=request), endpoints.get_keys("moves")
+        server = next(job for job in endpoints.serving.list("moves-") if "-server-" in job.name)
+        started = endpoints.serving.record(server.name) / "started.json"
+        first = json.loads(started.read_text())["starts"]
+        served_by = psutil.Process(json.loads((endpoints.root / "moves" / "server.json").read_text())["pid"])
+        raylet = next(p for p in served_by.parents() if p.name() == "raylet")
+        raylet.kill()
+        killed, state = time.monotonic(), None
+        while (state := endpoints.get("moves")).provisioning_state.value != "Succeeded" or \
+                len(json.loads(started.read_text())["starts"]) < 2:
+            assert time.monotonic() - killed < 300, f"{state} 300 s after its node was lost"
+            time.sleep(0.5)
+        answered = time.monotonic() - killed
+        starts = json.loads(started.read_text())["starts"]
+        assert [s["node_id"] for s in starts[:1]] == [first[0]["node_id"]] and starts[1]["node_id"] != first[0][
+            "node_id"]
+        assert endpoints.invoke("moves", payload=request) == before  # the same model, on the same key
+        assert endpoints.get_keys("moves") == keys and endpoints.get("moves").traffic == {"blue": 100}
+        assert endpoints.serving.get(server.name).status is JobStatus.RUNNING  # the same job: nothing resubmitted
+        assert [job.name for job in endpoints.serving.list("moves-") if "-server-" in job.name] == [server.name]
+        assert "runs again where the cluster starts its actor again" in "\n".join(endpoints.serving.logs(server.name))
+        print(f"server's node lost: the endpoint answered again after {answered:.1f} s")
+    finally:
+        endpoints.set_traffic("moves", {})
+        endpoints.delete("moves")
+        client(costly_set_up.cluster.tracking_uri).delete_registered_model("moves-digits")
+
+
+ROLLOUT_DAG = '''
+import sys
+from datetime import datetime
+sys.path.insert(0, {repo!r})
+from airflow.sdk import DAG
+from mlrunway.operators import CleanupOperator, DeployBlueOperator
+
+with DAG(dag_id="rollout_crash", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+    DeployBlueOperator(task_id="deploy_blue", model_name="crash-digits", model_version=2, code_dir={code!r},
+                       data_dir={data!r}, endpoint_name="crash-prod", workers=1, deferrable=False, poll_interval_s=0.2,
+                       rollout={{"steps": [50, 100], "window_s": 6}}) >> CleanupOperator(
+        task_id="cleanup", endpoint_name="crash-prod", trigger_rule="all_done")
+'''
+ROLLOUT_RUN = """
+import sys
+from datetime import datetime, timezone
+sys.path.insert(0, sys.argv[1])
+from rollout_crash import dag
+when = datetime(2026, 11, 1, tzinfo=timezone.utc)
+print("RUN", dag.test(logical_date=when, run_after=when).state, flush=True)
+"""
+
+
+@pytest.mark.long  # a rollout, killed, then its retry's: about a minute
+def test_an_airflow_worker_killed_between_rollout_steps_is_followed_by_a_retry_that_takes_the_rollout_back(
+        costly_set_up: RayFactory, airflow_db: str, digits: Path, onnx_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy task's process group SIGKILLed while version 2 holds 50% beside version 1 on an endpoint served on
+    the cluster: the endpoint goes on serving both, production unchanged. The retry (the same run, so the same
+    lease) puts version 1 back at 100% before anything else, then rolls version 2 out from its first step and
+    promotes it; a client sending steady load throughout sees no failure."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mlrunway.ray.tracking import client
+    from tests.conftest import REPO
+    from tests.production.test_stable_endpoint_local import deploy, perturbed, steady_load
+
+    fields = costly_set_up.connection("crash-prod")
+    conn = json.dumps({"conn_type": "mlrunway_ray", "password": costly_set_up.cluster.token, "extra": fields})
+    monkeypatch.setenv("AIRFLOW_CONN_MLRUNWAY_DEFAULT", conn)
+    backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
+    for noise in (0.6, 0.0):  # version 1 (fair), version 2 (the trained model, better)
+        backend.models.register("crash-digits", perturbed(onnx_model, tmp_path / f"noise-{noise}", noise))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "rollout_crash.py").write_text(ROLLOUT_DAG.format(repo=str(REPO), code=str(REPO / "training"),
+                                                              data=str(digits)))
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW_CONN_MLRUNWAY_DEFAULT": conn}
+
+    def task(log: Path) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", ROLLOUT_RUN, str(dags)], env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    try:
+        assert deploy(digits, 1, "manual__1", endpoint="crash-prod", model="crash-digits")["decision"] == "created"
+        with steady_load(backend, limit_s=600, endpoint="crash-prod") as answers:
+            worker, caught, deadline = task(tmp_path / "try1.log"), None, time.monotonic() + 300
+            while caught is None:
+                assert worker.poll() is None and time.monotonic() < deadline, (tmp_path / "try1.log").read_text()[-3000:]
+                traffic = backend.endpoints.get("crash-prod").traffic
+                if len([share for share in traffic.values() if share]) == 2:
+                    caught = traffic
+                    os.killpg(worker.pid, signal.SIGKILL)  # as the worker's machine dies: no on_kill, no cleanup
+                time.sleep(0.1)
+            worker.wait()
+            time.sleep(2)  # the split serves on with no task watching it
+            assert backend.endpoints.get("crash-prod").traffic == caught
+            assert backend.models.alias("crash-digits", "production").version == 1  # type: ignore[union-attr]
+            retry = task(tmp_path / "try2.log")
+            assert retry.wait(timeout=600) == 0
+        log = (tmp_path / "try2.log").read_text()
+        assert "RUN success" in log, log[-3000:]
+        assert "no decision recorded it (a rollout cut short); crash-digits:1, the production model, goes back" in log
+        assert "promoted" in log and "50% window" in log
+        failed = [(status, slot) for status, slot in answers if status != 200]
+        assert len(answers) > 100 and not failed, failed[:5]
+        assert backend.models.alias("crash-digits", "production").version == 2  # type: ignore[union-attr]
+        [live] = backend.endpoints.list_deployments("crash-prod")
+        assert live.model == "crash-digits:2" and backend.endpoints.get("crash-prod").traffic == {live.name: 100}
+        assert backend.endpoints.lease("crash-prod", "a later run", 60) is None  # the retry's cleanup gave it back
+    finally:
+        backend.endpoints.delete("crash-prod")
+        client(costly_set_up.cluster.tracking_uri).delete_registered_model("crash-digits")
+
+
+@pytest.mark.long  # a cluster of its own (its head is restarted), and Ray's wait before the nodes rejoin
+def test_after_the_head_restarts_the_endpoint_reads_failed_naming_its_lost_server_and_create_or_update_serves_it_again(
+        onnx_model: Path, tmp_path: Path) -> None:
+    """Every process of the head killed and the head started again (no GCS fault tolerance: a new cluster, which
+    has forgotten every job); the worker node rejoins. The endpoint's state on the storage outlives it: it reads
+    Failed naming the server job lost with the head and how to start it again, and ``create_or_update`` (what the
+    next deploy run calls first) serves the same deployment, keys and traffic from a new server job."""
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+    from tests.conftest import REPO
+    from tests.ray_cluster import ray_cluster
+
+    with ray_cluster(tmp_path / "cluster", worker_cpus=2) as cluster:
+        backend = RayBackend.from_connection({
+            "address": cluster.address, "storage": str(cluster.storage), "tracking_uri": cluster.tracking_uri,
+            "namespace": "head", "profiles": {"cpu": {"num_cpus": 1}}}, cluster.token)
+        endpoints = backend.endpoints
+        endpoints.create_or_update("head-ep", EndpointSettings(workers=1))
+        model = backend.models.register("digits", onnx_model)
+        endpoints.create_or_update_deployment("head-ep", "blue", DeploymentSettings(
+            model=f"digits:{model.version}", code_dir=str(REPO / "training")), timeout_s=180)
+        endpoints.set_traffic("head-ep", {"blue": 100})
+        request = {"data": [[[[0.0] * 8] * 8]]}
+        before, keys = endpoints.invoke("head-ep", payload=request), endpoints.get_keys("head-ep")
+        [server] = [job.name for job in endpoints.serving.list("head-ep-") if "-server-" in job.name]
+        times = cluster.restart_head()
+        deadline = time.monotonic() + 300
+        while (info := endpoints.get("head-ep")).provisioning_state.value != "Failed":
+            assert time.monotonic() < deadline, info
+            time.sleep(0.5)
+        assert f"its server job {server} ended Failed: lost with the head" in str(info.error), info.error
+        assert "create_or_update starts it again (the same keys, deployments and traffic)" in str(info.error)
+        endpoints.create_or_update("head-ep", EndpointSettings(workers=1))
+        assert endpoints.invoke("head-ep", payload=request) == before
+        assert endpoints.get_keys("head-ep") == keys and endpoints.get("head-ep").traffic == {"blue": 100}
+        servers = [job.name for job in endpoints.serving.list("head-ep-") if "-server-" in job.name]
+        assert servers == [server, server.replace("-server-1", "-server-2")]
+        print(f"head restarted: its Jobs API answered after {times['api'] - times['killed']:.1f} s, every node "
+              f"alive after {times['alive'] - times['killed']:.1f} s")
+        endpoints.delete("head-ep")

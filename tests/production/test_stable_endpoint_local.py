@@ -67,43 +67,48 @@ def context(run_id: str) -> dict[str, Any]:
             "outlet_events": defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))}
 
 
-def deploy(digits: Path, version: int, run_id: str, **kwargs: Any) -> dict:
-    task = DeployBlueOperator(**{"task_id": "deploy", "model_name": "digits", "model_version": version,
-                                 "code_dir": str(REPO / "training"), "data_dir": str(digits), "endpoint_name": ENDPOINT,
+def deploy(digits: Path, version: int, run_id: str, endpoint: str = ENDPOINT, model: str = "digits",
+           **kwargs: Any) -> dict:
+    task = DeployBlueOperator(**{"task_id": "deploy", "model_name": model, "model_version": version,
+                                 "code_dir": str(REPO / "training"), "data_dir": str(digits), "endpoint_name": endpoint,
                                  "workers": 1, "deferrable": False, "poll_interval_s": 0.2, **kwargs})
     try:
         return task.execute(context(run_id))
     finally:
-        CleanupOperator(task_id="cleanup", endpoint_name=ENDPOINT).execute(context(run_id))
+        CleanupOperator(task_id="cleanup", endpoint_name=endpoint).execute(context(run_id))
 
 
 ONE_IMAGE = json.dumps({"data": [[[[0.0] * 8] * 8]]}).encode()
 
 
 @contextlib.contextmanager
-def steady_load(backend: LocalBackend, limit_s: float = 120) -> Iterator[list[tuple[int, str]]]:
+def steady_load(backend: Any, limit_s: float = 120, endpoint: str = ENDPOINT) -> Iterator[list[tuple[int, str]]]:
     """A client on the endpoint's scoring URI for the block, about 25 requests a second (at most ``limit_s``):
-    each window of a rollout has live evidence, as a production endpoint's has. Yields the (status, deployment)
-    answers; 0 for none (the server down)."""
+    each window of a rollout has live evidence, as a production endpoint's has. The URI and key come from the
+    backend's endpoint contract (``get``, ``get_keys``), read again after a request gets no answer or a 401 (a
+    server restarted elsewhere). Yields the (status, deployment) answers; 0 for none (the server down)."""
     answers: list[tuple[int, str]] = []
     stop = threading.Event()
 
     def client() -> None:
-        deadline = time.monotonic() + limit_s
+        deadline, target = time.monotonic() + limit_s, None
         while not stop.wait(0.04) and time.monotonic() < deadline:
             try:
-                state = backend.endpoints.state(ENDPOINT)  # after a restart: the same port and keys
+                target = target or (backend.endpoints.get(endpoint).scoring_uri,
+                                    backend.endpoints.get_keys(endpoint)["primary"])
             except NotFound:
                 continue
-            request = urllib.request.Request(state.scoring_uri, data=ONE_IMAGE, method="POST", headers={
-                "Authorization": f"Bearer {state.keys['primary']}", "Content-Type": "application/json"})
+            request = urllib.request.Request(target[0], data=ONE_IMAGE, method="POST", headers={
+                "Authorization": f"Bearer {target[1]}", "Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=10) as response:
                     answers.append((response.status, response.headers.get("azureml-model-deployment", "")))
             except urllib.error.HTTPError as exc:
                 answers.append((exc.code, exc.headers.get("azureml-model-deployment", "")))
+                target = None if exc.code == 401 else target
             except OSError:
                 answers.append((0, ""))
+                target = None
 
     load = threading.Thread(target=client)
     load.start()
