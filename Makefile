@@ -127,7 +127,7 @@ demo: data
 	@echo "---- summary (full log: .airflow/demo.log) ----"
 	@$(AIRFLOW_ENV) $(PY) -m mlrunway.airflow.summary
 
-# Every benchmark of bench/ but the long one (about 70 minutes on 2 cores), each printing its figures and
+# Every benchmark of bench/ but the long one (about 90 minutes on 2 cores), each printing its figures and
 # recording bench/results/<name>.json with its commit, repeats and spread; then the docs' figures from them.
 # Each refuses a tree that differs from HEAD outside bench/results/ (commit first).
 bench: $(STAMP)
@@ -145,6 +145,8 @@ bench: $(STAMP)
 	$(PY) bench/ray_vs_local.py       # 10 min
 	$(PY) bench/ddp_ray_vs_local.py   # 1 min
 	$(PY) bench/endpoint.py --servers mlrunway ray bare --clients 16 64  # 4 min
+	$(PY) bench/rollout.py --backend ray  # 11 min
+	$(PY) bench/ray_faults.py         # 6 min
 	$(PY) bench/readme.py
 
 # The long record: a sweep's cost over its scripts at 8 and 200 trials (1 h 45 on 2 cores), in chunks: each whole

@@ -183,7 +183,7 @@ def orchestration(doc: Doc) -> str:
                         targets(doc), provenance(doc, "python bench/orchestration.py")])
 
 
-def rollout(doc: Doc) -> str:
+def rollout(doc: Doc, command: str = "python bench/rollout.py") -> str:
     rows = []
     for name, decision in doc["expected"].items():
         mine = [r for r in doc["results"] if r["rollout"] == name]
@@ -195,7 +195,11 @@ def rollout(doc: Doc) -> str:
     said = " ".join(f"Stages of {name} (first repeat): {text}." for name, text in stages.items())
     return "\n\n".join([md_table(["rollout", "decision", "total s", "back to 0% after the first failed request s",
                                   "client requests", "failed", "failed outside the challenger"], rows), said,
-                        targets(doc), provenance(doc, "python bench/rollout.py")])
+                        targets(doc), provenance(doc, command)])
+
+
+def rollout_ray(doc: Doc) -> str:
+    return rollout(doc, "python bench/rollout.py --backend ray")
 
 
 def gate(doc: Doc) -> str:
@@ -286,6 +290,12 @@ def endpoint_ray(doc: Doc) -> str:
                                                       "--clients 16 64")])
 
 
+def ray_faults(doc: Doc) -> str:
+    rows = [[label, of(doc, label)] for label in doc["measures"].values() if label in doc["figures"]]
+    return "\n\n".join([md_table(["fault, and what is measured", "s"], rows),
+                        provenance(doc, "python bench/ray_faults.py")])
+
+
 def ddp_ray_vs_local(doc: Doc) -> str:
     rows = [[f"{kind}, {shape}", of(doc, f"submit to ended: {kind}"), of(doc, f"placed to ended: {kind}")]
             for kind, shape in (("local", "1 instance x 2 processes"), ("ray", "2 instances x 1 process"))]
@@ -298,7 +308,8 @@ RENDER: dict[str, Callable[[Doc], str]] = {"endpoint": endpoint, "onnx_runtime":
                                            "rollout": rollout, "faults": faults, "trial_overhead": trial_overhead,
                                            "report_page": report_page, "samplers": samplers, "gate": gate,
                                            "capture": capture, "ray_vs_local": ray_vs_local,
-                                           "ddp_ray_vs_local": ddp_ray_vs_local, "endpoint_ray": endpoint_ray}
+                                           "ddp_ray_vs_local": ddp_ray_vs_local, "endpoint_ray": endpoint_ray,
+                                           "rollout_ray": rollout_ray, "ray_faults": ray_faults}
 
 
 def render(text: str, results: Path = RESULTS) -> str:

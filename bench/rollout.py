@@ -5,7 +5,12 @@ as the WindowTrigger watches it), then as it is (promoted: mirror off, steps 10,
 (issue 34): the faulty one back to 0% within 3 s of its first failed client request, with at most 10 failed
 client requests at 40 requests a second.
 
-    .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40] [--repeats 3]
+    .venv/bin/python bench/rollout.py [--window-s 30] [--rate 40] [--repeats 3] [--backend ray]
+
+``--backend ray`` runs the same on the Ray backend (recorded as bench/results/rollout_ray.json): the endpoint served
+by a Ray job on the worker node of tests/ray_cluster.py's cluster (two nodes and an MLflow server on this machine,
+stopped with the run), its lease and per-second metrics files on the cluster's storage, the client on the worker
+node's scoring port like any client of the cluster.
 
 About 12 minutes with the defaults (each repeat: a fresh endpoint, then both rollouts, 2 minutes). Each rollout is
 checked against its label: the faulty one must end ``rolled_back`` with every failed client request the
@@ -16,6 +21,7 @@ recorded. Prints a table and records bench/results/rollout.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import shutil
@@ -27,6 +33,7 @@ from urllib.parse import urlparse
 
 from _common import REPO, Bench, Target, build_model, harness_args, table
 
+from mlrunway.backend.protocol import Backend
 from mlrunway.backend.types import DeploymentSettings
 from mlrunway.deploy import stable
 from mlrunway.deploy.blue import promote_blue
@@ -61,7 +68,7 @@ class Client(threading.Thread):
             time.sleep(self.gap)
 
 
-def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, data: Path, policy: RolloutPolicy,
+def rollout(backend: Backend, endpoint: str, settings: DeploymentSettings, data: Path, policy: RolloutPolicy,
             holder: str) -> tuple[dict, list[tuple[str, float]]]:
     """One run's deploy step by step (as the deploy task does it, without Airflow's deferrals); the stages' times."""
     stages, started = [], time.monotonic()
@@ -93,7 +100,7 @@ def rollout(backend: LocalBackend, endpoint: str, settings: DeploymentSettings, 
         wait = after.wait_s
 
 
-def champion(backend: LocalBackend, endpoint: str, data: Path) -> None:
+def champion(backend: Backend, endpoint: str, data: Path) -> None:
     """A new endpoint serving the fair model (digits:1) as blue at 100%, as a first run leaves it."""
     first = stable.begin(backend, endpoint, "run-1", DeploymentSettings(
         model="digits:1", code_dir=str(REPO / "training")), RolloutPolicy(), 3600)
@@ -108,14 +115,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--window-s", type=float, default=RolloutPolicy().window_s)
     parser.add_argument("--rate", type=float, default=40.0, help="client requests a second")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local")
     harness_args(parser, repeats=5)
     args = parser.parse_args()
-    bench = Bench("rollout", args)
+    bench = Bench("rollout" if args.backend == "local" else "rollout_ray", args)
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as running:
         tmp = Path(scratch)
         _, onnx, data = build_model(tmp)
-        backend = LocalBackend.at(tmp / "ws")
+        backend = LocalBackend.at(tmp / "ws") if args.backend == "local" else ray_backend(running, tmp)
         for noise in (0.6, 0.0):
             backend.models.register("digits", perturbed(onnx, tmp / f"noise-{noise}", noise))
         faulty = shutil.copytree(REPO / "training", tmp / "faulty")
@@ -125,13 +133,13 @@ def main() -> None:
             endpoint = f"{ENDPOINT}-{repeat}"
             try:
                 champion(backend, endpoint, data)
-                state = backend.endpoints.state(endpoint)
+                uri, key = backend.endpoints.get(endpoint).scoring_uri, backend.endpoints.get_keys(endpoint)["primary"]
                 for name, settings in (
                         ("roll back a faulty one", DeploymentSettings(model="digits:2", code_dir=str(faulty),
                                                                       scoring_script="faulty_score.py")),
                         ("promote a better model", DeploymentSettings(model="digits:2",
                                                                       code_dir=str(REPO / "training")))):
-                    client = Client(state.scoring_uri, state.keys["primary"], args.rate)
+                    client = Client(uri, key, args.rate)
                     client.start()
                     began, began_at = time.monotonic(), time.time()
                     holder = f"run-{repeat}-{len(rows) + 2}"
@@ -167,12 +175,23 @@ def main() -> None:
                        ("failed_outside_challenger", "failed outside the challenger")]))
     for row in rows:
         print(f"  {row['rollout']}: {row['stages']}")
-    bench.record(rows, ("onnxruntime", "uvicorn"), [
+    bench.record(rows, ("onnxruntime", "uvicorn") + (("ray",) if args.backend == "ray" else ()), [
         Target("roll back a faulty one: rollback s after the first failed request", "<=", 3.0,
                "a failing challenger back to 0% within 3 s of its first failed request"),
         Target("roll back a faulty one: failed client requests", "<=", 10,
                f"at most 10 failed client requests at {args.rate:g} requests a second"),
     ], expected={k: v[0] for k, v in EXPECTED.items()})
+
+
+def ray_backend(running: contextlib.ExitStack, tmp: Path) -> Backend:
+    """A Ray backend over tests/ray_cluster.py's cluster, stopped with the run (its worker node: 2 CPUs)."""
+    from mlrunway.ray.backend import RayBackend
+    from tests.ray_cluster import ray_cluster
+
+    cluster = running.enter_context(ray_cluster(tmp / "cluster", worker_cpus=2))
+    return RayBackend.from_connection({
+        "address": cluster.address, "storage": str(cluster.storage), "tracking_uri": cluster.tracking_uri,
+        "namespace": "bench", "profiles": {"cpu": {"num_cpus": 1}}}, cluster.token)
 
 
 def check(row: dict, result: dict) -> None:
