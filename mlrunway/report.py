@@ -31,6 +31,7 @@ from mlrunway.early_termination.advice import advise
 from mlrunway.errors import MlrunwayError, NotFound, SpecError
 from mlrunway.ledger.cost import cost_of_run, cost_rows, estimated, serving_cost
 from mlrunway.ledger.reports import ReportsFolder
+from mlrunway.onnx_export.parity import per_output
 from mlrunway.pages import render
 from mlrunway.specs.sweep import Objective
 from mlrunway.sweep.attempts import sweep_result
@@ -316,9 +317,11 @@ def _parity_figures(parity: Any) -> str:
     share = "" if parity.get("tolerance_used") is None else (  # recorded since the relative part
         f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance {parity['atol']:g} + "
         f"{parity.get('rtol', 0):g}·|torch|)")
+    on = f" on {parity['top1_output']}" if isinstance(parity.get("top1_output"), str) and per_output(parity) else ""
+    each = "; ".join(f"{name}: {figures}" for name, figures in per_output(parity))
     return (f"max |onnx - torch| {parity['max_abs_diff']:.3g}{share} on {parity['samples']} {parity['inputs']}, "
-            + (f"top-1 agreement {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
-               else "not a classifier"))
+            + (f"top-1 agreement{on} {parity['top1_agreement']:.2%}" if parity.get("top1_agreement") is not None
+               else "not a classifier") + (f"; per output: {each}" if each else ""))
 
 
 # Each a number, or None where the sentence does without it (``atol`` is needed with ``tolerance_used``).

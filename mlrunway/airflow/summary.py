@@ -56,8 +56,11 @@ def format_summary(state: str, results: dict[str, dict[str, Any]], leftovers: li
         top1 = "" if parity.get("top1_agreement") is None else f", top-1 agreement {parity['top1_agreement']:.0%}"
         share = "" if parity.get("tolerance_used") is None else \
             f" ({parity['tolerance_used'] * 100:.3g}% of the tolerance)"  # recorded since the relative part
+        outputs = parity.get("outputs") or []
+        most = max(outputs, key=lambda o: o.get("tolerance_used") or 0.0) if len(outputs) > 1 else None
+        worst = "" if most is None else f", the most on {most['name']} of {len(outputs)} outputs"
         diff = "no PyTorch model to compare with" if parity.get("max_abs_diff") is None else \
-            f"max |onnx - torch| {parity['max_abs_diff']:.2g}{share}{top1}"
+            f"max |onnx - torch| {parity['max_abs_diff']:.2g}{share}{worst}{top1}"
         lines.append(f"onnx: {export['model_name']}:{export['model_version']} opset {export['opset']}, {diff} on "
                      f"{parity['samples']} {parity['inputs']}")
     if deploy.get("decision"):

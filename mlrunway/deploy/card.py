@@ -28,6 +28,7 @@ from mlrunway.backend.protocol import Artifacts, Backend
 from mlrunway.errors import MlrunwayError, NotFound
 from mlrunway.ledger.cost import cost_rows
 from mlrunway.ledger.reports import ReportsFolder
+from mlrunway.onnx_export.parity import per_output
 from mlrunway.sweep.leaderboard import format_params
 
 CARD_TAG = "mlrunway.model_card"  # a version's tag: where its card's HTML is
@@ -86,6 +87,7 @@ def collect(backend: Backend, model: str, *, description: dict[str, Any] | None 
         card.parity = [(k, _text(parity[k])) for k in ("max_abs_diff", "tolerance_used", "atol", "rtol",
                                                       "top1_agreement", "samples", "inputs", "passed") if k in parity]
         card.parity.insert(0, ("opset", _text(props.get("opset", "?"))))
+        card.parity += [(f"output {name}", figures) for name, figures in per_output(parity)]
     card.cost = cost_rows(cost)
     card.lineage = [(k, v) for k, v in (
         ("served version", model), ("source version", str(props.get("source_model") or "")),

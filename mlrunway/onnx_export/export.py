@@ -8,6 +8,7 @@ signature's shape (:mod:`.signature` holds the rules that need no torch).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -16,9 +17,10 @@ from typing import Any, cast
 
 from .errors import ParityError, SpecError, shorten
 from .parity import ATOL, RTOL, ParityReport, check_tolerance, compare, outputs_of
-from .signature import InputSpec, check_inputs, inputs_of, load_inputs, read_headers
+from .signature import InputSpec, check_inputs, inputs_of, load_inputs, outputs_named, read_headers
 
 DEFAULT_OPSET = 18
+EXTERNAL_DATA_BYTES = 1_500_000_000  # weights over this go to model.onnx.data (a protobuf holds at most 2 GB)
 ONNX_FILE = "model.onnx"
 SIGNATURE = "signature.json"
 
@@ -44,6 +46,7 @@ def check_signature(signature: Any) -> None:
     from .images import normalization
 
     inputs_of(signature)
+    outputs_named(signature)
     if "classes" in signature and not (isinstance(signature["classes"], list) and signature["classes"]):
         raise SpecError(f"signature.json classes: {signature['classes']!r} is not a non-empty list; "
                         "list the class names in output order, or leave classes out for a non-classifier")
@@ -133,10 +136,13 @@ def _guarded(what: str, run: Any) -> Any:
 
 def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol: float = ATOL,
                 rtol: float = RTOL, min_top1_agreement: float, classifier: bool = True,
-                specs: list[InputSpec] | None = None) -> ParityReport:
+                specs: list[InputSpec] | None = None, positional: int | None = None,
+                names: list[str] | None = None, top1_output: str | None = None) -> ParityReport:
     """ONNX Runtime on ``onnx_path`` against the PyTorch ``module``, both fed ``inputs`` (a dict by input name, in
-    the signature's order ``specs``, default the dict's; or one input's array); ParityError when an output is outside
-    ``atol + rtol * |torch|`` (or a classifier's top-1 answers disagree)."""
+    the order the program takes them ``specs``, default the dict's: the first ``positional`` by position, the rest
+    by keyword; or one input's array); each output compared by its name (``names``, in the ONNX model's order: the
+    torch module's outputs flattened as :func:`flatten` does); ParityError when an output is outside ``atol + rtol
+    * |torch|`` (or a classifier's top-1 answers on ``top1_output`` disagree)."""
     import numpy as np
     import torch
 
@@ -144,15 +150,178 @@ def parity_gate(onnx_path: Path, module: Any, inputs: Any, *, source: str, atol:
         inputs = {specs[0].name if specs else "input": inputs}
     specs = specs or [InputSpec(i, name, array.dtype.name, tuple(array.shape))
                       for i, (name, array) in enumerate(inputs.items())]
+    positional = len(specs) if positional is None else positional
     session, feed = _session(onnx_path, specs)
 
     def torch_outputs(batch: dict[str, Any]) -> Any:
+        tensors = [torch.from_numpy(np.ascontiguousarray(batch[spec.name])) for spec in specs]
         with torch.no_grad():
-            return module(*(torch.from_numpy(np.ascontiguousarray(batch[spec.name])) for spec in specs))
+            result = module(*tensors[:positional], **{s.name: t for s, t in zip(specs[positional:],
+                                                                                 tensors[positional:], strict=True)})
+        return [leaf for _, leaf in flatten(result)]
 
     return compare(_guarded("PyTorch", torch_outputs), _guarded("ONNX Runtime", lambda b: session.run(None, feed(b))),
                    inputs, source=source, atol=atol, rtol=rtol, min_top1_agreement=min_top1_agreement,
-                   classifier=classifier)
+                   classifier=classifier, names=names, top1_output=top1_output)
+
+
+def flatten(result: Any) -> list[tuple[str, Any]]:
+    """A model's outputs in the one order torch.export and the ONNX export flatten them (torch's pytree: a tuple's
+    or list's items in order, a dict's in its keys' order, a namedtuple's fields, nested ones depth first), each
+    with its path as a name: ``logits`` (a dict key), ``hidden.0`` (its first item), ``0`` (a tuple's first); one
+    tensor's path is empty."""
+    from torch.utils._pytree import tree_flatten_with_path
+
+    leaves, _ = tree_flatten_with_path(result)
+    return [(".".join(str(next((getattr(key, attr) for attr in ("key", "idx", "name") if hasattr(key, attr)), key))
+                      for key in path), leaf) for path, leaf in leaves]
+
+
+def output_names(flat: list[tuple[str, Any]], signature: dict[str, Any], pt2: Path) -> list[str]:
+    """The ONNX outputs' names: the flattened outputs' paths (one tensor: ``logits``), or signature.json's
+    ``outputs`` in their place where the paths are only positions (a tuple's); where they are keys, the signature
+    must name the same ones. A SpecError names both lists when the signature names outputs the model lacks, and
+    an output that is not a tensor."""
+    import torch
+
+    for path, leaf in flat:
+        if not isinstance(leaf, torch.Tensor):
+            raise SpecError(f"model: {pt2.name}'s output {path or '(the whole output)'} is a {type(leaf).__name__}, "
+                            "not a tensor; return tensors only (a dict, tuple or list of them)")
+    paths = [path for path, _ in flat]
+    given = outputs_named(signature)
+    keyed = any(not part.isdigit() for path in paths for part in path.split(".") if path)
+    if given is None:
+        return ["logits"] if paths == [""] else paths
+    shown = ", ".join(p or "(one tensor)" for p in paths)
+    if len(given) != len(paths) or (keyed and sorted(given) != sorted(paths)):
+        raise SpecError(f"signature.json outputs: {', '.join(given)}; {pt2.name} gives {len(paths)} ({shown}); name "
+                        "the model's outputs: its dict keys, or one name per output in the order it returns them")
+    return paths if keyed else given
+
+
+def check_onnx(onnx_path: Path) -> None:
+    """The ONNX checker with shape inference (``full_check``). A model keeping tensors in external data is checked
+    with them loaded (shape inference reads constants, which a file may keep outside); one too large for a protobuf
+    (2 GB) by its path, the checker's structure rules without shape inference."""
+    import onnx
+
+    data = external_data(onnx_path)
+    if not data:
+        onnx.checker.check_model(str(onnx_path), full_check=True)
+    elif sum((onnx_path.parent / name).stat().st_size for name in data) < EXTERNAL_DATA_BYTES:
+        onnx.checker.check_model(onnx.load(str(onnx_path)), full_check=True)
+    else:
+        onnx.checker.check_model(str(onnx_path))
+
+
+def external_data(onnx_file: Path) -> list[str]:
+    """The files an ONNX model keeps its tensors in beside it (``model.onnx.data``: how models over 2 GB are stored),
+    relative to its folder; a location that leaves the folder is a SpecError (the model would read another file)."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    try:
+        model = onnx.load(str(onnx_file), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model (protobuf's DecodeError, and more): the checker says what
+        return []
+    found = []
+    for tensor in _get_all_tensors(model):
+        if uses_external_data(tensor):
+            location = ExternalDataInfo(tensor).location
+            resolved = (onnx_file.parent / location).resolve()
+            if not resolved.is_relative_to(onnx_file.parent.resolve()) or not resolved.is_file():
+                raise SpecError(f"model: {onnx_file.name} keeps tensor {tensor.name} in {location!r}, which is not a "
+                                "file beside it; save the model with its external data in its own folder")
+            if location not in found:
+                found.append(location)
+    return found
+
+
+def load_program(pt2: Path) -> Any:
+    """``torch.export.load(pt2)``. A namedtuple the program returns is rebuilt from the fields the archive records
+    (the export job has none of the team's code); any other container it cannot import (a team's own dataclass,
+    transformers' ``ModelOutput``) is a SpecError naming the type and the fix."""
+    import collections
+
+    import torch
+    import torch.utils._pytree as pytree
+
+    types, namedtuples = _spec_types(pt2)
+    for name, fields in namedtuples.items():
+        if name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            rebuilt = collections.namedtuple(name.rpartition(".")[2] or "Output", fields)  # type: ignore[misc]
+            pytree._register_namedtuple(rebuilt, serialized_type_name=name)
+    unknown = sorted(t for t in types if t not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE)
+    if unknown:
+        raise SpecError(f"model: {pt2.name} returns (or takes) {', '.join(unknown)}, a container the export job "
+                        "cannot import (it runs without your code and without transformers); return a dict from "
+                        "forward (e.g. `return dict(output)`) and save the program again")
+    try:
+        return torch.export.load(pt2)
+    except Exception as exc:  # noqa: BLE001 - torch raises a RuntimeError and logs the cause
+        raise ParityError(f"onnx: {pt2.name} does not load with torch.export.load: {type(exc).__name__}: "
+                          f"{shorten(str(exc), 300)}") from exc
+
+
+def _spec_types(pt2: Path) -> tuple[set[str], dict[str, list[str]]]:
+    """The container types a saved program's input and output specs name, and the namedtuples it records with
+    their fields; read from its archive's model JSON, nothing loaded (empty where it cannot be read: the load then
+    says what is wrong)."""
+    import zipfile
+
+    types: set[str] = set()
+    namedtuples: dict[str, list[str]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("in_spec", "out_spec") and isinstance(value, str):
+                    with contextlib.suppress(ValueError):
+                        spec(json.loads(value))
+                elif key == "treespec_namedtuple_fields" and isinstance(value, dict):
+                    namedtuples.update({str(k): list(v.get("field_names", [])) for k, v in value.items()
+                                        if isinstance(v, dict)})
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    def spec(node: Any) -> None:  # [version, {"type", "context", "children_spec"}] or the node itself
+        if isinstance(node, list):
+            for item in node:
+                spec(item)
+        elif isinstance(node, dict):
+            if isinstance(node.get("type"), str) and node["type"] != "collections.namedtuple":
+                types.add(node["type"])
+            spec(node.get("children_spec") or [])
+
+    try:
+        with zipfile.ZipFile(pt2) as archive:
+            for name in archive.namelist():
+                if "/models/" in name and name.endswith(".json"):
+                    walk(json.loads(archive.read(name)))
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return set(), {}
+    return types, namedtuples
+
+
+def calling(program: Any, specs: list[InputSpec], pt2: Path) -> tuple[list[InputSpec], int]:
+    """The signature's inputs in the order the program takes them, and how many it takes by position: those
+    first, as the signature lists them, then its keyword inputs (``torch.export.export(model, (), kwargs=...)``),
+    matched by name. A keyword the signature does not name is a SpecError naming both."""
+    spec = program.call_spec.in_spec
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
+    keywords = [str(k) for k in (children[1].context or [])] if len(children) == 2 else []
+    if not keywords:
+        return specs, len(specs)
+    by_name = {s.name: s for s in specs}
+    if missing := [k for k in keywords if k not in by_name]:
+        raise SpecError(f"signature.json inputs: {', '.join(by_name)}; {pt2.name} takes keyword inputs "
+                        f"{', '.join(keywords)}: name each keyword input as its keyword ({', '.join(missing)} is not)")
+    positional = [s for s in specs if s.name not in keywords]
+    return positional + [by_name[k] for k in keywords], len(positional)
 
 
 def run_once(onnx_path: Path, inputs: dict[str, Any], specs: list[InputSpec], *, source: str, atol: float = ATOL,
@@ -219,8 +388,9 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     folder) feeds the gate, which wants every output within ``atol + rtol * |torch|`` (numpy's ``isclose``; see
     :mod:`.parity`; None: the default rule, which float16 inputs may not use).
 
-    The ONNX model's inputs are the signature's, by name and in order, with a dynamic axis wherever the
-    signature says null (the program must have it dynamic); one output is named ``logits``. A model folder whose
+    The ONNX model's inputs are the signature's, by name, in the order the program takes them (positional, then
+    keyword), with a dynamic axis wherever the signature says null (the program must have it dynamic); its outputs
+    are the program's flattened (:func:`flatten`), named by :func:`output_names` (one tensor: ``logits``). A model folder whose
     signature names a ``.onnx`` (the team exported it itself) is taken as it is: the ONNX checker, then the gate
     against a ``model.pt2`` beside it, else one ONNX Runtime run on the gate's inputs (the deployment's smoke
     test then runs score.py on it)."""
@@ -236,36 +406,46 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, *, opset: int = DEFA
     specs = inputs_of(signature)
     model_file = signature.get("file", "model.pt2")
     pt2 = model_dir / (model_file if model_file.endswith(".pt2") else "model.pt2")
-    program = torch.export.load(pt2) if pt2.is_file() else None
+    program = load_program(pt2) if pt2.is_file() else None
+    positional, names = len(specs), None
     if program is not None:
+        specs, positional = calling(program, specs, pt2)
         check_program(program, specs, pt2)
+        example = [torch.from_numpy(inputs[spec.name][:2].copy()) for spec in specs]
+        args, kwargs = tuple(example[:positional]), {s.name: t for s, t in zip(specs[positional:],
+                                                                               example[positional:], strict=True)}
+        with torch.no_grad():  # the outputs' structure, which names them
+            sample = _guarded("PyTorch", lambda _: program.module()(*args, **kwargs))(
+                {spec.name: inputs[spec.name][:2] for spec in specs})
+        names = output_names(flatten(sample), signature, pt2)
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / ONNX_FILE
     if model_file.endswith(".onnx"):
         shutil.copy(model_dir / model_file, onnx_path)
+        for data in external_data(model_dir / model_file):  # weights stored beside it (models over 2 GB)
+            shutil.copy(model_dir / data, out_dir / data)
     elif program is None:
         raise SpecError(f"model: {pt2} is missing; save model.pt2 (torch.export) or model.onnx, as signature.json says")
     else:
-        example = tuple(torch.from_numpy(inputs[spec.name][:2].copy()) for spec in specs)
-        outputs = len(program.graph_signature.user_outputs)
         try:
-            torch.onnx.export(program, example, str(onnx_path), opset_version=opset, dynamo=True,
-                              input_names=[spec.name for spec in specs],
-                              output_names=["logits"] if outputs == 1 else [f"output_{k}" for k in range(outputs)],
-                              external_data=False)
+            weights = sum(t.numel() * t.element_size() for t in program.state_dict.values())
+            torch.onnx.export(program, args, str(onnx_path), kwargs=kwargs, opset_version=opset, dynamo=True,
+                              input_names=[spec.name for spec in specs], output_names=names,
+                              external_data=weights > EXTERNAL_DATA_BYTES)  # beside it: model.onnx.data
         except Exception as exc:  # noqa: BLE001 - torch's exporter raises many types; say which model and why
             raise ParityError(f"onnx: torch.onnx.export failed on {pt2.name} at opset {opset}: {type(exc).__name__}: "
                               f"{shorten(str(exc), 600)}") from exc
     try:
-        onnx.checker.check_model(str(onnx_path), full_check=True)
-    except onnx.checker.ValidationError as exc:  # a team's own file, or (never seen) our export
-        raise ParityError(f"onnx: {model_file} fails the ONNX checker: {str(exc)[:300]}") from exc
+        check_onnx(onnx_path)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:  # a team's own file, or
+        raise ParityError(f"onnx: {model_file} fails the ONNX checker: {str(exc)[:300]}") from exc  # (never) ours
     if program is None:
         report = run_once(onnx_path, inputs, specs, source=source, atol=atol, rtol=rtol,
                           min_top1_agreement=min_top1_agreement)
     else:
         report = parity_gate(onnx_path, program.module(), inputs, source=source, atol=atol, rtol=rtol,
-                             min_top1_agreement=min_top1_agreement, classifier="classes" in signature, specs=specs)
+                             min_top1_agreement=min_top1_agreement, classifier="classes" in signature, specs=specs,
+                             positional=positional, names=names, top1_output=signature.get("classifier_output"))
     exported = {**signature, "format": "onnx", "file": ONNX_FILE, "opset": opset, "parity": report.to_dict()}
     (out_dir / SIGNATURE).write_text(json.dumps(exported, indent=1))
     for extra in model_dir.iterdir():  # labels, notes and the like travel with the model

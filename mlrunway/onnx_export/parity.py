@@ -88,6 +88,10 @@ class ParityReport:
     min_top1_agreement: float
     rtol: float = 0.0
     tolerance_used: float | None = None
+    # Each output's own figures, by name in the ONNX model's order ({"name", "max_abs_diff", "tolerance_used"}), and
+    # the output top-1 agreement was measured on; a report recorded before them has neither (one figure for all).
+    outputs: tuple[dict[str, Any], ...] | None = None
+    top1_output: str | None = None
 
     def __post_init__(self) -> None:
         if self.tolerance_used is None and self.max_abs_diff is not None:
@@ -98,8 +102,18 @@ class ParityReport:
 
     @classmethod
     def from_dict(cls, figures: dict[str, Any]) -> ParityReport:
-        """The report ``to_dict`` wrote, by this version or one before ``rtol`` (``passed`` is recomputed)."""
-        return cls(**{k: v for k, v in figures.items() if k != "passed"})
+        """The report ``to_dict`` wrote, by this version or one before ``rtol`` or per-output figures (``passed`` is
+        recomputed)."""
+        kept = {k: v for k, v in figures.items() if k != "passed"}
+        if kept.get("outputs") is not None:
+            kept["outputs"] = tuple(dict(output) for output in kept["outputs"])
+        return cls(**kept)
+
+    @property
+    def worst_output(self) -> dict[str, Any] | None:
+        """The output that used the most of its tolerance, where there are several and each was measured."""
+        measured = [o for o in self.outputs or () if o.get("tolerance_used") is not None]
+        return max(measured, key=lambda o: float(o["tolerance_used"])) if len(measured) > 1 else None
 
     @property
     def rule(self) -> str:
@@ -112,20 +126,38 @@ class ParityReport:
         return within and (self.top1_agreement is None or self.top1_agreement >= self.min_top1_agreement)
 
     def summary(self) -> str:
+        on = f" on {self.top1_output}" if self.top1_output and len(self.outputs or ()) > 1 else ""
         top1 = "" if self.top1_agreement is None else \
-            f", top-1 agreement {self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%})"
+            f", top-1 agreement{on} {self.top1_agreement:.2%} (required {self.min_top1_agreement:.2%})"
         if self.max_abs_diff is None or self.tolerance_used is None:
             return f"no PyTorch model to compare with: ran on {self.samples} {self.inputs}"
-        return (f"max |onnx - torch| {self.max_abs_diff:.3g}, {_share(self.tolerance_used)} ({self.rule}){top1} "
+        worst = self.worst_output
+        per = "" if worst is None else f" ({len(self.outputs or ())} outputs; the most: {worst['name']})"
+        return (f"max |onnx - torch| {self.max_abs_diff:.3g}, {_share(self.tolerance_used)} ({self.rule}){per}{top1} "
                 f"on {self.samples} {self.inputs}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**vars(self), "passed": self.passed}
+        figures = {**vars(self), "passed": self.passed}
+        figures["outputs"] = None if self.outputs is None else [dict(o) for o in self.outputs]
+        return figures
+
+
+def per_output(parity: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each output's name and figures in words (``("logits", "4% of the tolerance, max |onnx - torch| 3e-06")``),
+    from a recorded report with several (since issue 83); none for a report of one output, or one recorded before
+    (one figure for all outputs), or figures that are not numbers."""
+    outputs = parity.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) < 2:
+        return []
+    return [(o["name"], f"{_share(float(o['tolerance_used']))}, max |onnx - torch| {o['max_abs_diff']:.3g}")
+            for o in outputs if isinstance(o, dict) and isinstance(o.get("name"), str)
+            and all(isinstance(o.get(k), int | float) and not isinstance(o.get(k), bool)
+                    for k in ("tolerance_used", "max_abs_diff"))]
 
 
 def outputs_of(result: Any) -> list[Any]:
-    """A model's outputs as a list of arrays: one tensor or array, or a tuple or list of them (compared by
-    position)."""
+    """A model's outputs as a list of arrays: one tensor or array, or a tuple or list of them (ONNX Runtime's, in
+    the model's output order; a torch module's structured outputs are flattened by the export first)."""
     import numpy as np
 
     items = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -145,33 +177,48 @@ def _chunk(inputs: Any, start: int, stop: int) -> Any:
 
 def compare(reference: Callable[[Any], Any], candidate: Callable[[Any], Any], inputs: Any, *, source: str,
             atol: float = ATOL, rtol: float = RTOL, min_top1_agreement: float, batch: int = 64,
-            classifier: bool = True) -> ParityReport:
+            classifier: bool = True, names: list[str] | None = None, top1_output: str | None = None) -> ParityReport:
     """Run both models on ``inputs`` (an array, batch first, or a dict of them by input name, as each model takes
     them) in batches and report; raise ParityError when it fails: an output outside ``atol + rtol * |reference|``
-    (numpy's ``isclose``), or, for a ``classifier``, a top-1 agreement (on the first output) below
-    ``min_top1_agreement``. Each model may give one output or several, compared by position."""
+    (numpy's ``isclose``), or, for a ``classifier``, a top-1 agreement below ``min_top1_agreement`` on the output
+    ``top1_output`` names (default: the first). Each model gives its outputs as a list in one order, ``names``
+    (default: ``logits`` for one, else their positions); each output is compared, and reported, by its name."""
     import numpy as np
 
     check_tolerance(atol, rtol)
-    worst, used, agree = 0.0, 0.0, 0
-    total = rows(inputs)
+    worst: list[float] = []
+    used: list[float] = []
+    labels: list[str] = []
+    agree, total, top1 = 0, rows(inputs), 0
     for start in range(0, total, batch):
         chunk = _chunk(inputs, start, start + batch)
         expected, got = outputs_of(reference(chunk)), outputs_of(candidate(chunk))
         if len(expected) != len(got):
             raise ParityError(f"onnx parity: {len(got)} outputs, and PyTorch gives {len(expected)}")
-        for want, have in zip(expected, got, strict=True):
+        if not worst:
+            labels = names or (["logits"] if len(got) == 1 else [str(k) for k in range(len(got))])
+            if len(labels) != len(got):
+                raise ParityError(f"onnx parity: {len(got)} outputs, and {len(labels)} names ({', '.join(labels)})")
+            if top1_output is not None and top1_output not in labels:
+                raise SpecError(f"signature.json classifier_output: {top1_output!r} is not one of the model's "
+                                f"outputs ({', '.join(labels)}); name the output that holds the class scores")
+            top1 = labels.index(top1_output) if top1_output is not None else 0
+            worst, used = [0.0] * len(got), [0.0] * len(got)
+        for k, (name, want, have) in enumerate(zip(labels, expected, got, strict=True)):
             if want.shape != have.shape:
-                raise ParityError(f"onnx parity: output shape {have.shape} differs from PyTorch's {want.shape}")
+                raise ParityError(f"onnx parity: output {name} has shape {have.shape}, and PyTorch's {want.shape}")
             if have.dtype.kind not in "fcbiu":
-                raise ParityError(f"onnx parity: an output of {have.dtype} is not numbers to compare")
-            worst = max(worst, float(np.max(_differences(want, have), initial=0.0)))
-            used = max(used, tolerance_used(want, have, atol, rtol))
+                raise ParityError(f"onnx parity: output {name} is {have.dtype}, not numbers to compare")
+            worst[k] = max(worst[k], float(np.max(_differences(want, have), initial=0.0)))
+            used[k] = max(used[k], tolerance_used(want, have, atol, rtol))
         if classifier:
-            agree += int(np.sum(expected[0].argmax(1) == got[0].argmax(1)))
-    report = ParityReport(max_abs_diff=worst, top1_agreement=agree / total if classifier else None,
+            agree += int(np.sum(expected[top1].argmax(1) == got[top1].argmax(1)))
+    report = ParityReport(max_abs_diff=max(worst, default=0.0), top1_agreement=agree / total if classifier else None,
                           samples=total, inputs=source, atol=atol, min_top1_agreement=min_top1_agreement,
-                          rtol=rtol, tolerance_used=used)
+                          rtol=rtol, tolerance_used=max(used, default=0.0),
+                          outputs=tuple({"name": n, "max_abs_diff": w, "tolerance_used": u}
+                                        for n, w, u in zip(labels, worst, used, strict=True)),
+                          top1_output=labels[top1] if classifier and labels else None)
     if not report.passed:
         raise ParityError(f"onnx parity gate failed: {report.summary()}; the ONNX model was not registered")
     return report

@@ -83,6 +83,29 @@ def inputs_of(signature: Any) -> list[InputSpec]:
     return found
 
 
+def outputs_named(signature: Any) -> list[str] | None:
+    """The signature's ``outputs``, checked: None when left out, else a non-empty list of unique names (each a
+    string, or an object with a ``name``) in the order the model's outputs are flattened; ``classifier_output``,
+    when given, one of them (the output top-1 agreement is measured on; default the first)."""
+    given = signature.get("outputs") if isinstance(signature, Mapping) else None
+    chosen = signature.get("classifier_output") if isinstance(signature, Mapping) else None
+    if chosen is not None and not (isinstance(chosen, str) and chosen):
+        raise SpecError(f"signature.json classifier_output: {chosen!r} is not an output's name; name the output that "
+                        "holds the class scores, or leave it out for the first")
+    if given is None:
+        return None
+    names = [item.get("name") if isinstance(item, Mapping) else item for item in given] \
+        if isinstance(given, list) else None
+    if not names or not all(isinstance(n, str) and _NAME.match(n) for n in names) or len(set(names)) != len(names):
+        raise SpecError(f"signature.json outputs: {given!r} is not a list of unique output names; write e.g. "
+                        '["logits", "weekly_sales"], in the order the model returns them (a dict: its keys)')
+    checked = [str(n) for n in names]
+    if chosen is not None and chosen not in checked:
+        raise SpecError(f"signature.json classifier_output: {chosen!r} is not one of outputs ({', '.join(checked)}); "
+                        "name one of them")
+    return checked
+
+
 def check_inputs(signature: Any, inputs_file: Mapping[str, ArrayHeader] | None, *, images: bool = False,
                  tolerance_given: bool = False, file_name: str = "") -> list[InputSpec]:
     """Every static rule export applies to the signature's inputs, given the inputs file's arrays (name to

@@ -130,6 +130,14 @@ def test_the_onnx_figures_read_as_recorded_before_and_after_the_relative_toleran
     regressor = {**new, "top1_agreement": None, "max_abs_diff": 0.00195, "tolerance_used": 0.0074}
     assert "max |onnx - torch| 0.00195 (0.74% of the tolerance" in onnx_line(regressor)
     assert "not a classifier" in onnx_line(regressor)
+    # Since issue 83: each output by name, and the output top-1 was measured on.
+    per_output = {**new, "top1_output": "logits", "outputs": [
+        {"name": "logits", "max_abs_diff": 3.8e-06, "tolerance_used": 0.0412},
+        {"name": "<b>weekly_sales</b>", "max_abs_diff": 0.0012, "tolerance_used": 0.011}]}
+    assert onnx_line(per_output) == (
+        ", opset 18: max |onnx - torch| 3.8e-06 (4.12% of the tolerance 1e-05 + 0.0001·|torch|) on 256 validation "
+        "images, top-1 agreement on logits 100.00%; per output: logits: 4% of the tolerance, max |onnx - torch| "
+        "3.8e-06; &lt;b&gt;weekly_sales&lt;/b&gt;: 1% of the tolerance, max |onnx - torch| 0.0012")
 
 
 def test_a_failed_sweeps_report_says_why_it_failed(tmp_path):

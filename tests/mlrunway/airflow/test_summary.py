@@ -37,3 +37,7 @@ def test_the_onnx_line_reads_parity_recorded_before_and_after_the_relative_toler
     assert onnx_line(new) == "onnx: d-onnx:1 opset 18, max |onnx - torch| 3.8e-06 (4.12% of the tolerance), top-1 " \
                              "agreement 100% on 256 validation images"
     assert onnx_line({**new, "top1_agreement": None}).endswith("(4.12% of the tolerance) on 256 validation images")
+    outputs = [{"name": "logits", "max_abs_diff": 3.8e-06, "tolerance_used": 0.0412},
+               {"name": "weekly_sales", "max_abs_diff": 0.0012, "tolerance_used": 0.2}]
+    assert onnx_line({**new, "outputs": outputs}) == "onnx: d-onnx:1 opset 18, max |onnx - torch| 3.8e-06 (4.12% of " \
+        "the tolerance), the most on weekly_sales of 2 outputs, top-1 agreement 100% on 256 validation images"

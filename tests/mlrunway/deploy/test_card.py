@@ -70,3 +70,20 @@ def test_each_decision_rebuilds_the_card_with_its_history_and_points_the_version
 
 def test_unreadable_evidence_is_shown_as_such_not_dropped():
     assert card._evaluation({"mlrunway.evidence": "{cut"}) == [("evidence", "unreadable: {cut")]
+
+
+def test_a_version_exported_with_several_outputs_shows_each_outputs_figures_and_one_before_them_one_figure(tmp_path):
+    backend = registered(tmp_path)
+    (tmp_path / "two.onnx").write_text("an export")
+    backend.models.register("demand-onnx", tmp_path / "two.onnx", properties={
+        "source_model": "demand:1", "opset": 18, "parity": {
+            "max_abs_diff": 0.0012, "tolerance_used": 0.2, "atol": 1e-5, "rtol": 1e-4, "samples": 64,
+            "inputs": "inputs from inputs.npz", "passed": True, "top1_output": "logits",
+            "outputs": [{"name": "logits", "max_abs_diff": 6e-7, "tolerance_used": 0.02},
+                        {"name": "weekly_sales", "max_abs_diff": 0.0012, "tolerance_used": 0.2}]}})
+    rows = dict(card.collect(backend, "demand-onnx:2").parity)
+    assert rows["output logits"] == "2% of the tolerance, max |onnx - torch| 6e-07"
+    assert rows["output weekly_sales"] == "20% of the tolerance, max |onnx - torch| 0.0012"
+    assert not [k for k in dict(card.collect(backend, "demand-onnx:1").parity) if k.startswith("output")]
+    assert "| output weekly_sales | 20% of the tolerance, max \\|onnx - torch\\| 0.0012 |" in card.render_markdown(
+        card.collect(backend, "demand-onnx:2"))

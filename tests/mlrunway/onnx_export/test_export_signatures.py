@@ -199,6 +199,6 @@ def test_a_program_that_fails_on_the_gates_inputs_is_a_parity_error_naming_the_s
     model = save_model(tmp_path / "m", text_classifier(), (torch.from_numpy(ids[:2]),),
                        [{"name": "tokens", "dtype": "int64", "shape": [None, None]}], (dims(0, 1),),
                        {"tokens": ids + 100})  # ids past the embedding's 50 rows
-    with pytest.raises(ParityError, match=r"onnx parity: PyTorch failed on inputs tokens \[8, 6\] int64: IndexError: "
+    with pytest.raises(ParityError, match=r"onnx parity: PyTorch failed on inputs tokens \[\d+, 6\] int64: IndexError: "
                                           r"index out of range"):
         export_onnx(model, tmp_path / "onnx", inputs_file="inputs.npy")
