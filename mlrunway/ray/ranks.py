@@ -200,10 +200,7 @@ def _wait(ask: Any, launch: dict[str, Any], stopped: list[str]) -> dict[str, Any
                 continue
         if stopped:
             return None
-        if time.monotonic() - said >= SAY_S:
-            said = time.monotonic()
-            print(f"mlrunway: waiting {said - since:.0f} s for the cluster to place its process: "
-                  f"{json.dumps(launch['options'])}", flush=True)
+        said = _say_every(said, since, f"its process: {json.dumps(launch['options'])}")
 
 
 def _placed(group: Any, launch: dict[str, Any], stopped: list[str]) -> bool:
@@ -212,11 +209,19 @@ def _placed(group: Any, launch: dict[str, Any], stopped: list[str]) -> bool:
     while not ray.wait([ready], timeout=POLL_S)[0]:
         if stopped:
             return False
-        if time.monotonic() - said >= SAY_S:
-            said = time.monotonic()
-            print(f"mlrunway: waiting {said - since:.0f} s for the cluster to place {len(launch['bundles'])} "
-                  f"bundles ({launch['strategy']}): {json.dumps(launch['bundles'])}", flush=True)
+        said = _say_every(said, since, f"{len(launch['bundles'])} bundles ({launch['strategy']}): "
+                                       f"{json.dumps(launch['bundles'])}")
     return True
+
+
+def _say_every(said: float, since: float, what: str) -> float:
+    """Say what the driver waits for the cluster to place, once SAY_S has passed since it last ``said``; when it
+    last said it."""
+    if time.monotonic() - said < SAY_S:
+        return said
+    now = time.monotonic()
+    print(f"mlrunway: waiting {now - since:.0f} s for the cluster to place {what}", flush=True)
+    return now
 
 
 def _environments(launch: dict[str, Any], where: list[dict[str, Any]], ports: list[int]) -> list[dict[str, str]]:

@@ -732,12 +732,10 @@ def test_an_endpoint_whose_servers_node_is_lost_answers_again_from_another_node_
     """Two nodes of the test's own offer the endpoint's profile (a custom resource only they have); the raylet of
     the one its server runs on is killed, as a machine's loss: Ray starts the server's actor again on the other node
     and the endpoint answers there, with the same keys, deployment and traffic, and nothing of it was deployed again.
-    How long it took is printed (the reliability page's figure: bench/faults.py); the wait is bounded generously."""
+    How long it took is printed (the reliability page's figure: bench/ray_faults.py); the wait is bounded generously."""
     import psutil
 
-    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
     from mlrunway.ray.tracking import client
-    from tests.conftest import REPO
 
     for name in ("ray-serve-a", "ray-serve-b"):
         costly_set_up.cluster.add_node(name, 1, {"serve": 1.0})
@@ -745,14 +743,8 @@ def test_an_endpoint_whose_servers_node_is_lost_answers_again_from_another_node_
                                                          "serve": {"num_cpus": 0.5, "resources": {"serve": 0.5}}})
     backend = RayBackend.from_connection(fields, costly_set_up.cluster.token)
     endpoints = backend.endpoints
-    endpoints.create_or_update("moves", EndpointSettings(workers=1), compute="serve")
     try:
-        model = backend.models.register("moves-digits", onnx_model)
-        endpoints.create_or_update_deployment("moves", "blue", DeploymentSettings(
-            model=f"moves-digits:{model.version}", code_dir=str(REPO / "training")), timeout_s=180)
-        endpoints.set_traffic("moves", {"blue": 100})
-        request = {"data": [[[[0.0] * 8] * 8]]}
-        before, keys = endpoints.invoke("moves", payload=request), endpoints.get_keys("moves")
+        request, before, keys = _serving_blue(backend, "moves", "moves-digits", onnx_model, compute="serve")
         server = next(job for job in endpoints.serving.list("moves-") if "-server-" in job.name)
         started = endpoints.serving.record(server.name) / "started.json"
         first = json.loads(started.read_text())["starts"]
@@ -875,8 +867,7 @@ def test_after_the_head_restarts_the_endpoint_reads_failed_naming_its_lost_serve
     has forgotten every job); the worker node rejoins. The endpoint's state on the storage outlives it: it reads
     Failed naming the server job lost with the head and how to start it again, and ``create_or_update`` (what the
     next deploy run calls first) serves the same deployment, keys and traffic from a new server job."""
-    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
-    from tests.conftest import REPO
+    from mlrunway.backend.types import EndpointSettings
     from tests.ray_cluster import ray_cluster
 
     with ray_cluster(tmp_path / "cluster", worker_cpus=2) as cluster:
@@ -884,13 +875,7 @@ def test_after_the_head_restarts_the_endpoint_reads_failed_naming_its_lost_serve
             "address": cluster.address, "storage": str(cluster.storage), "tracking_uri": cluster.tracking_uri,
             "namespace": "head", "profiles": {"cpu": {"num_cpus": 1}}}, cluster.token)
         endpoints = backend.endpoints
-        endpoints.create_or_update("head-ep", EndpointSettings(workers=1))
-        model = backend.models.register("digits", onnx_model)
-        endpoints.create_or_update_deployment("head-ep", "blue", DeploymentSettings(
-            model=f"digits:{model.version}", code_dir=str(REPO / "training")), timeout_s=180)
-        endpoints.set_traffic("head-ep", {"blue": 100})
-        request = {"data": [[[[0.0] * 8] * 8]]}
-        before, keys = endpoints.invoke("head-ep", payload=request), endpoints.get_keys("head-ep")
+        request, before, keys = _serving_blue(backend, "head-ep", "digits", onnx_model)
         [server] = [job.name for job in endpoints.serving.list("head-ep-") if "-server-" in job.name]
         times = cluster.restart_head()
         deadline = time.monotonic() + 300
@@ -907,3 +892,20 @@ def test_after_the_head_restarts_the_endpoint_reads_failed_naming_its_lost_serve
         print(f"head restarted: its Jobs API answered after {times['api'] - times['killed']:.1f} s, every node "
               f"alive after {times['alive'] - times['killed']:.1f} s")
         endpoints.delete("head-ep")
+
+
+def _serving_blue(backend: RayBackend, endpoint: str, model_name: str, onnx_model: Path,
+                  compute: str | None = None) -> tuple[dict[str, Any], str, dict[str, str]]:
+    """``endpoint`` made (one worker, on ``compute``), the example model registered as ``model_name`` and serving
+    as ``blue`` at 100%: a request, its answer, and the endpoint's keys."""
+    from mlrunway.backend.types import DeploymentSettings, EndpointSettings
+    from tests.conftest import REPO
+
+    endpoints = backend.endpoints
+    endpoints.create_or_update(endpoint, EndpointSettings(workers=1), compute=compute)
+    registered = backend.models.register(model_name, onnx_model)
+    endpoints.create_or_update_deployment(endpoint, "blue", DeploymentSettings(
+        model=f"{model_name}:{registered.version}", code_dir=str(REPO / "training")), timeout_s=180)
+    endpoints.set_traffic(endpoint, {"blue": 100})
+    request = {"data": [[[[0.0] * 8] * 8]]}
+    return request, endpoints.invoke(endpoint, payload=request), endpoints.get_keys(endpoint)
