@@ -389,7 +389,8 @@ class RayJobs(Jobs):
         properties = {"submission_id": job["submission_id"], "profile": job.get("profile")}
         if status in (JobStatus.QUEUED, JobStatus.RUNNING) and "processes" in job and not started:
             status = JobStatus.QUEUED  # its driver waits for the cluster to place its ranks
-            properties["waiting"] = f"for the cluster to place its {job['processes']} processes, all at once"
+            properties["waiting"] = "for the cluster to place its process" if job["processes"] == 1 else \
+                f"for the cluster to place its {job['processes']} processes, all at once"
         return JobInfo(
             name=name, kind=job["kind"], status=status, exit_code=exit_code, error=error, timed_out=timed_out,
             outputs=str(record / "outputs"), mlflow_run_id=job.get("run_id"), created=job.get("created"),
