@@ -17,7 +17,7 @@ import readme  # noqa: E402
 
 BENCHMARKS = ["endpoint", "onnx_runtime", "early_termination", "orchestration", "rollout", "faults", "trial_overhead",
               "report_page", "samplers", "gate", "capture", "ray_vs_local",
-              "ddp_ray_vs_local", "endpoint_ray"]
+              "ddp_ray_vs_local", "endpoint_ray", "rollout_ray", "ray_faults"]
 
 
 def git(*args: str) -> str:
