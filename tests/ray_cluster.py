@@ -288,7 +288,7 @@ def _mlflow_args(store: Path, port: int) -> list[str]:
 
 def _spawn(log_stem: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start ``args`` leading a new process group, its output in ``log_stem``.out and .err."""
-    with open(f"{log_stem}.out", "wb") as out, open(f"{log_stem}.err", "wb") as err:
+    with open(f"{log_stem}.out", "ab") as out, open(f"{log_stem}.err", "ab") as err:  # a restart follows on
         return subprocess.Popen(args, stdout=out, stderr=err, env=env, start_new_session=True)
 
 
